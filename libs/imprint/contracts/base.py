@@ -1,0 +1,45 @@
+"""Envelope fields every v1 message carries."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+"""An opaque identifier chosen by a producer: non-empty, bounded, printable."""
+
+
+def new_event_id() -> uuid.UUID:
+    return uuid.uuid4()
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Model(BaseModel):
+    """A strict, immutable wire object: unknown fields are a contract violation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Message(Model):
+    """Fields common to every message: ``type`` (also the Kafka header), ``event_id``
+    (the producer's idempotency key) and ``occurred_at`` (RFC 3339)."""
+
+    type: str
+    event_id: uuid.UUID = Field(default_factory=new_event_id)
+    occurred_at: AwareDatetime = Field(default_factory=utcnow)
+
+
+class RunMessage(Message):
+    """A message about one run; Kafka key = ``run_id``."""
+
+    run_id: Identifier
+
+    @property
+    def key(self) -> str:
+        return self.run_id

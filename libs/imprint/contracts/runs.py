@@ -1,0 +1,65 @@
+"""``imprint.runs.v1``: accepted run transitions and closed execution records (journal → delivery)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, TypeAdapter
+
+from imprint.contracts.base import Identifier, Model, RunMessage
+from imprint.contracts.runtime import Outcome
+
+RunState = Literal["admitted", "queued", "running", "completed", "stopped", "failed", "throttled", "rejected"]
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "stopped", "failed", "throttled", "rejected"})
+
+
+class RunTransitioned(RunMessage):
+    """The journal accepted a lifecycle transition. ``sequence`` counts accepted transitions."""
+
+    type: Literal["run.transitioned"] = "run.transitioned"
+    account_id: Identifier
+    conversation_id: Identifier
+    state: RunState
+    previous: RunState | None = None
+    sequence: int = Field(ge=1)
+    reason: str | None = None
+
+
+class RunProgress(RunMessage):
+    type: Literal["run.progress"] = "run.progress"
+    account_id: Identifier
+    stage: str
+    detail: str = ""
+
+
+class EvidenceSummaryItem(Model):
+    source_id: str
+    title: str = ""
+    redacted: bool = False
+
+
+class RunClosed(RunMessage):
+    """The closed execution record was persisted (X4); only then may Delivery stream ``content``."""
+
+    type: Literal["run.closed"] = "run.closed"
+    account_id: Identifier
+    conversation_id: Identifier
+    message_id: Identifier
+    state: RunState
+    outcome: Outcome | None = None
+    answer_text: str | None = None
+    evidence: list[EvidenceSummaryItem] = []
+    snapshot_id: str | None = None
+    knowledge_version: str | None = None
+
+
+class ConversationDeleted(RunMessage):
+    """Every private body of the conversation's runs is gone; views must drop them (X8)."""
+
+    type: Literal["conversation.deleted"] = "conversation.deleted"
+    account_id: Identifier
+    conversation_id: Identifier
+
+
+RunsMessage = Annotated[Union[RunTransitioned, RunProgress, RunClosed, ConversationDeleted], Field(discriminator="type")]
+runs_messages: TypeAdapter[RunsMessage] = TypeAdapter(RunsMessage)

@@ -1,0 +1,220 @@
+"""``imprint.runtime.v1``: what the research runtime reports (runtime → publication, journal)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, TypeAdapter
+
+from imprint.contracts.base import Identifier, Model, RunMessage
+
+Scope = Literal["public", "private"]
+Outcome = Literal["answered", "insufficient_evidence", "generation_unavailable", "declined"]
+
+
+class Condition(Model):
+    """One condition of a question condition set, with where it came from."""
+
+    name: str
+    value: str
+    source: Literal["user", "inherited", "default"] = "user"
+
+
+class QuestionConditionSet(Model):
+    """The QCS of X3. ``inherits_from`` names the previous turn's QCS when its
+    conditions were carried over; the inheriting set always has its own ``qcs_id``."""
+
+    qcs_id: Identifier
+    conditions: list[Condition] = []
+    inherits_from: Identifier | None = None
+
+
+class RunAdmitted(RunMessage):
+    type: Literal["run.admitted"] = "run.admitted"
+    account_id: Identifier
+    conversation_id: Identifier
+    message_id: Identifier
+    question: str
+    qcs: QuestionConditionSet
+
+
+class RunQueued(RunMessage):
+    type: Literal["run.queued"] = "run.queued"
+
+
+class RunStarted(RunMessage):
+    type: Literal["run.started"] = "run.started"
+
+
+class RunStage(RunMessage):
+    type: Literal["run.stage"] = "run.stage"
+    stage: Identifier
+    detail: str = ""
+
+
+class EvidenceGranted(RunMessage):
+    """This run may cite ``source_id`` (P7)."""
+
+    type: Literal["evidence.granted"] = "evidence.granted"
+    source_id: Identifier
+    scope: Scope
+    owner_account_id: Identifier
+    title: str = ""
+
+
+class NumericIssued(RunMessage):
+    """A Host-issued numeric value the model may render through ``[[num:handle]]`` (P9)."""
+
+    type: Literal["numeric.issued"] = "numeric.issued"
+    handle_id: Identifier
+    value: Decimal
+    unit: str = ""
+    version: int = Field(ge=1)
+    source_id: Identifier | None = None
+
+
+class AnswerText(RunMessage):
+    """Entry A: plain assistant text normalized by the gateway."""
+
+    type: Literal["answer.text"] = "answer.text"
+    turn_id: Identifier
+    segment: int = Field(ge=0)
+    text: str
+
+
+class TableContent(Model):
+    columns: list[str]
+    rows: list[list[str]]
+
+
+class BlockDraft(Model):
+    """One block a ``send_answer_part`` call proposes. Either ``markdown`` or ``table``."""
+
+    markdown: str | None = None
+    table: TableContent | None = None
+    replaces: str | None = None
+    role: str | None = None
+    depends_on: list[str] = []
+    display: dict[str, Any] | None = None
+
+
+class AnswerPartArguments(Model):
+    """The arguments of the ``send_answer_part`` tool. A single block may be given
+    inline (``markdown``/``replaces``) or several as ``blocks``."""
+
+    model_config = Model.model_config | {"extra": "ignore"}
+
+    markdown: str | None = None
+    replaces: str | None = None
+    table: TableContent | None = None
+    role: str | None = None
+    depends_on: list[str] = []
+    display: dict[str, Any] | None = None
+    blocks: list[BlockDraft] | None = None
+
+
+class AnswerPart(RunMessage):
+    """Entry B: a ``send_answer_part`` tool call. ``arguments`` arrive as the model's
+    JSON text or as an already-decoded object; ``sealed`` says the call is closed."""
+
+    type: Literal["answer.part"] = "answer.part"
+    turn_id: Identifier
+    tool_call_id: str | None = None
+    sealed: bool
+    arguments: dict[str, Any] | str
+
+
+class ToolReceipt(RunMessage):
+    type: Literal["tool.receipt"] = "tool.receipt"
+    tool_call_id: Identifier
+    status: Literal["ok", "failed", "unknown"]
+
+
+class EvidenceItem(Model):
+    source_id: Identifier
+    title: str = ""
+    excerpt: str = ""
+
+
+class EvidenceSet(Model):
+    items: list[EvidenceItem] = []
+    snapshot_id: Identifier | None = None
+    knowledge_version: str | None = None
+
+
+class RunCompleted(RunMessage):
+    type: Literal["run.completed"] = "run.completed"
+    outcome: Outcome
+    answer_text: str | None = None
+    evidence: EvidenceSet = EvidenceSet()
+
+
+class RunStopped(RunMessage):
+    type: Literal["run.stopped"] = "run.stopped"
+
+
+class RunFailed(RunMessage):
+    type: Literal["run.failed"] = "run.failed"
+    reason: str
+
+
+class RunThrottled(RunMessage):
+    type: Literal["run.throttled"] = "run.throttled"
+
+
+class RunRejected(RunMessage):
+    type: Literal["run.rejected"] = "run.rejected"
+    reason: str = ""
+
+
+class ModelFrame(RunMessage):
+    """A raw protocol frame from the model provider. Never an answer (P2)."""
+
+    type: Literal["model.frame"] = "model.frame"
+    payload: Any = None
+
+
+class ModelReasoning(RunMessage):
+    """Hidden reasoning. Never an answer (P2)."""
+
+    type: Literal["model.reasoning"] = "model.reasoning"
+    text: str = ""
+
+
+class RouterResult(RunMessage):
+    """A routing decision. Never an answer (P2)."""
+
+    type: Literal["router.result"] = "router.result"
+    route: str = ""
+    payload: Any = None
+
+
+RuntimeMessage = Annotated[
+    Union[
+        RunAdmitted,
+        RunQueued,
+        RunStarted,
+        RunStage,
+        EvidenceGranted,
+        NumericIssued,
+        AnswerText,
+        AnswerPart,
+        ToolReceipt,
+        RunCompleted,
+        RunStopped,
+        RunFailed,
+        RunThrottled,
+        RunRejected,
+        ModelFrame,
+        ModelReasoning,
+        RouterResult,
+    ],
+    Field(discriminator="type"),
+]
+runtime_messages: TypeAdapter[RuntimeMessage] = TypeAdapter(RuntimeMessage)
+
+LIFECYCLE_TYPES = frozenset(
+    {"run.admitted", "run.queued", "run.started", "run.completed", "run.stopped", "run.failed", "run.throttled", "run.rejected"}
+)
+NON_ANSWER_TYPES = frozenset({"model.frame", "model.reasoning", "router.result"})
