@@ -1,0 +1,1 @@
+"""Adapters shared by the services: Kafka plumbing and event store environments."""

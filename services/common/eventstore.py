@@ -1,0 +1,42 @@
+"""eventsourcing environments: PostgreSQL (psycopg 3) when ``IMPRINT_DATABASE_URL`` is
+set, otherwise the embedded SQLite store under the project's local state folder.
+
+Each application gets its own table prefix (PostgreSQL schema-less names
+``<app>_events``/``<app>_tracking``) or its own SQLite file, so Publication,
+Journal and Delivery never share a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from imprint.settings import Settings
+
+
+def store_environment(settings: Settings, application: str) -> dict[str, str]:
+    """The eventsourcing ``env`` for one application of this deployment."""
+    env: dict[str, str] = {"ORIGINATOR_ID_TYPE": "uuid"}
+    if settings.uses_postgres:
+        assert settings.database_url is not None
+        url = urlparse(settings.database_url)
+        env.update(
+            PERSISTENCE_MODULE="eventsourcing.postgres",
+            POSTGRES_DBNAME=url.path.lstrip("/") or "imprint",
+            POSTGRES_HOST=url.hostname or "127.0.0.1",
+            POSTGRES_PORT=str(url.port or 5432),
+            POSTGRES_USER=unquote(url.username or "imprint"),
+            POSTGRES_PASSWORD=unquote(url.password or ""),
+            POSTGRES_POOL_SIZE="4",
+            POSTGRES_MAX_OVERFLOW="4",
+            POSTGRES_CONNECT_TIMEOUT="5",
+            POSTGRES_PRE_PING="y",
+        )
+    else:
+        data_dir = Path(settings.state_dir) / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        env.update(
+            PERSISTENCE_MODULE="eventsourcing.sqlite",
+            SQLITE_DBNAME=str(data_dir / f"{application.lower()}.sqlite"),
+            SQLITE_LOCK_TIMEOUT="10",
+        )
+    return env

@@ -1,0 +1,24 @@
+"""What a consumer hands to a store: one decoded message and the Kafka position it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.persistence import Tracking
+
+
+@dataclass(frozen=True)
+class Inbound:
+    topic: str
+    partition: int
+    offset: int
+    message: Any
+    """A decoded v1 contract model."""
+    size: int = 0
+    """Bytes of the original envelope (P3 transport cap)."""
+
+    @property
+    def tracking(self) -> Tracking:
+        """The eventsourcing tracking record that commits with the events this message causes."""
+        return Tracking(application_name=f"{self.topic}#{self.partition}", notification_id=self.offset)
