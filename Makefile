@@ -1,0 +1,56 @@
+# imprint — the two commands a newcomer needs are `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STATE := .imprint
+STAMP := $(VENV)/.installed
+export IMPRINT_STATE_DIR ?= $(CURDIR)/$(STATE)
+
+.PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make run: install, start Kafka (and use embedded SQLite unless IMPRINT_DATABASE_URL is set), start the stack, play the demo.
+run: install
+	bash deploy/local/kafka.sh up
+	$(BIN)/imprint up --demo
+
+## make test: install, start Kafka and PostgreSQL, run every tier.
+test: install browser-deps infra-up
+	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-127.0.0.1:9092} \
+	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-postgresql://imprint:imprint@127.0.0.1:5432/imprint_test} \
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+browser-deps:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+infra-up:
+	bash deploy/local/infra.sh up
+
+infra-down:
+	bash deploy/local/infra.sh down
+
+infra-reset:
+	bash deploy/local/infra.sh reset
+
+infra-status:
+	bash deploy/local/infra.sh status
+
+schemas: install
+	$(BIN)/python -m services.tools.schemas
+
+bench: install infra-up
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) $(STATE)/data

@@ -1,0 +1,195 @@
+"""Kafka plumbing shared by the services, on FastStream (aiokafka underneath).
+
+* :class:`Outbox` publishes contract messages: key = run_id (sources: source_id),
+  header ``type``, idempotent producer (acks=all).
+* :func:`subscribe_tracked` registers a batch subscriber with MANUAL
+  acknowledgement. FastStream's default policy acknowledges whatever the handler
+  does (at most once); here the offset is committed only after the store has
+  committed the batch together with its eventsourcing tracking records, so a
+  redelivery is recognised by the store and never applied twice.
+* Anything that cannot be decoded against the topic's v1 union goes to
+  ``imprint.deadletter.v1`` with the reason and the original bytes; the consumer
+  keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from aiokafka import ConsumerRecord
+from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.middlewares import AckPolicy
+from pydantic import ValidationError
+
+from imprint.contracts.base import Message
+from imprint.contracts.deadletter import DeadLetter
+from imprint.contracts.registry import TRANSPORT_CAP_BYTES, decode, encode
+from imprint.contracts.topics import Topic
+from imprint.observability import get_logger
+from imprint.settings import Settings
+from services.common.inbound import Inbound
+
+log = get_logger(__name__)
+
+DEADLETTER_NAMESPACE = uuid.UUID("6f1d4b7e-3d0b-4c55-9f55-2d8f5c1e0a01")
+
+
+def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
+    return KafkaBroker(
+        settings.kafka_bootstrap,
+        client_id=client_id,
+        enable_idempotence=True,
+        linger_ms=2,
+        logger=None,
+    )
+
+
+def topic_of(settings: Settings, name: str) -> Topic:
+    """The contract topic of a (possibly prefixed) Kafka topic name."""
+    return Topic(name.removeprefix(settings.topic_prefix))
+
+
+class Outbox:
+    """Publishes contract messages to their topics on one broker."""
+
+    def __init__(self, broker: KafkaBroker, settings: Settings) -> None:
+        self._broker = broker
+        self._settings = settings
+
+    async def publish(self, topic: Topic, message: Message) -> None:
+        await self._broker.publish(
+            encode(message),
+            self._settings.topic(topic),
+            key=_key_of(message),
+            headers={"type": message.type},
+        )
+
+    async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None:
+        """Send in order, confirm together: one round of acknowledgements per batch."""
+        futures = [
+            await self._broker.publish(
+                encode(message),
+                self._settings.topic(topic),
+                key=_key_of(message),
+                headers={"type": message.type},
+                no_confirm=True,
+            )
+            for topic, message in items
+        ]
+        if futures:
+            await asyncio.gather(*futures)
+
+    def blocking(self, loop: asyncio.AbstractEventLoop) -> Callable[[Topic, Message], None]:
+        """A synchronous publish for code running in a worker thread (the stores are synchronous)."""
+
+        def publish(topic: Topic, message: Message) -> None:
+            asyncio.run_coroutine_threadsafe(self.publish(topic, message), loop).result(timeout=30)
+
+        return publish
+
+
+def _key_of(message: Message) -> bytes | None:
+    key = getattr(message, "key", None)
+    return key.encode() if isinstance(key, str) else None
+
+
+def decode_records(
+    settings: Settings, consumer: str, records: Sequence[ConsumerRecord[Any, Any]]
+) -> tuple[list[Inbound], list[DeadLetter]]:
+    """Split a poll into decoded messages and typed refusals (with the original bytes)."""
+    inbound: list[Inbound] = []
+    refused: list[DeadLetter] = []
+    for record in records:
+        raw: bytes = record.value or b""
+        reason: str | None = None
+        detail = ""
+        message: Any = None
+        if len(raw) > TRANSPORT_CAP_BYTES:
+            reason, detail = "oversized", f"{len(raw)} bytes over the {TRANSPORT_CAP_BYTES} byte transport cap"
+        else:
+            try:
+                message = decode(topic_of(settings, record.topic), raw)
+            except ValidationError as error:
+                first = error.errors()[0] if error.errors() else {}
+                if first.get("type") in {"json_invalid", "json_type"}:
+                    reason = "unparseable"
+                elif first.get("type") == "union_tag_invalid":
+                    reason = "unknown_type"
+                else:
+                    reason = "schema_invalid"
+                detail = "; ".join(
+                    f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in error.errors()[:5]
+                )[:2000]
+            except (UnicodeDecodeError, ValueError) as error:
+                reason, detail = "unparseable", str(error)[:2000]
+        if reason is None:
+            inbound.append(Inbound(record.topic, record.partition, record.offset, message, size=len(raw)))
+            continue
+        refused.append(
+            DeadLetter(
+                event_id=uuid.uuid5(DEADLETTER_NAMESPACE, f"{consumer}|{record.topic}|{record.partition}|{record.offset}"),
+                reason=reason,  # type: ignore[arg-type]
+                detail=detail,
+                consumer=consumer,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                key_b64=base64.b64encode(record.key).decode() if record.key else None,
+                original_b64=base64.b64encode(raw).decode(),
+            )
+        )
+        log.warning("message refused at intake", consumer=consumer, topic=record.topic,
+                    partition=record.partition, offset=record.offset, reason=reason)
+    return inbound, refused
+
+
+BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
+
+
+def subscribe_tracked(
+    broker: KafkaBroker,
+    settings: Settings,
+    outbox: Outbox,
+    *,
+    consumer: str,
+    topics: Sequence[Topic],
+    handle: BatchHandler,
+    max_records: int = 500,
+    retry_seconds: float = 1.0,
+) -> None:
+    """Register ``handle`` for batches from ``topics`` with manual acknowledgement.
+
+    ``handle`` must commit its effects together with each message's tracking record
+    (``Inbound.tracking``). It is called only with valid messages; refusals are
+    dead-lettered first. On failure the batch is rewound (nack) and retried.
+    """
+
+    @broker.subscriber(
+        *(settings.topic(t) for t in topics),
+        group_id=f"{settings.group_prefix}.{consumer}",
+        batch=True,
+        max_records=max_records,
+        batch_timeout_ms=50,
+        auto_offset_reset="earliest",
+        ack_policy=AckPolicy.MANUAL,
+    )
+    async def on_batch(msg: KafkaMessage) -> None:
+        records = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
+        try:
+            inbound, refused = decode_records(settings, consumer, records)
+            if refused:
+                await outbox.publish_many((Topic.DEADLETTER, letter) for letter in refused)
+            if inbound:
+                await handle(inbound)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("batch failed; rewinding for redelivery", consumer=consumer, records=len(records))
+            await msg.nack()
+            await asyncio.sleep(retry_seconds)
+            return
+        await msg.ack()
