@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     database_url: str | None = None
     """``postgresql://…`` selects PostgreSQL; unset selects embedded SQLite under ``state_dir``."""
+    database_schema: str | None = None
+    """PostgreSQL schema for every store of this deployment (tests use one per test)."""
     state_dir: Path = Field(default_factory=_default_state_dir)
     http_host: str = "127.0.0.1"
     http_port: int = 8080

@@ -31,6 +31,8 @@ def store_environment(settings: Settings, application: str) -> dict[str, str]:
             POSTGRES_CONNECT_TIMEOUT="5",
             POSTGRES_PRE_PING="y",
         )
+        if settings.database_schema:
+            env["POSTGRES_SCHEMA"] = settings.database_schema
     else:
         data_dir = Path(settings.state_dir) / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
