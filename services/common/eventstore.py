@@ -42,3 +42,15 @@ def store_environment(settings: Settings, application: str) -> dict[str, str]:
             SQLITE_LOCK_TIMEOUT="10",
         )
     return env
+
+
+def ensure_schema(settings: Settings) -> None:
+    """Create the configured PostgreSQL schema if it is missing (eventsourcing creates tables, not schemas)."""
+    if not (settings.uses_postgres and settings.database_schema):
+        return
+    import psycopg
+    from psycopg import sql
+
+    assert settings.database_url is not None
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.database_schema)))

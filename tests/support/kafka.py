@@ -1,0 +1,79 @@
+"""Real-broker helpers for tests: topics, producing raw bytes, reading a topic to the end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from imprint.contracts.base import Message
+from imprint.contracts.registry import encode
+from imprint.contracts.topics import Topic
+from imprint.settings import Settings
+
+
+def create_topics(settings: Settings, partitions: int = 1) -> None:
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(settings.topic(t), num_partitions=partitions, replication_factor=1) for t in Topic]
+            )
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+
+
+async def produce(settings: Settings, topic: Topic, *messages: Message | bytes, key: bytes | None = None) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True)
+    await producer.start()
+    try:
+        for message in messages:
+            if isinstance(message, bytes):
+                await producer.send_and_wait(settings.topic(topic), message, key=key)
+            else:
+                k = getattr(message, "key", None)
+                await producer.send_and_wait(
+                    settings.topic(topic), encode(message), key=k.encode() if isinstance(k, str) else key,
+                    headers=[("type", message.type.encode())],
+                )
+    finally:
+        await producer.stop()
+
+
+async def read_topic(
+    settings: Settings,
+    topic: Topic,
+    *,
+    until: Callable[[list[dict[str, Any]]], bool],
+    timeout: float = 30.0,
+) -> list[dict[str, Any]]:
+    """Read ``topic`` from the beginning until ``until(values)`` holds; fails on timeout."""
+    consumer = AIOKafkaConsumer(
+        settings.topic(topic), bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest",
+        enable_auto_commit=False, group_id=None,
+    )
+    await consumer.start()
+    values: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not until(values):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out reading {topic}: {len(values)} messages: "
+                                     f"{[v.get('type') for v in values]}")
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                values.extend(json.loads(r.value) for r in records)
+    finally:
+        await consumer.stop()
+    return values
