@@ -1,0 +1,21 @@
+"""Kafka wiring of the Runtime journal: four topics in, tracked batches into its log."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream.kafka import KafkaBroker
+
+from imprint.contracts.topics import Topic
+from imprint.settings import Settings
+from services.common.inbound import Inbound
+from services.common.kafka import Outbox, subscribe_tracked
+
+JOURNAL_TOPICS = (Topic.RUNTIME, Topic.PUBLICATION, Topic.SOURCES, Topic.CONTROL)
+
+
+def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: object) -> None:
+    async def handle(batch: list[Inbound]) -> None:
+        await asyncio.to_thread(journal.process, batch)  # type: ignore[attr-defined]
+
+    subscribe_tracked(broker, settings, outbox, consumer="journal", topics=JOURNAL_TOPICS, handle=handle)

@@ -1,0 +1,38 @@
+"""``imprint serve journal``: the Runtime journal consumer and its relay to ``imprint.runs.v1``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from imprint.contracts.base import Message
+from imprint.contracts.topics import Topic
+from imprint.settings import Settings
+from services.common.eventstore import ensure_schema
+from services.common.kafka import Outbox, make_broker
+from services.common.lifecycle import run_until_stopped
+from services.journal import consumer
+from services.journal.announcements import announce
+from services.journal.application import open_journal
+from services.relay.relay import Relay
+
+RELAY_NAME = "relay→imprint.runs.v1"
+
+
+def announce_runs(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
+    message = announce(domain_event)
+    return [] if message is None else [(Topic.RUNS, message)]
+
+
+async def serve(settings: Settings) -> None:
+    ensure_schema(settings)
+    journal = open_journal(settings)
+    broker = make_broker(settings, "imprint-journal")
+    outbox = Outbox(broker, settings)
+    consumer.subscribe(broker, settings, outbox, journal)
+    relay = Relay(journal, announce_runs, outbox, name=RELAY_NAME)
+    try:
+        await run_until_stopped("journal", broker, relay.run())
+    finally:
+        relay.stop()
+        journal.close()

@@ -1,0 +1,1 @@
+"""Publication: candidate bodies → committed block revisions in the Publication log."""

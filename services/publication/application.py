@@ -1,0 +1,281 @@
+"""The Publication store: an eventsourcing application whose log is the single
+record of what Publication decided.
+
+``process`` takes one consumer poll and commits it in as few transactions as
+possible: every aggregate the poll touched, plus the Kafka tracking record of the
+poll's last message on that partition, in ONE transaction (P15). A modification's
+quota use is committed on its own *before* its preview is emitted (P13, P14), so a
+preview that was shown keeps its quota even if the final commit fails.
+
+Failure outcomes (P15):
+* the database refused the commit → ``answer.save_failed`` (and a failure fact when
+  the log is writable), then the poll is retried;
+* the outcome cannot be confirmed (connection lost around COMMIT) →
+  ``answer.save_unknown``, then the candidates are read back by identity: committed
+  means done (the relay announces it), not committed means the poll is retried.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, ProcessRecorder
+
+from imprint.contracts.base import Message
+from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
+from imprint.contracts.runtime import EvidenceGranted, NumericIssued, RunAdmitted
+from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.contracts.topics import Topic
+from imprint.observability import get_logger
+from imprint.publication import (
+    Candidate,
+    Commit,
+    IntakeRefusal,
+    Policy,
+    PublicationRun,
+    SourceRecord,
+    SourceStanding,
+    cited_sources,
+    intake,
+    preview_of,
+    settle,
+)
+from services.common.inbound import Inbound
+
+log = get_logger(__name__)
+
+EmitMany = Callable[[Sequence[tuple[Topic, Message]]], None]
+CANDIDATE_TYPES = frozenset({"answer.text", "answer.part", "model.frame", "model.reasoning", "router.result"})
+
+
+class SaveUnconfirmed(Exception):
+    """The commit's outcome could not be confirmed and the read-back found it missing."""
+
+
+@dataclass
+class UnitOfWork:
+    """The aggregates one transaction will commit, loaded once per poll."""
+
+    app: PublicationLog
+    runs: dict[str, PublicationRun] = field(default_factory=dict)
+    sources: dict[str, SourceRecord] = field(default_factory=dict)
+    candidates: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    """(run_id, candidate_id, block ids) settled in this unit, for save outcomes."""
+
+    def run(self, run_id: str) -> PublicationRun:
+        if run_id not in self.runs:
+            try:
+                self.runs[run_id] = self.app.repository.get(PublicationRun.id_for(run_id))
+            except AggregateNotFoundError:
+                self.runs[run_id] = PublicationRun(run_id)
+        return self.runs[run_id]
+
+    def source(self, source_id: str, *, create: bool) -> SourceRecord | None:
+        if source_id not in self.sources:
+            try:
+                self.sources[source_id] = self.app.repository.get(SourceRecord.id_for(source_id))
+            except AggregateNotFoundError:
+                if not create:
+                    return None
+                self.sources[source_id] = SourceRecord(source_id)
+        return self.sources[source_id]
+
+    def standing(self, source_ids: Iterable[str]) -> SourceStanding:
+        facts = [record.standing() for sid in set(source_ids) if (record := self.source(sid, create=False))]
+        return SourceStanding.of(*facts)
+
+    def aggregates(self) -> list[Any]:
+        return [*self.runs.values(), *self.sources.values()]
+
+    def forget(self) -> None:
+        """Drop everything this unit touched from the repository cache (it may hold unsaved state)."""
+        cache = self.app.repository.cache
+        if cache is not None:
+            for aggregate in self.aggregates():
+                try:
+                    cache.get(aggregate.id, evict=True)
+                except KeyError:
+                    pass
+
+
+class PublicationLog(Application[uuid.UUID]):
+    name = "publication"
+    is_snapshotting_enabled = True
+    snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200}
+    env = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
+
+    def __init__(self, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
+        super().__init__(env)
+        self.policy = policy or Policy()
+        self._positions: dict[str, int] = {}
+
+    def construct_recorder(self) -> ProcessRecorder:
+        return self.factory.process_recorder()
+
+    @property
+    def process_recorder(self) -> ProcessRecorder:
+        assert isinstance(self.recorder, ProcessRecorder)
+        return self.recorder
+
+    # --- reading ------------------------------------------------------------------
+
+    def run(self, run_id: str) -> PublicationRun | None:
+        try:
+            return self.repository.get(PublicationRun.id_for(run_id))
+        except AggregateNotFoundError:
+            return None
+
+    def position(self, tracking_name: str) -> int:
+        """The last Kafka offset of ``<topic>#<partition>`` committed with its effects (-1: none)."""
+        if tracking_name not in self._positions:
+            recorded = self.process_recorder.max_tracking_id(tracking_name)
+            self._positions[tracking_name] = -1 if recorded is None else recorded
+        return self._positions[tracking_name]
+
+    # --- processing a poll ----------------------------------------------------------
+
+    def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
+        for name, group in groupby(batch, key=lambda item: item.tracking.application_name):
+            fresh = [item for item in group if item.offset > self.position(name)]
+            if fresh:
+                self._process_partition(fresh, emit)
+
+    def _process_partition(self, items: list[Inbound], emit: EmitMany) -> None:
+        unit = UnitOfWork(self)
+        previews: list[tuple[Topic, Message]] = []
+        try:
+            for item in items:
+                previews.extend(self._apply(unit, item, emit))
+            if previews:
+                emit(previews)
+            self._commit(unit, items[-1], emit)
+        except BaseException:
+            unit.forget()
+            raise
+
+    def _apply(self, unit: UnitOfWork, item: Inbound, emit: EmitMany) -> list[tuple[Topic, Message]]:
+        message = item.message
+        match message:
+            case RunAdmitted():
+                unit.run(message.run_id).note_admission(message.account_id, message.conversation_id)
+            case EvidenceGranted():
+                unit.run(message.run_id).grant_evidence(
+                    message.source_id, message.scope, message.owner_account_id, message.title)
+            case NumericIssued():
+                unit.run(message.run_id).issue_numeric(
+                    message.handle_id, str(message.value), message.unit, message.version, message.source_id)
+            case SourceRegistered():
+                record = unit.source(message.source_id, create=True)
+                assert record is not None
+                record.register(message.scope, message.owner_account_id, message.title)
+            case SourceRevoked() | SourceTombstoned():
+                self._withdraw(unit, message)
+            case _ if message.type in CANDIDATE_TYPES:
+                return self._propose(unit, item, emit)
+        return []
+
+    def _propose(self, unit: UnitOfWork, item: Inbound, emit: EmitMany) -> list[tuple[Topic, Message]]:
+        message = item.message
+        run = unit.run(message.run_id)
+        candidate = intake(message, envelope_size=item.size, policy=self.policy)
+        if isinstance(candidate, IntakeRefusal):
+            run.refuse_candidate(candidate)
+            log.info("candidate refused at intake", run_id=message.run_id, reason=candidate.reason,
+                     candidate_id=candidate.candidate_id)
+            return []
+        if run.settled(candidate.candidate_id) is not None:
+            return []  # a redelivered candidate that was committed before: nothing new
+        standing = unit.standing(cited_sources(candidate))
+        decisions = settle(candidate, run.facts(), standing, self.policy)
+        modifications = [d for d in decisions if isinstance(d, Commit) and d.is_modification]
+        if modifications:
+            for decision in modifications:
+                run.consume_preview_quota(candidate.candidate_id, decision.block_index, decision.block.block_id)
+            self._flush(unit)  # P13: the quota a preview is about to show is durable first
+        run.record_settlement(candidate, decisions)
+        commits = [d for d in decisions if isinstance(d, Commit)]
+        for decision in commits:
+            for source_id in decision.block.effective_sources or ():
+                record = unit.source(source_id, create=True)
+                assert record is not None
+                record.record_reliance(message.run_id)
+        unit.candidates.append((message.run_id, candidate.candidate_id, [d.block.block_id for d in commits]))
+        log.info("candidate settled", run_id=message.run_id, candidate_id=candidate.candidate_id,
+                 decisions=[type(d).__name__ for d in decisions])
+        return [(Topic.PUBLICATION, preview_of(message.run_id, d)) for d in commits]
+
+    def _withdraw(self, unit: UnitOfWork, message: SourceRevoked | SourceTombstoned) -> None:
+        record = unit.source(message.source_id, create=True)
+        assert record is not None
+        if isinstance(message, SourceRevoked):
+            record.revoke(message.account_id, message.reason)
+            cause = "source_revoked"
+        else:
+            record.tombstone()
+            cause = "source_tombstoned"
+        for run_id in list(record.dependents):
+            run = unit.run(run_id)
+            if isinstance(message, SourceRevoked) and message.account_id not in (None, run.account_id):
+                continue
+            withdrawn = run.withdraw_for_source(message.source_id, cause)
+            if withdrawn:
+                log.info("blocks withdrawn", run_id=run_id, source_id=message.source_id, blocks=withdrawn)
+
+    # --- committing -------------------------------------------------------------------
+
+    def _flush(self, unit: UnitOfWork) -> None:
+        processing = ProcessingEvent[uuid.UUID]()
+        processing.collect_events(*unit.aggregates())
+        self._record(processing)
+
+    def _commit(self, unit: UnitOfWork, last: Inbound, emit: EmitMany) -> None:
+        processing = ProcessingEvent[uuid.UUID](tracking=last.tracking)
+        processing.collect_events(*unit.aggregates())
+        try:
+            self._record(processing)
+        except IntegrityError:
+            if self.process_recorder.has_tracking_id(last.tracking.application_name, last.offset):
+                log.info("poll already committed by another consumer", position=last.offset)
+                self._positions.pop(last.tracking.application_name, None)
+                return
+            self._save_failed(unit, "integrity_error", emit)
+            raise
+        except (OperationalError, InterfaceError) as error:
+            self._save_unknown(unit, last, error, emit)
+        else:
+            self._take_snapshots(processing)
+        self._positions[last.tracking.application_name] = last.offset
+
+    def _save_failed(self, unit: UnitOfWork, error: str, emit: EmitMany) -> None:
+        self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveFailed(
+            run_id=run_id, candidate_id=cid, block_ids=blocks, error=error))
+        unit.forget()
+        try:
+            retry = UnitOfWork(self)
+            for run_id, candidate_id, _ in unit.candidates:
+                retry.run(run_id).record_save_failure(candidate_id, error)
+            self._flush(retry)
+        except Exception:  # the failure fact is on the topic; the log may be unwritable now
+            log.warning("could not record the save failure in the log")
+
+    def _save_unknown(self, unit: UnitOfWork, last: Inbound, error: Exception, emit: EmitMany) -> None:
+        log.warning("commit outcome unknown; reading back", error=type(error).__name__)
+        self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveUnknown(
+            run_id=run_id, candidate_id=cid, block_ids=blocks))
+        unit.forget()
+        if not self.process_recorder.has_tracking_id(last.tracking.application_name, last.offset):
+            raise SaveUnconfirmed(f"poll ending at {last.tracking} is not in the log") from error
+        for run_id, candidate_id, _ in unit.candidates:
+            run = self.run(run_id)
+            if run is None or run.settled(candidate_id) is None:
+                raise SaveUnconfirmed(f"{candidate_id} not found on read-back") from error
+
+    @staticmethod
+    def _emit_outcomes(unit: UnitOfWork, emit: EmitMany, make: Callable[[str, str, list[str]], Message]) -> None:
+        if unit.candidates:
+            emit([(Topic.PUBLICATION, make(*entry)) for entry in unit.candidates])

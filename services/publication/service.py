@@ -1,0 +1,46 @@
+"""``imprint serve publication``: runtime and sources topics → the Publication log."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from imprint.contracts.base import Message
+from imprint.contracts.topics import Topic
+from imprint.publication import Policy
+from imprint.settings import Settings
+from services.common.eventstore import ensure_schema, store_environment
+from services.common.inbound import Inbound
+from services.common.kafka import Outbox, make_broker, subscribe_tracked
+from services.common.lifecycle import run_until_stopped
+from services.publication.application import PublicationLog
+
+
+def open_log(settings: Settings) -> PublicationLog:
+    ensure_schema(settings)
+    policy = Policy(
+        modifications_per_block=settings.block_modification_quota,
+        modifications_per_run=settings.run_modification_quota,
+        display_char_limit=settings.display_char_limit,
+    )
+    return PublicationLog(env=store_environment(settings, PublicationLog.name), policy=policy)
+
+
+async def serve(settings: Settings) -> None:
+    app = open_log(settings)
+    broker = make_broker(settings, "imprint-publication")
+    outbox = Outbox(broker, settings)
+    loop = asyncio.get_running_loop()
+
+    def emit(items: Sequence[tuple[Topic, Message]]) -> None:
+        asyncio.run_coroutine_threadsafe(outbox.publish_many(items), loop).result(timeout=30)
+
+    async def handle(batch: list[Inbound]) -> None:
+        await asyncio.to_thread(app.process, batch, emit)
+
+    subscribe_tracked(broker, settings, outbox, consumer="publication",
+                      topics=(Topic.RUNTIME, Topic.SOURCES), handle=handle)
+    try:
+        await run_until_stopped("publication", broker)
+    finally:
+        app.close()

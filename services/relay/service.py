@@ -1,0 +1,32 @@
+"""``imprint serve relay``: the committed Publication log → ``imprint.publication.v1``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from imprint.contracts.base import Message
+from imprint.contracts.topics import Topic
+from imprint.publication import announce
+from imprint.settings import Settings
+from services.common.kafka import Outbox, make_broker
+from services.common.lifecycle import run_until_stopped
+from services.publication.service import open_log
+from services.relay.relay import Relay
+
+RELAY_NAME = "relay→imprint.publication.v1"
+
+
+def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
+    return [(Topic.PUBLICATION, message) for message in announce(domain_event)]
+
+
+async def serve(settings: Settings) -> None:
+    app = open_log(settings)
+    broker = make_broker(settings, "imprint-relay")
+    relay = Relay(app, announce_publication, Outbox(broker, settings), name=RELAY_NAME)
+    try:
+        await run_until_stopped("relay", broker, relay.run())
+    finally:
+        relay.stop()
+        app.close()
