@@ -1,0 +1,451 @@
+"""The run aggregate: everything one Publication commit decides, for one run.
+
+:class:`PublicationRun` is an ``eventsourcing`` aggregate with id
+``uuid5(RUN_NAMESPACE, run_id)``. Saving its pending events is one
+transaction (P15): the block revision with its body and bindings, the run
+constraints it moved (quota counters, next ordinal), and — because every
+outbound ``answer.*`` message is derived from these events by
+:mod:`~imprint.publication.announcements` — the publication event too.
+
+The aggregate is pure domain: no I/O. Its state is plain dicts, lists, strings
+and numbers, so eventsourcing's JSON transcoder stores events and snapshots
+as they are. A receipt is the commit event itself: ``log_position`` is the
+event's ``originator_version`` in the run's stream, ``committed_at`` its
+timestamp, ``receipt_id`` a uuid5 of (block_id, revision).
+
+A candidate's settlement is recorded under its identity, so an
+``answer.save_unknown`` is resolved by reading the run back and asking
+:meth:`PublicationRun.settled` — never by assuming (P15, P19)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterable, Literal
+
+from eventsourcing.domain import Aggregate
+
+from imprint.contracts.publication import Receipt, WithdrawalCause
+from imprint.publication import settlement as decisions
+from imprint.publication.candidate import Candidate, IntakeRefusal
+from imprint.publication.dependencies import blocks_to_withdraw
+from imprint.publication.facts import BlockRecord, Grant, NumericValue, RunFacts, StateView
+from imprint.publication.policy import DEFAULT_POLICY, Policy
+from imprint.publication.quota import quota_key
+from imprint.publication.sources import EMPTY_STANDING, SourceStanding
+
+RUN_NAMESPACE = uuid.UUID("0c8e5a4d-2f1b-5c3a-8d7e-6b5a4c3d2e1f")
+RECEIPT_NAMESPACE = uuid.UUID("9d2c4b6a-8e1f-5a3b-9c7d-2e4f6a8b0c1d")
+MAX_ERROR_CHARS = 500
+
+OutcomeKind = Literal["committed", "unchanged", "rejected", "revision_rejected"]
+
+
+def receipt_id_for(block_id: str, revision: int) -> str:
+    return str(uuid.uuid5(RECEIPT_NAMESPACE, f"{block_id}:{revision}"))
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOutcome:
+    """How one block of a settled candidate ended."""
+
+    block_index: int
+    kind: OutcomeKind
+    block_id: str | None = None
+    revision: int | None = None
+    reason: str | None = None
+    receipt: Receipt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateOutcome:
+    """The read-back of a candidate identity (P15, P19)."""
+
+    candidate_id: str
+    blocks: tuple[BlockOutcome, ...]
+
+    @property
+    def committed(self) -> tuple[BlockOutcome, ...]:
+        return tuple(b for b in self.blocks if b.kind in ("committed", "unchanged"))
+
+
+class PublicationRun(Aggregate, created_event_name="Opened"):
+    """One run's publication state; commands below, events nested."""
+
+    @staticmethod
+    def create_id(run_id: str) -> uuid.UUID:
+        return uuid.uuid5(RUN_NAMESPACE, run_id)
+
+    id_for = create_id
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.account_id: str | None = None
+        self.conversation_id: str | None = None
+        self.grants: dict[str, dict[str, Any]] = {}
+        self.numerics: dict[str, dict[str, Any]] = {}
+        self.blocks: dict[str, dict[str, Any]] = {}
+        self.fingerprints: dict[str, str] = {}
+        self.consumed: dict[str, str] = {}
+        self.block_modifications: dict[str, int] = {}
+        self.run_modifications = 0
+        self.next_ordinal = 1
+        self.candidates: dict[str, list[dict[str, Any]]] = {}
+        self.save_failures: dict[str, str] = {}
+        self.refusals = 0
+
+    # ------------------------------------------------------------------ events
+
+    class Admitted(Aggregate.Event):
+        account_id: str
+        conversation_id: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run.account_id = self.account_id
+            run.conversation_id = self.conversation_id
+
+    class EvidenceGranted(Aggregate.Event):
+        source_id: str
+        scope: str
+        owner_account_id: str
+        title: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run.grants[self.source_id] = {
+                "source_id": self.source_id, "scope": self.scope,
+                "owner_account_id": self.owner_account_id, "title": self.title,
+            }
+
+    class NumericIssued(Aggregate.Event):
+        handle_id: str
+        value: str
+        unit: str
+        version: int
+        source_id: str | None
+
+        def apply(self, run: PublicationRun) -> None:
+            run.numerics[self.handle_id] = {
+                "handle_id": self.handle_id, "value": self.value, "unit": self.unit,
+                "version": self.version, "source_id": self.source_id,
+            }
+
+    class CandidateRefused(Aggregate.Event):
+        """P2: a message that never became a candidate, and why."""
+
+        reason: str
+        detail: str
+        message_type: str
+        candidate_id: str | None
+
+        def apply(self, run: PublicationRun) -> None:
+            run.refusals += 1
+
+    class PreviewQuotaConsumed(Aggregate.Event):
+        """P13: a previewed modification has used quota, whatever its commit does."""
+
+        candidate_id: str
+        block_index: int
+        block_id: str
+        quota_key: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run._consume(self.quota_key, self.block_id)
+
+    class BlockRevisionCommitted(Aggregate.Event):
+        run_id: str
+        candidate_id: str
+        block_index: int
+        block: dict[str, Any]
+        """The settled :class:`BlockView`, JSON-shaped (no receipt: the event is the receipt)."""
+        receipt_id: str
+        is_modification: bool
+        target: str | None
+        quota_key: str | None
+        fingerprint: str
+        labels: list[str]
+
+        def receipt(self) -> dict[str, Any]:
+            return {
+                "receipt_id": self.receipt_id,
+                "log_position": self.originator_version,
+                "committed_at": self.timestamp.isoformat(),
+            }
+
+        def apply(self, run: PublicationRun) -> None:
+            block = self.block
+            block_id = block["block_id"]
+            previous = run.blocks.get(block_id)
+            if previous is not None and run.fingerprints.get(previous["fingerprint"]) == block_id:
+                del run.fingerprints[previous["fingerprint"]]
+            run.blocks[block_id] = {
+                "block_id": block_id,
+                "revision": block["revision"],
+                "ordinal": block["delivery_ordinal"],
+                "candidate_id": self.candidate_id,
+                "fingerprint": self.fingerprint,
+                "body_sha256": block["body_sha256"],
+                "source_hint": block["source_hint"],
+                "effective_sources": block.get("effective_sources"),
+                "depends_on": list(block.get("depends_on", [])),
+                "labels": list(self.labels),
+                "view": block,
+                "receipt": self.receipt(),
+                "withdrawn": None,
+            }
+            run.fingerprints.setdefault(self.fingerprint, block_id)
+            run.next_ordinal = max(run.next_ordinal, block["delivery_ordinal"] + 1)
+            if self.quota_key is not None:
+                run._consume(self.quota_key, block_id)
+            run._note(self.candidate_id, {
+                "block_index": self.block_index, "kind": "committed", "block_id": block_id,
+                "revision": block["revision"], "reason": None, "receipt": self.receipt(),
+            })
+
+    class CandidateUnchanged(Aggregate.Event):
+        """P11: an exact duplicate; the original receipt is reused."""
+
+        run_id: str
+        candidate_id: str
+        block_index: int
+        block_id: str
+        revision: int
+        receipt: dict[str, Any]
+
+        def apply(self, run: PublicationRun) -> None:
+            run._note(self.candidate_id, {
+                "block_index": self.block_index, "kind": "unchanged", "block_id": self.block_id,
+                "revision": self.revision, "reason": None, "receipt": self.receipt,
+            })
+
+    class BlockRejected(Aggregate.Event):
+        run_id: str
+        candidate_id: str
+        block_index: int
+        reason: str
+        detail: str
+        """Internal only: may name a private source."""
+        block_id: str | None
+
+        def apply(self, run: PublicationRun) -> None:
+            run._note(self.candidate_id, {
+                "block_index": self.block_index, "kind": "rejected", "block_id": self.block_id,
+                "revision": None, "reason": self.reason, "receipt": None,
+            })
+
+    class RevisionRejected(Aggregate.Event):
+        run_id: str
+        candidate_id: str
+        block_index: int
+        target_block_id: str
+        reason: str
+        detail: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run._note(self.candidate_id, {
+                "block_index": self.block_index, "kind": "revision_rejected", "block_id": self.target_block_id,
+                "revision": None, "reason": self.reason, "receipt": None,
+            })
+
+    class BlockWithdrawn(Aggregate.Event):
+        """P21: removed from current display; the committed history stays."""
+
+        run_id: str
+        block_id: str
+        revision: int
+        cause: str
+        source_id: str | None
+
+        def apply(self, run: PublicationRun) -> None:
+            record = run.blocks[self.block_id]
+            record["withdrawn"] = {"cause": self.cause, "source_id": self.source_id}
+            if run.fingerprints.get(record["fingerprint"]) == self.block_id:
+                del run.fingerprints[record["fingerprint"]]
+
+    class SaveFailed(Aggregate.Event):
+        """P15: the commit was not made; a failure fact, never a promoted preview."""
+
+        run_id: str
+        candidate_id: str
+        block_ids: list[str]
+        error: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run.save_failures[self.candidate_id] = self.error
+
+    # ----------------------------------------------------------- state helpers
+
+    def _consume(self, key: str, block_id: str) -> None:
+        if key in self.consumed:
+            return
+        self.consumed[key] = block_id
+        self.block_modifications[block_id] = self.block_modifications.get(block_id, 0) + 1
+        self.run_modifications += 1
+
+    def _note(self, candidate_id: str, outcome: dict[str, Any]) -> None:
+        self.candidates.setdefault(candidate_id, []).append(outcome)
+
+    # ------------------------------------------------------------------- reads
+
+    def facts(self) -> RunFacts:
+        """A typed view of the current state, valid until the next command."""
+        return RunFacts(
+            run_id=self.run_id,
+            account_id=self.account_id,
+            grants=StateView(self.grants, Grant.from_state),
+            numerics=StateView(self.numerics, NumericValue.from_state),
+            blocks=StateView(self.blocks, BlockRecord.from_state),
+            fingerprints=self.fingerprints,
+            consumed=self.consumed,
+            block_modifications=self.block_modifications,
+            run_modifications=self.run_modifications,
+            next_ordinal=self.next_ordinal,
+        )
+
+    def block(self, block_id: str) -> BlockRecord | None:
+        state = self.blocks.get(block_id)
+        return None if state is None else BlockRecord.from_state(state)
+
+    def live_blocks(self) -> list[BlockRecord]:
+        """The current answer of this run, in delivery order."""
+        records = [BlockRecord.from_state(s) for s in self.blocks.values() if s["withdrawn"] is None]
+        return sorted(records, key=lambda r: r.ordinal)
+
+    def settled(self, candidate_id: str) -> CandidateOutcome | None:
+        """How a candidate was settled, or ``None`` if no settlement was committed."""
+        outcomes = self.candidates.get(candidate_id)
+        if outcomes is None:
+            return None
+        return CandidateOutcome(candidate_id, tuple(
+            BlockOutcome(
+                block_index=o["block_index"], kind=o["kind"], block_id=o["block_id"], revision=o["revision"],
+                reason=o["reason"], receipt=None if o["receipt"] is None else Receipt.model_validate(o["receipt"]),
+            )
+            for o in outcomes
+        ))
+
+    # ---------------------------------------------------------------- commands
+
+    def note_admission(self, account_id: str, conversation_id: str) -> bool:
+        """``run.admitted`` binds the run to its account. The first binding wins;
+        a redelivery appends nothing."""
+        if self.account_id is not None:
+            return False
+        self.trigger_event(self.Admitted, account_id=account_id, conversation_id=conversation_id)
+        return True
+
+    def grant_evidence(self, source_id: str, scope: str, owner_account_id: str, title: str = "") -> bool:
+        """``evidence.granted`` (P7). Idempotent."""
+        current = self.grants.get(source_id)
+        wanted = {"source_id": source_id, "scope": scope, "owner_account_id": owner_account_id, "title": title}
+        if current == wanted:
+            return False
+        self.trigger_event(self.EvidenceGranted, scope=scope, source_id=source_id,
+                           owner_account_id=owner_account_id, title=title)
+        return True
+
+    def issue_numeric(
+        self, handle_id: str, value: Decimal | str, unit: str, version: int, source_id: str | None = None
+    ) -> bool:
+        """``numeric.issued`` (P9). Only a newer version replaces the current one."""
+        current = self.numerics.get(handle_id)
+        if current is not None and current["version"] >= version:
+            return False
+        self.trigger_event(self.NumericIssued, handle_id=handle_id, value=str(Decimal(value)), unit=unit,
+                           version=version, source_id=source_id)
+        return True
+
+    def refuse_candidate(self, refusal: IntakeRefusal) -> None:
+        """P2: record why a message never became a candidate."""
+        self.trigger_event(self.CandidateRefused, reason=refusal.reason, detail=refusal.detail,
+                           message_type=refusal.message_type, candidate_id=refusal.candidate_id)
+
+    def consume_preview_quota(self, candidate_id: str, block_index: int, block_id: str) -> bool:
+        """P13: call (and save) before showing a modification as a preview. Counted
+        once per (candidate, block index), whatever happens to the commit."""
+        key = quota_key(candidate_id, block_index)
+        if key in self.consumed:
+            return False
+        self.trigger_event(self.PreviewQuotaConsumed, candidate_id=candidate_id, block_index=block_index,
+                           block_id=block_id, quota_key=key)
+        return True
+
+    def prepare(
+        self, candidate: Candidate, standing: SourceStanding = EMPTY_STANDING, policy: Policy = DEFAULT_POLICY
+    ) -> tuple[decisions.BlockDecision, ...]:
+        """The decisions :meth:`settle` would make now, without recording them
+        (what previews are built from). ``()`` if the candidate is settled already."""
+        self._check_run(candidate)
+        if candidate.candidate_id in self.candidates:
+            return ()
+        return decisions.settle(candidate, self.facts(), standing, policy)
+
+    def settle(
+        self, candidate: Candidate, standing: SourceStanding = EMPTY_STANDING, policy: Policy = DEFAULT_POLICY
+    ) -> tuple[decisions.BlockDecision, ...]:
+        """Settle a candidate and record every block's outcome. A candidate that is
+        already settled (a redelivery) appends nothing and returns ``()``: read
+        :meth:`settled` for its outcome."""
+        settled_now = self.prepare(candidate, standing, policy)
+        for decision in settled_now:
+            self._record(candidate.candidate_id, decision)
+        return settled_now
+
+    def _record(self, candidate_id: str, decision: decisions.BlockDecision) -> None:
+        if isinstance(decision, decisions.Commit):
+            block = decision.block
+            self.trigger_event(
+                self.BlockRevisionCommitted, run_id=self.run_id, candidate_id=candidate_id,
+                block_index=decision.block_index, block=dict(decision.state),
+                receipt_id=receipt_id_for(block.block_id, block.revision),
+                is_modification=decision.is_modification, target=decision.target, quota_key=decision.quota_key,
+                fingerprint=decision.fingerprint, labels=list(decision.labels),
+            )
+        elif isinstance(decision, decisions.Unchanged):
+            self.trigger_event(
+                self.CandidateUnchanged, run_id=self.run_id, candidate_id=candidate_id,
+                block_index=decision.block_index, block_id=decision.block_id, revision=decision.revision,
+                receipt=decision.receipt.model_dump(mode="json"),
+            )
+        elif isinstance(decision, decisions.Rejected):
+            self.trigger_event(
+                self.BlockRejected, run_id=self.run_id, candidate_id=candidate_id, block_index=decision.block_index,
+                reason=decision.reason, detail=decision.detail, block_id=decision.block_id,
+            )
+        else:
+            self.trigger_event(
+                self.RevisionRejected, run_id=self.run_id, candidate_id=candidate_id,
+                block_index=decision.block_index, target_block_id=decision.target, reason=decision.reason,
+                detail=decision.detail,
+            )
+
+    def withdraw_for_source(
+        self, source_id: str, cause: WithdrawalCause = "source_revoked", account_id: str | None = None
+    ) -> list[str]:
+        """P21: withdraw every live block that relies on ``source_id``, directly or
+        through dependencies. ``account_id`` scopes a per-account revocation: a
+        run of another account is untouched (an unknown account is not spared)."""
+        if account_id is not None and self.account_id is not None and account_id != self.account_id:
+            return []
+        withdrawn = blocks_to_withdraw(self.facts().blocks, source_id)
+        for block_id in withdrawn:
+            self.trigger_event(self.BlockWithdrawn, run_id=self.run_id, block_id=block_id,
+                               revision=self.blocks[block_id]["revision"], cause=cause, source_id=source_id)
+        return withdrawn
+
+    def withdraw_all(self, cause: WithdrawalCause = "conversation_deleted") -> list[str]:
+        withdrawn = [record.block_id for record in self.live_blocks()]
+        for block_id in withdrawn:
+            self.trigger_event(self.BlockWithdrawn, run_id=self.run_id, block_id=block_id,
+                               revision=self.blocks[block_id]["revision"], cause=cause, source_id=None)
+        return withdrawn
+
+    def record_save_failure(self, candidate_id: str, error: str, block_ids: Iterable[str] = ()) -> None:
+        """P15: the database refused the commit. Recorded as a fact of its own, on a
+        run read back from the store (the failed events were never saved)."""
+        self.trigger_event(self.SaveFailed, run_id=self.run_id, candidate_id=candidate_id,
+                           block_ids=list(block_ids), error=error[:MAX_ERROR_CHARS])
+
+    def _check_run(self, candidate: Candidate) -> None:
+        if candidate.run_id != self.run_id:
+            raise ValueError(f"candidate of run {candidate.run_id!r} settled on run {self.run_id!r}")

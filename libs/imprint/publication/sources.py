@@ -1,0 +1,155 @@
+"""The source registry as Publication sees it (``imprint.sources.v1``).
+
+:class:`SourceRecord` is one event-sourced aggregate per source id: registered,
+revoked (for everyone or for one account), tombstoned, and which runs committed
+a block relying on it (so a revocation knows which runs to visit, P21).
+:class:`SourceStanding` is the pure value citation checks read (P7, P8).
+
+A revocation or tombstone is final for this id: registering it again does not
+restore it (a restored document comes back under a new id)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Literal, Mapping
+
+from eventsourcing.domain import Aggregate
+
+Scope = Literal["public", "private"]
+
+SOURCE_NAMESPACE = uuid.UUID("1f3e2d4c-5b6a-5978-8e9d-0a1b2c3d4e5f")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFacts:
+    """What the registry says about one source id."""
+
+    source_id: str
+    registered: bool = False
+    scope: Scope | None = None
+    owner_account_id: str | None = None
+    revoked_for_all: bool = False
+    revoked_accounts: frozenset[str] = frozenset()
+    tombstoned: bool = False
+
+    def revoked_for(self, account_id: str | None) -> bool:
+        """An unknown account is treated as covered by any per-account revocation."""
+        if self.revoked_for_all:
+            return True
+        if account_id is None:
+            return bool(self.revoked_accounts)
+        return account_id in self.revoked_accounts
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStanding:
+    """The registry facts for the sources one settlement touches."""
+
+    records: Mapping[str, SourceFacts] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def of(cls, *facts: SourceFacts) -> SourceStanding:
+        return cls(MappingProxyType({f.source_id: f for f in facts}))
+
+    def get(self, source_id: str) -> SourceFacts | None:
+        return self.records.get(source_id)
+
+    def with_facts(self, facts: SourceFacts) -> SourceStanding:
+        return SourceStanding(MappingProxyType({**self.records, facts.source_id: facts}))
+
+
+EMPTY_STANDING = SourceStanding()
+
+
+class SourceRecord(Aggregate):
+    """One source id's registry history, plus the runs that rely on it."""
+
+    @staticmethod
+    def create_id(source_id: str) -> uuid.UUID:
+        return uuid.uuid5(SOURCE_NAMESPACE, source_id)
+
+    id_for = create_id
+
+    def __init__(self, source_id: str) -> None:
+        self.source_id = source_id
+        self.registered = False
+        self.scope: str | None = None
+        self.owner_account_id: str | None = None
+        self.title = ""
+        self.revoked_for_all = False
+        self.revoked_accounts: list[str] = []
+        self.tombstoned = False
+        self.dependents: list[str] = []
+
+    class Registered(Aggregate.Event):
+        scope: str
+        owner_account_id: str
+        title: str
+
+        def apply(self, record: SourceRecord) -> None:
+            record.registered = True
+            record.scope = self.scope
+            record.owner_account_id = self.owner_account_id
+            record.title = self.title
+
+    class Revoked(Aggregate.Event):
+        account_id: str | None
+        reason: str
+
+        def apply(self, record: SourceRecord) -> None:
+            if self.account_id is None:
+                record.revoked_for_all = True
+            elif self.account_id not in record.revoked_accounts:
+                record.revoked_accounts.append(self.account_id)
+
+    class Tombstoned(Aggregate.Event):
+        def apply(self, record: SourceRecord) -> None:
+            record.tombstoned = True
+
+    class RelianceRecorded(Aggregate.Event):
+        run_id: str
+
+        def apply(self, record: SourceRecord) -> None:
+            record.dependents.append(self.run_id)
+
+    def register(self, scope: Scope, owner_account_id: str, title: str = "") -> bool:
+        """Idempotent: the same registration again appends nothing."""
+        if self.registered and (self.scope, self.owner_account_id, self.title) == (scope, owner_account_id, title):
+            return False
+        self.trigger_event(self.Registered, scope=scope, owner_account_id=owner_account_id, title=title)
+        return True
+
+    def revoke(self, account_id: str | None = None, reason: str = "") -> bool:
+        if self.revoked_for_all or (account_id is not None and account_id in self.revoked_accounts):
+            return False
+        self.trigger_event(self.Revoked, account_id=account_id, reason=reason)
+        return True
+
+    def tombstone(self) -> bool:
+        if self.tombstoned:
+            return False
+        self.trigger_event(self.Tombstoned)
+        return True
+
+    def record_reliance(self, run_id: str) -> bool:
+        if run_id in self.dependents:
+            return False
+        self.trigger_event(self.RelianceRecorded, run_id=run_id)
+        return True
+
+    def standing(self) -> SourceFacts:
+        return SourceFacts(
+            source_id=self.source_id,
+            registered=self.registered,
+            scope=self.scope,  # type: ignore[arg-type]
+            owner_account_id=self.owner_account_id,
+            revoked_for_all=self.revoked_for_all,
+            revoked_accounts=frozenset(self.revoked_accounts),
+            tombstoned=self.tombstoned,
+        )
+
+
+def standing_of(records: Iterable[SourceRecord]) -> SourceStanding:
+    return SourceStanding.of(*(record.standing() for record in records))
