@@ -1,0 +1,19 @@
+"""The runtime journal's domain (SPEC §5, X1–X9; P19, P20; D5).
+
+One home per rule:
+
+=================  =====================================================================
+``lifecycle``      X2 — the transition table and its typed refusals
+``conditions``     X3 — question normalization, QCS identity and inheritance
+``execution``      X1, X2, X4, P19, P20 — the ``AnswerExecution`` aggregate
+``conversation``   X3 binding list, X8 deletion tombstone (serializes admission vs deletion)
+``history``        X4, X5, X6, D5 — projection without recomputation, verified lookup index
+``redaction``      X7 — source tombstones, redaction serialized with completion
+``shredding``      X8 — per-conversation AES-GCM sealing and the ``Keyring`` protocol
+``diagnostics``    X9 — bounded traces of codes, ids, counts and timings
+``intake``         which message touches which aggregate (storage-agnostic)
+``views``          read models returned by ``services.journal.queries``
+=================  =====================================================================
+
+Nothing here opens a socket or a database connection.
+"""

@@ -1,0 +1,30 @@
+"""Deterministic aggregate ids: every journal aggregate is found from its natural key."""
+
+from __future__ import annotations
+
+from typing import Final
+from uuid import UUID, uuid5
+
+JOURNAL_NAMESPACE: Final = UUID("6f1d3c1e-2b7a-5e43-9a55-7d0c8e1f4a21")
+
+
+def execution_id(run_id: str) -> UUID:
+    """``AnswerExecution`` id: uuid5 of the run id."""
+    return uuid5(JOURNAL_NAMESPACE, f"run:{run_id}")
+
+
+def conversation_id(conversation: str) -> UUID:
+    return uuid5(JOURNAL_NAMESPACE, f"conversation:{conversation}")
+
+
+def qcs_id(qcs: str) -> UUID:
+    return uuid5(JOURNAL_NAMESPACE, f"qcs:{qcs}")
+
+
+def source_id(source: str) -> UUID:
+    return uuid5(JOURNAL_NAMESPACE, f"source:{source}")
+
+
+def announcement_id(originator_id: UUID, version: int) -> UUID:
+    """The deterministic ``event_id`` of what the journal announces for one stored event."""
+    return uuid5(originator_id, f"announce:{version}")

@@ -1,0 +1,399 @@
+"""What one inbound message does to the journal's aggregates — pure, storage-agnostic.
+
+The application hands :meth:`Intake.apply` a decoded v1 message and a
+:class:`Workspace` (aggregates loaded for the current unit of work). Intake
+decides through the rule modules and triggers events on the aggregates; the
+caller records every pending event of the workspace in one transaction, with the
+Kafka tracking record. Intake returns :class:`IndexIntent`\\ s — updates of the
+mutable message → execution index to perform *after* that transaction commits.
+
+Side effect before commit, on purpose: deletion destroys the conversation key
+first (X8). If the transaction then fails, the key is already gone — the
+conversation is unreadable, never half-readable — and the redelivered request
+finishes the tombstone.
+
+Which message touches what:
+
+=========================  ===========================================================
+``run.admitted``           execution (X1 request), conversation (binding), QCS identity
+``run.queued`` … ``run.rejected`` / ``run.completed``   execution lifecycle (X2, X4)
+``run.stage``              execution progress (free-text detail sealed)
+``evidence.granted``       execution grant + source link (X7 serialization)
+``tool.receipt``           execution receipt (P19)
+``answer.published`` / ``answer.unchanged``   execution effect observed (P19, P20)
+``source.tombstoned``      source tombstone + redaction of every linked execution (X7)
+``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
+=========================  ===========================================================
+
+Every other type is not the journal's business and is ignored (its offset is
+still tracked).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+from uuid import UUID, uuid5
+
+from eventsourcing.domain import Aggregate
+
+from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
+from imprint.contracts.runtime import (
+    EvidenceGranted,
+    RunAdmitted,
+    RunCompleted,
+    RunFailed,
+    RunRejected,
+    RunStage,
+    ToolReceipt,
+)
+from imprint.contracts.sources import SourceTombstoned
+from imprint.journal import ids
+from imprint.journal.conditions import QcsIdentity, check_qcs, condition_sources, conditions_json, normalize_question
+from imprint.journal.conversation import Conversation, DeletionReason
+from imprint.journal.execution import (
+    F_ANSWER,
+    F_CONDITIONS,
+    F_NORMALIZED,
+    F_QUESTION,
+    F_REASON,
+    F_STAGE_DETAIL,
+    AnswerExecution,
+    AnswerExecutionRequest,
+    CompletionRecord,
+    FrozenItem,
+    excerpt_field,
+)
+from imprint.journal.lifecycle import MESSAGE_TARGETS, State
+from imprint.journal.redaction import SourceStanding
+from imprint.journal.refusals import Refusal, RefusalCode
+from imprint.journal.shredding import FieldSealer, KeyDestroyed, Keyring
+
+A = TypeVar("A", bound=Aggregate)
+
+F_FINGERPRINT = "completion.fingerprint"
+
+
+class Workspace(Protocol):
+    """The aggregates of one unit of work."""
+
+    def get(self, cls: type[A], aggregate_id: UUID) -> A | None: ...
+
+    def add(self, aggregate: Aggregate) -> None: ...
+
+
+class MemoryWorkspace:
+    """A workspace over a plain dict (pure tests; also the batch cache of the application)."""
+
+    def __init__(self, store: dict[UUID, Aggregate] | None = None) -> None:
+        self.store: dict[UUID, Aggregate] = store if store is not None else {}
+
+    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        agg = self.store.get(aggregate_id)
+        if agg is not None and not isinstance(agg, cls):
+            raise TypeError(f"{aggregate_id} is a {type(agg).__name__}, not a {cls.__name__}")
+        return agg  # type: ignore[return-value]
+
+    def add(self, aggregate: Aggregate) -> None:
+        self.store[aggregate.id] = aggregate
+
+    def pending(self) -> list[Any]:
+        return [e for agg in self.store.values() for e in agg.collect_events()]
+
+
+@dataclass(frozen=True)
+class IndexIntent:
+    kind: Literal["point", "drop"]
+    conversation_id: str
+    message_id: str | None = None
+    run_id: str | None = None
+
+
+class Intake:
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+        self.sealer = FieldSealer(keyring)
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def apply(self, ws: Workspace, message: Any) -> list[IndexIntent]:
+        kind = getattr(message, "type", None)
+        if kind == "run.admitted":
+            return self.admit(ws, message)
+        if kind == "run.completed":
+            self.complete(ws, message)
+        elif kind in MESSAGE_TARGETS:
+            self.transition(ws, message)
+        elif kind == "run.stage":
+            self.stage(ws, message)
+        elif kind == "evidence.granted":
+            self.grant(ws, message)
+        elif kind == "tool.receipt":
+            self.receipt(ws, message)
+        elif kind in ("answer.published", "answer.unchanged"):
+            self.effect(ws, message)
+        elif kind == "source.tombstoned":
+            self.tombstone(ws, message)
+        elif kind == "conversation.delete_requested":
+            return self.delete_requested(ws, message)
+        return []
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _execution(self, ws: Workspace, run_id: str, create: bool = True) -> AnswerExecution | None:
+        ex = ws.get(AnswerExecution, ids.execution_id(run_id))
+        if ex is None and create:
+            ex = AnswerExecution.open(run_id)
+            ws.add(ex)
+        return ex
+
+    def _source(self, ws: Workspace, source_id: str) -> SourceStanding:
+        s = ws.get(SourceStanding, ids.source_id(source_id))
+        if s is None:
+            s = SourceStanding.note(source_id)
+            ws.add(s)
+        return s
+
+    def _seal(self, ex: AnswerExecution, field: str, text: str | None) -> str | None:
+        """Seal a private field of an admitted execution; ``KeyDestroyed`` becomes a refusal."""
+        if text is None:
+            return None
+        assert ex.request is not None
+        try:
+            return self.sealer.seal(ex.request.conversation_id, ex.run_id, field, text)
+        except KeyDestroyed as e:
+            raise Refusal(RefusalCode.CONVERSATION_DELETED, "conversation key destroyed") from e
+
+    @staticmethod
+    def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
+        """The refusal that applies before any private field is sealed, if any."""
+        if ex.erased:
+            return Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted")
+        if ex.request is None:
+            return Refusal(RefusalCode.NOT_ADMITTED, f"{message_type} before admission")
+        return None
+
+    # -- X1 / X3: admission ---------------------------------------------------------------------
+
+    def admit(self, ws: Workspace, m: RunAdmitted) -> list[IndexIntent]:
+        eid = str(m.event_id)
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if ex.has_seen(eid):
+            return []
+        if ex.erased:
+            ex.refuse(eid, m.type, Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted"))
+            return []
+        if ex.state is not None:
+            ex.refuse(eid, m.type, Refusal(RefusalCode.DUPLICATE_ADMISSION, f"already {ex.state.value}"))
+            return []
+        conv = ws.get(Conversation, ids.conversation_id(m.conversation_id))
+        existing = ws.get(QcsIdentity, ids.qcs_id(m.qcs.qcs_id))
+        parent = ws.get(QcsIdentity, ids.qcs_id(m.qcs.inherits_from)) if m.qcs.inherits_from else None
+        try:
+            if conv is not None:
+                conv.check_admission(m.account_id)
+            if self.keyring.is_destroyed(m.conversation_id):
+                raise Refusal(RefusalCode.CONVERSATION_DELETED, "conversation key destroyed")
+            check_qcs(
+                m.qcs,
+                run_id=m.run_id,
+                conversation_id=m.conversation_id,
+                existing=existing.binding() if existing else None,
+                parent=parent.binding() if parent else None,
+            )
+            cid, rid = m.conversation_id, m.run_id
+            try:
+                request = AnswerExecutionRequest(
+                    run_id=rid,
+                    account_id=m.account_id,
+                    conversation_id=cid,
+                    message_id=m.message_id,
+                    question=self.sealer.seal(cid, rid, F_QUESTION, m.question),
+                    normalized_question=self.sealer.seal(cid, rid, F_NORMALIZED, normalize_question(m.question)),
+                    qcs_id=m.qcs.qcs_id,
+                    inherits_from=m.qcs.inherits_from,
+                    conditions=self.sealer.seal(cid, rid, F_CONDITIONS, conditions_json(m.qcs)),
+                    condition_count=len(m.qcs.conditions),
+                    condition_sources=condition_sources(m.qcs),
+                    admission_event_id=eid,
+                    requested_at=m.occurred_at.isoformat(),
+                )
+            except KeyDestroyed as e:
+                raise Refusal(RefusalCode.CONVERSATION_DELETED, "conversation key destroyed") from e
+        except Refusal as r:
+            ex.refuse(eid, m.type, r)
+            return []
+        if not ex.admit(eid, request):
+            return []
+        if conv is None:
+            conv = Conversation.start(m.conversation_id, m.account_id)
+            ws.add(conv)
+        conv.bind(eid, m.run_id, m.message_id, m.qcs.qcs_id)
+        if existing is None:
+            ws.add(QcsIdentity.register(m.qcs, m.run_id, m.conversation_id))
+        return [IndexIntent("point", m.conversation_id, m.message_id, m.run_id)]
+
+    # -- X2: lifecycle --------------------------------------------------------------------------
+
+    def transition(self, ws: Workspace, m: Any) -> None:
+        eid = str(m.event_id)
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if ex.has_seen(eid):
+            return
+        target = MESSAGE_TARGETS[m.type]
+        reason_text = m.reason if isinstance(m, (RunFailed, RunRejected)) and m.reason else None
+        reason = None
+        if reason_text is not None and self._ready(ex, m.type) is None:
+            try:
+                reason = self._seal(ex, F_REASON, reason_text)
+            except Refusal as r:
+                ex.refuse(eid, m.type, r)
+                return
+        ex.transition(eid, m.type, target, reason)
+
+    # -- X4 / X7: completion ----------------------------------------------------------------------
+
+    def complete(self, ws: Workspace, m: RunCompleted) -> None:
+        eid = str(m.event_id)
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if ex.has_seen(eid):
+            return
+        if (r := self._ready(ex, m.type)) is not None:
+            ex.refuse(eid, m.type, r)
+            return
+        assert ex.request is not None
+        try:
+            items = tuple(
+                FrozenItem(i.source_id, i.title, self._seal(ex, excerpt_field(n), i.excerpt) if i.excerpt else None)
+                for n, i in enumerate(m.evidence.items)
+            )
+            canonical = json.dumps(
+                {
+                    "outcome": m.outcome,
+                    "answer_text": m.answer_text,
+                    "items": [[i.source_id, i.title, i.excerpt] for i in m.evidence.items],
+                    "snapshot_id": m.evidence.snapshot_id,
+                    "knowledge_version": m.evidence.knowledge_version,
+                },
+                ensure_ascii=False,
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            try:
+                fingerprint = self.sealer.fingerprint(ex.request.conversation_id, ex.run_id, F_FINGERPRINT, canonical)
+            except KeyDestroyed as e:
+                raise Refusal(RefusalCode.CONVERSATION_DELETED, "conversation key destroyed") from e
+            record = CompletionRecord(
+                outcome=m.outcome,
+                answer_text=self._seal(ex, F_ANSWER, m.answer_text),
+                items=items,
+                snapshot_id=m.evidence.snapshot_id,
+                knowledge_version=m.evidence.knowledge_version,
+                fingerprint=fingerprint,
+                event_id=eid,
+            )
+        except Refusal as r:
+            ex.refuse(eid, m.type, r)
+            return
+        standings = {sid: self._source(ws, sid) for sid in dict.fromkeys(record.source_ids)}
+        tombstoned = frozenset(sid for sid, s in standings.items() if s.tombstoned)
+        if ex.complete(eid, record, tombstoned):
+            for s in standings.values():
+                s.link(ex.run_id)  # writes the source: serializes with a concurrent tombstone (X7)
+
+    # -- progress, grants, receipts, effects ----------------------------------------------------
+
+    def stage(self, ws: Workspace, m: RunStage) -> None:
+        eid = str(m.event_id)
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if ex.has_seen(eid):
+            return
+        detail = None
+        if m.detail and self._ready(ex, m.type) is None:
+            try:
+                detail = self._seal(ex, F_STAGE_DETAIL, m.detail)
+            except Refusal as r:
+                ex.refuse(eid, m.type, r)
+                return
+        ex.report_stage(eid, m.stage, detail)
+
+    def grant(self, ws: Workspace, m: EvidenceGranted) -> None:
+        eid = str(m.event_id)
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if ex.has_seen(eid):
+            return
+        if ex.grant(eid, m.source_id, m.scope, m.owner_account_id, m.title):
+            s = self._source(ws, m.source_id)
+            s.link(ex.run_id)
+            if s.tombstoned:
+                ex.redact(m.source_id)
+
+    def receipt(self, ws: Workspace, m: ToolReceipt) -> None:
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        ex.record_receipt(str(m.event_id), m.tool_call_id, m.status)
+
+    def effect(self, ws: Workspace, m: AnswerPublished | AnswerUnchanged) -> None:
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if isinstance(m, AnswerPublished):
+            b = m.block
+            ex.observe_effect(str(m.event_id), "published", b.candidate_id, b.block_id, b.revision, b.body_sha256, b.receipt.receipt_id, b.receipt.log_position)
+        else:
+            ex.observe_effect(str(m.event_id), "unchanged", m.candidate_id, m.block_id, m.revision, None, m.receipt.receipt_id, m.receipt.log_position)
+
+    # -- X7: tombstones -------------------------------------------------------------------------
+
+    def tombstone(self, ws: Workspace, m: SourceTombstoned) -> None:
+        s = self._source(ws, m.source_id)
+        s.tombstone(str(m.event_id))
+        for run_id in s.run_ids:
+            ex = self._execution(ws, run_id, create=False)
+            if ex is not None:
+                ex.redact(m.source_id)
+
+    # -- X8: deletion ---------------------------------------------------------------------------
+
+    def delete_requested(self, ws: Workspace, m: ConversationDeleteRequested) -> list[IndexIntent]:
+        return self.delete_conversation(ws, m.conversation_id, m.account_id, str(m.event_id), m.reason, m.type)
+
+    def delete_conversation(
+        self,
+        ws: Workspace,
+        conversation_id: str,
+        account_id: str,
+        event_id: str,
+        reason: DeletionReason,
+        message_type: str = "conversation.delete_requested",
+    ) -> list[IndexIntent]:
+        conv = ws.get(Conversation, ids.conversation_id(conversation_id))
+        if conv is not None and event_id in conv.processed:
+            return []
+        if conv is not None and conv.account_id != account_id:
+            conv.refuse(event_id, message_type, Refusal(RefusalCode.ACCOUNT_MISMATCH, "conversation belongs to another account"))
+            return []
+        self.keyring.destroy(conversation_id)  # first: from here on nothing of it can be read or sealed
+        if conv is None:
+            conv = Conversation.start(conversation_id, account_id)
+            ws.add(conv)
+        conv.delete(event_id, reason)
+        for run_id in dict.fromkeys(conv.run_ids):
+            ex = self._execution(ws, run_id, create=False)
+            if ex is not None:
+                ex.erase(event_id, reason)
+        return [IndexIntent("drop", conversation_id)]
+
+
+def retention_event_id(conversation_id: str, last_activity_iso: str) -> str:
+    """Deterministic id of a retention deletion, so a repeated sweep is a no-op."""
+    return str(uuid5(ids.conversation_id(conversation_id), f"retention:{last_activity_iso}"))
+
+
+__all__ = ["IndexIntent", "Intake", "MemoryWorkspace", "Workspace", "retention_event_id", "State"]

@@ -1,0 +1,144 @@
+"""X8 — crypto-shredding of private fields in an append-only log.
+
+Private fields (question, normalized question, QCS conditions, answer text,
+evidence excerpts, free-text failure/progress details) enter events **only** as
+ciphertext: AES-256-GCM under a per-conversation data key, a fresh 96-bit nonce
+per field, and associated data binding the ciphertext to
+``(purpose, conversation_id, scope, field)`` — a ciphertext copied into another
+run, conversation or field does not open.
+
+Keys live outside the log in a small mutable table (``services.common.keyring``).
+Destroying a conversation's key makes every ciphertext of it permanently
+unreadable: the log stays append-only, the bodies are gone. After destruction
+:meth:`FieldSealer.open` returns a :class:`Shredded` marker — never an exception —
+so projections render "removed" instead of failing.
+
+Sealed format (a plain ``str`` so it transcodes as JSON):
+``esv1.<urlsafe-b64(nonce ‖ ciphertext ‖ tag)>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+from typing import Final, Protocol, runtime_checkable
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+SEALED_PREFIX: Final = "esv1."
+KEY_BYTES: Final = 32
+NONCE_BYTES: Final = 12
+
+
+class KeyDestroyed(Exception):
+    """The conversation's data key was destroyed; nothing new may be sealed for it."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"data key of conversation {conversation_id!r} was destroyed")
+        self.conversation_id = conversation_id
+
+
+@runtime_checkable
+class Keyring(Protocol):
+    """Per-conversation data keys. General on purpose: Publication seals block bodies with it too.
+
+    * ``key_for(cid, create=False)`` → the key, or ``None`` when there is none or it was destroyed.
+    * ``key_for(cid, create=True)`` → the key, creating it atomically if missing;
+      raises :class:`KeyDestroyed` if the conversation was shredded (a destroyed
+      conversation never gets a fresh key).
+    * ``destroy(cid)`` — idempotent; also marks a conversation that never had a key,
+      so a later ``create`` is refused.
+    * ``is_destroyed(cid)``.
+    """
+
+    def key_for(self, conversation_id: str, create: bool = False) -> bytes | None: ...
+
+    def destroy(self, conversation_id: str) -> None: ...
+
+    def is_destroyed(self, conversation_id: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """A private field that cannot be shown. Falsy, so ``value or ""`` reads naturally."""
+
+    field: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class Shredded(Withheld):
+    """The conversation's key was destroyed (deletion or retention): the body is gone."""
+
+
+@dataclass(frozen=True)
+class Unreadable(Withheld):
+    """The ciphertext does not authenticate under the key (tampered or moved): withheld, not shown."""
+
+
+Revealed = str | Withheld
+
+
+def is_sealed(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+
+
+def associated_data(conversation_id: str, scope: str, field: str, purpose: str = "journal") -> bytes:
+    return "\x1f".join(("imprint.field/v1", purpose, conversation_id, scope, field)).encode()
+
+
+class FieldSealer:
+    """Seals and opens private fields of one purpose (``journal``, ``publication``) with a keyring."""
+
+    def __init__(self, keyring: Keyring, purpose: str = "journal") -> None:
+        self.keyring = keyring
+        self.purpose = purpose
+
+    def seal(self, conversation_id: str, scope: str, field: str, plaintext: str) -> str:
+        """Encrypt ``plaintext``; creates the conversation key if needed. Raises :class:`KeyDestroyed`."""
+        key = self.keyring.key_for(conversation_id, create=True)
+        if key is None:  # a keyring that cannot create: treat as destroyed, never store plaintext
+            raise KeyDestroyed(conversation_id)
+        nonce = os.urandom(NONCE_BYTES)
+        body = AESGCM(key).encrypt(nonce, plaintext.encode("utf-8"), associated_data(conversation_id, scope, field, self.purpose))
+        return SEALED_PREFIX + base64.urlsafe_b64encode(nonce + body).decode("ascii")
+
+    def open(self, conversation_id: str, scope: str, field: str, sealed: str | None) -> Revealed | None:
+        """The plaintext, ``None`` for an absent field, or a :class:`Withheld` marker. Never raises."""
+        if sealed is None:
+            return None
+        if not is_sealed(sealed):
+            return Unreadable(field)
+        key = self.keyring.key_for(conversation_id, create=False)
+        if key is None:
+            return Shredded(field)
+        try:
+            raw = base64.urlsafe_b64decode(sealed[len(SEALED_PREFIX) :].encode("ascii"))
+            plain = AESGCM(key).decrypt(
+                raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated_data(conversation_id, scope, field, self.purpose)
+            )
+        except (InvalidTag, ValueError):
+            return Unreadable(field)
+        return plain.decode("utf-8")
+
+
+    def fingerprint(self, conversation_id: str, scope: str, field: str, plaintext: str) -> str:
+        """A keyed MAC of ``plaintext``: equal texts give equal fingerprints under one conversation key,
+        and without the key (or after it is destroyed) the fingerprint reveals nothing. Raises
+        :class:`KeyDestroyed`."""
+        key = self.keyring.key_for(conversation_id, create=True)
+        if key is None:
+            raise KeyDestroyed(conversation_id)
+        mac_key = hmac.new(key, b"imprint.fingerprint/v1", hashlib.sha256).digest()
+        ad = associated_data(conversation_id, scope, field, self.purpose)
+        return "fpv1." + hmac.new(mac_key, ad + b"\x00" + plaintext.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def new_data_key() -> bytes:
+    return AESGCM.generate_key(bit_length=KEY_BYTES * 8)
