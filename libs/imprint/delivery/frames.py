@@ -1,0 +1,293 @@
+"""D2: the frames a client receives, and which frames each inbound message appends.
+
+Frame kinds: ``progress``, ``answer-preview``, ``answer-publication``,
+``answer-withdrawn``, ``answer-rejected``, ``run-status``, ``content``,
+``evidence-summary``, ``error`` (a protocol conflict, P17), ``stream-summary`` and
+``done`` (data exactly ``[DONE]``, once, last).
+
+Block frames are *state-carrying*: their ``block`` field is the block's resulting
+display entry (:func:`imprint.delivery.merge.display`) or ``null`` when the block is
+no longer shown. A client sets ``blocks[block_id] = block`` and is done; so the
+newest frame of a block supersedes every older one (``key = "block:<id>"``), and the
+store may strip a superseded frame to a body-less skeleton without changing what a
+client ends up showing. The same holds for ``run-status`` and ``progress``.
+
+Everything a frame carries is client-safe (D6): rejection reasons come from a fixed
+vocabulary, a withdrawal names its cause but never the source, no candidate detail,
+no source id other than the run's own citations.
+
+``content`` frames carry the closed answer text in chunks of at most 28 characters;
+they are only produced by ``run.closed`` — the closed execution record was persisted
+(X4) — followed by ``evidence-summary``, then the terminal pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+
+from imprint.contracts.publication import (
+    AnswerPreview,
+    AnswerPublished,
+    AnswerRejected,
+    AnswerRevisionRejected,
+    AnswerSaveFailed,
+    AnswerSaveUnknown,
+    AnswerUnchanged,
+    AnswerWithdrawn,
+)
+from imprint.contracts.runs import TERMINAL_STATES, ConversationDeleted, RunClosed, RunProgress, RunTransitioned
+from imprint.delivery import merge
+from imprint.delivery.summary import DONE_DATA, DONE_EVENT, SUMMARY_EVENT, payload_sha256, summarize
+
+CONTENT_CHUNK = 28
+
+PROGRESS = "progress"
+PREVIEW = "answer-preview"
+PUBLICATION = "answer-publication"
+WITHDRAWN = "answer-withdrawn"
+REJECTED = "answer-rejected"
+RUN_STATUS = "run-status"
+CONTENT = "content"
+EVIDENCE = "evidence-summary"
+ERROR = "error"
+SUMMARY = SUMMARY_EVENT
+DONE = DONE_EVENT
+FRAME_KINDS = (PROGRESS, PREVIEW, PUBLICATION, WITHDRAWN, REJECTED, RUN_STATUS, CONTENT, EVIDENCE, ERROR,
+               SUMMARY, DONE)
+
+
+@dataclass(frozen=True)
+class FrameDraft:
+    """A frame before the store gives it its per-run id."""
+
+    event: str
+    data: Any
+    """A JSON object (``"[DONE]"`` for ``done``)."""
+    body_sha256: str
+    key: str | None = None
+    """Supersession key: a newer frame with the same key makes this one a skeleton."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A stored frame of one run."""
+
+    run_id: str
+    id: int
+    event: str
+    data: Any
+    body_sha256: str
+
+    def sse(self) -> bytes:
+        """This frame as one SSE event (``id``, ``event``, ``data``, blank line)."""
+        from imprint.delivery.summary import canonical_json
+
+        payload = self.data if isinstance(self.data, str) else canonical_json(self.data)
+        lines = [f"id: {self.id}", f"event: {self.event}"]
+        lines += [f"data: {line}" for line in payload.split("\n")]
+        return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def seal(event: str, payload: dict[str, Any], *, key: str | None = None,
+         body_sha256: str | None = None) -> FrameDraft:
+    """A draft whose data carries its own ``body_sha256`` (fixed now, forever)."""
+    sha = body_sha256 if body_sha256 is not None else payload_sha256(payload)
+    return FrameDraft(event=event, data={**payload, "body_sha256": sha}, body_sha256=sha, key=key)
+
+
+def skeleton(event: str, data: Any, body_sha256: str, *, reason: str = "superseded") -> Any:
+    """What remains of a frame whose body a newer frame replaced, a withdrawal hid or a
+    deletion purged: its identity and hash (so the D3 digest still checks), no body."""
+    if not isinstance(data, dict):
+        return data
+    kept = {k: data[k] for k in ("block_id", "revision", "seq") if k in data}
+    return {**kept, reason: True, "body_sha256": body_sha256}
+
+
+def chunk_text(text: str, size: int = CONTENT_CHUNK) -> list[str]:
+    """Split into chunks of at most ``size`` characters (code points), nothing lost."""
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def terminal_drafts(semantic: list[tuple[int, str]]) -> list[FrameDraft]:
+    """``stream-summary`` over every semantic frame of the run, then ``done``."""
+    return [
+        FrameDraft(event=SUMMARY, data=summarize(semantic), body_sha256=""),
+        FrameDraft(event=DONE, data=DONE_DATA, body_sha256=""),
+    ]
+
+
+class RunProjection(merge.Mutable):
+    """Delivery's view of one run: identity, lifecycle, closed record, answer state."""
+
+    run_id: str
+    account_id: str | None = None
+    conversation_id: str | None = None
+    message_id: str | None = None
+    state: str | None = None
+    previous: str | None = None
+    sequence: int = 0
+    reason: str | None = None
+    outcome: str | None = None
+    closed: bool = False
+    terminal: bool = False
+    """``done`` was written: nothing is ever appended after it (D3)."""
+    deleted: bool = False
+    answer_text: str | None = None
+    evidence: list[dict[str, Any]] = Field(default_factory=list)
+    snapshot_id: str | None = None
+    knowledge_version: str | None = None
+    answer: merge.AnswerState
+
+    @classmethod
+    def new(cls, run_id: str) -> RunProjection:
+        return cls(run_id=run_id, answer=merge.AnswerState(run_id=run_id))
+
+    def status(self) -> dict[str, Any]:
+        return {"state": self.state, "previous": self.previous, "sequence": self.sequence,
+                "outcome": self.outcome, "closed": self.closed, "reason": self.reason}
+
+
+@dataclass
+class Step:
+    drafts: list[FrameDraft] = field(default_factory=list)
+    conflicts: list[merge.Conflict] = field(default_factory=list)
+    terminal: bool = False
+    """Append ``stream-summary`` + ``done`` after ``drafts``."""
+    hidden_after_terminal: list[str] = field(default_factory=list)
+    """Blocks that stopped being shown after ``done``: their frames lose their bodies."""
+    purge_conversation: str | None = None
+
+
+def _adopt_identity(p: RunProjection, account_id: str, conversation_id: str | None = None) -> bool:
+    """Bind the run to its account on first sight. A message naming another account is ignored."""
+    if p.account_id is None:
+        p.account_id = account_id
+    elif p.account_id != account_id:
+        return False
+    if conversation_id is not None and p.conversation_id is None:
+        p.conversation_id = conversation_id
+    return True
+
+
+def step(p: RunProjection, message: Any) -> Step:
+    """Fold one inbound message (publication or runs topic) into ``p`` and say which
+    frames it appends. ``p`` is changed in place."""
+    out = Step()
+    if isinstance(message, ConversationDeleted):
+        if _adopt_identity(p, message.account_id, message.conversation_id):
+            out.purge_conversation = message.conversation_id
+        return out
+    if p.deleted:
+        return out
+    if isinstance(message, RunTransitioned):
+        if not _adopt_identity(p, message.account_id, message.conversation_id) or message.sequence <= p.sequence:
+            return out
+        p.state, p.previous, p.sequence = message.state, message.previous, message.sequence
+        p.reason = message.reason if message.state in TERMINAL_STATES else None
+        if not p.terminal:
+            out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
+        return out
+    if isinstance(message, RunProgress):
+        if _adopt_identity(p, message.account_id) and not p.terminal:
+            out.drafts.append(seal(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
+        return out
+    if isinstance(message, RunClosed):
+        return _closed(p, message, out)
+    return _publication(p, message, out)
+
+
+def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
+    if not _adopt_identity(p, message.account_id, message.conversation_id) or p.closed:
+        return out  # one closed record, one terminal (D3)
+    p.closed = True
+    p.message_id = message.message_id
+    p.state, p.outcome = message.state, message.outcome
+    p.answer_text = message.answer_text
+    p.evidence = [i.model_dump(mode="json") for i in message.evidence]
+    p.snapshot_id, p.knowledge_version = message.snapshot_id, message.knowledge_version
+    out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
+    if message.state == "completed" and message.answer_text:
+        for seq, chunk in enumerate(chunk_text(message.answer_text)):
+            out.drafts.append(seal(CONTENT, {"seq": seq, "text": chunk}))
+    if message.state == "completed" and message.outcome != "generation_unavailable":  # X6
+        items = [
+            {"source_id": i.source_id, "title": "" if i.redacted else i.title, "redacted": i.redacted}
+            for i in message.evidence
+        ]
+        out.drafts.append(seal(EVIDENCE, {"items": items, "snapshot_id": message.snapshot_id,
+                                          "knowledge_version": message.knowledge_version}))
+    p.terminal = True
+    out.terminal = True
+    return out
+
+
+_EVENT_OF = {
+    AnswerPreview: PREVIEW,
+    AnswerPublished: PUBLICATION,
+    AnswerUnchanged: PUBLICATION,
+    AnswerWithdrawn: WITHDRAWN,
+    AnswerRejected: REJECTED,
+    AnswerRevisionRejected: REJECTED,
+    AnswerSaveUnknown: PREVIEW,
+    AnswerSaveFailed: PREVIEW,
+}
+
+
+def _publication(p: RunProjection, message: Any, out: Step) -> Step:
+    event = _EVENT_OF.get(type(message))
+    if event is None:
+        return out
+    before = {b: merge.display(p.answer.blocks[b]) for b in p.answer.blocks}
+    result = merge.apply(p.answer, message)
+    out.conflicts.extend(result.conflicts)
+    if p.terminal:
+        # Nothing is appended after done (D3); a block hidden now loses its bodies.
+        out.hidden_after_terminal = [
+            b for b in dict.fromkeys(result.touched)
+            if before.get(b) is not None and merge.display(p.answer.blocks[b]) is None
+        ]
+        return out
+
+    body = getattr(message, "block", None)
+    for block_id in dict.fromkeys(result.touched):
+        after = merge.display(p.answer.blocks[block_id])
+        conflict = next((c for c in result.conflicts if c.block_id == block_id), None)
+        rejected_here = result.rejection is not None and result.rejection.block_id == block_id
+        if after == before.get(block_id) and conflict is None and not rejected_here:
+            continue
+        payload: dict[str, Any] = {"block_id": block_id, "block": after}
+        sha: str | None = None
+        if body is not None and body.block_id == block_id:
+            payload["revision"] = body.revision
+            payload["status"] = "unsaved" if event == PREVIEW else "saved"
+            sha = body.body_sha256
+        elif isinstance(message, AnswerWithdrawn):
+            payload["revision"] = message.revision
+            payload["cause"] = message.cause  # never the source id (D6)
+        elif isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
+            payload["status"] = "save_unknown" if isinstance(message, AnswerSaveUnknown) else "save_failed"
+            payload["candidate_id"] = message.candidate_id
+        elif isinstance(message, AnswerUnchanged):
+            payload["revision"] = message.revision
+            payload["status"] = "unchanged"
+        if rejected_here:
+            payload.update(_rejection(result.rejection))  # type: ignore[arg-type]
+        out.drafts.append(seal(event, payload, key=f"block:{block_id}", body_sha256=sha))
+        if conflict is not None:
+            out.drafts.append(seal(ERROR, {
+                "code": "protocol_conflict", "block_id": block_id, "revision": conflict.revision,
+                "first": {"kind": conflict.first_kind, "body_sha256": conflict.first_sha256},
+                "second": {"kind": conflict.second_kind, "body_sha256": conflict.second_sha256},
+            }))
+    if result.rejection is not None and result.rejection.block_id not in result.touched:
+        out.drafts.append(seal(REJECTED, _rejection(result.rejection)))
+    return out
+
+
+def _rejection(r: merge.Rejection) -> dict[str, Any]:
+    return {"candidate_id": r.candidate_id, "block_index": r.block_index, "reason": r.reason,
+            "rejection": r.kind, **({"block_id": r.block_id} if r.block_id else {})}

@@ -1,0 +1,364 @@
+"""The per-run answer view a viewer sees: P16 (merge priority), P17 (protocol
+conflict), P18 (position) and P21 (withdrawal).
+
+One :class:`BlockState` per ``block_id`` holds what Publication told Delivery about
+that block: its committed revisions, the newest preview not yet settled, the first
+body hash seen for every revision, and how far it is hidden. :func:`display`
+computes the one entry a viewer shows for the block (or nothing):
+
+* (P16.1) a newer valid preview beats an older committed revision — for temporary
+  display only, marked ``unsaved`` (``save_unknown`` while the save is unresolved);
+* (P16.2) for the same revision the committed receipt beats preview metadata (a
+  late or duplicate preview never repaints a committed hint);
+* (P16.3) a current source rejection or a withdrawal beats any old preview or
+  receipt: every revision known when it arrived is hidden, a later receipt of such
+  a revision never resurrects it; only a newer revision can show the block again;
+* (P17) the same ``block_id`` + ``revision`` with another ``body_sha256`` (preview vs
+  published, published vs published, preview vs pending preview) is a
+  :class:`Conflict` fact. Neither body is shown for that revision — no
+  last-writer-wins; an older committed revision stays visible with a conflict mark,
+  otherwise a body-less placeholder holds the position;
+* (P18) the ordinal comes from the block's first commit and is kept by every
+  revision; a revision replaces the block in place, never adds a second one;
+* a preview whose save failed is no longer shown as pending: the view falls back to
+  the committed revision, or the block disappears if nothing was ever committed.
+  A failed preview is never shown as saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from imprint.contracts.publication import (
+    AnswerPreview,
+    AnswerPublished,
+    AnswerRejected,
+    AnswerRevisionRejected,
+    AnswerSaveFailed,
+    AnswerSaveUnknown,
+    AnswerUnchanged,
+    AnswerWithdrawn,
+    BlockView,
+    CommittedBlock,
+)
+
+BodyKind = Literal["preview", "published"]
+DisplayStatus = Literal["saved", "unsaved", "save_unknown", "conflict"]
+
+CLIENT_SAFE_REASONS: dict[str, str] = {
+    "empty_body": "empty_body",
+    "malformed_block": "malformed_block",
+    # Telling a client that a cited source exists but is not authorized would reveal
+    # a private source (D6); every source-related refusal reads the same.
+    "unauthorized_source": "not_publishable",
+    "invalid_target": "invalid_target",
+    "quota_exceeded": "quota_exceeded",
+}
+
+
+def client_reason(reason: str) -> str:
+    """The reason code a client may see (D6): known codes map to a fixed, source-free
+    vocabulary; anything else reads as ``not_publishable``."""
+    return CLIENT_SAFE_REASONS.get(reason, "not_publishable")
+
+
+class Mutable(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class Seen(Mutable):
+    kind: BodyKind
+    sha256: str
+    candidate_id: str
+
+
+class Conflict(Mutable):
+    """P17: two bodies claimed one (block_id, revision). A fact, never resolved here."""
+
+    run_id: str
+    block_id: str
+    revision: int
+    first_kind: BodyKind
+    first_sha256: str
+    second_kind: BodyKind
+    second_sha256: str
+    first_candidate_id: str = ""
+    second_candidate_id: str = ""
+
+
+class BlockState(Mutable):
+    block_id: str
+    ordinal: int | None = None
+    ordinal_fixed: bool = False
+    """True once the first commit fixed the position (P18)."""
+    committed: dict[int, CommittedBlock] = Field(default_factory=dict)
+    preview: BlockView | None = None
+    preview_status: Literal["unsaved", "save_unknown"] = "unsaved"
+    seen: dict[int, Seen] = Field(default_factory=dict)
+    conflicted: list[int] = Field(default_factory=list)
+    hidden_through: int = 0
+    """Every revision up to this one is hidden (withdrawn or source-rejected)."""
+    hidden_cause: str | None = None
+    settled_candidates: list[str] = Field(default_factory=list)
+    """Candidates whose preview was rejected or failed: a late preview of theirs is ignored."""
+
+    def known_revisions(self) -> int:
+        revisions = [*self.committed, *self.seen, *self.conflicted]
+        if self.preview is not None:
+            revisions.append(self.preview.revision)
+        return max(revisions, default=0)
+
+    def top_committed(self) -> int | None:
+        live = [r for r in self.committed if r > self.hidden_through and r not in self.conflicted]
+        return max(live, default=None)
+
+
+class AnswerState(Mutable):
+    run_id: str
+    blocks: dict[str, BlockState] = Field(default_factory=dict)
+    conflicts: list[Conflict] = Field(default_factory=list)
+
+    def block(self, block_id: str) -> BlockState:
+        state = self.blocks.get(block_id)
+        if state is None:
+            state = self.blocks[block_id] = BlockState(block_id=block_id)
+        return state
+
+
+@dataclass
+class Rejection:
+    """What a client may learn about a refused block (client-safe, D6)."""
+
+    candidate_id: str
+    block_index: int
+    reason: str
+    kind: Literal["block", "revision"]
+    block_id: str | None = None
+
+
+@dataclass
+class MergeResult:
+    touched: list[str] = field(default_factory=list)
+    """Blocks whose display may have changed (the frame layer compares before/after)."""
+    conflicts: list[Conflict] = field(default_factory=list)
+    rejection: Rejection | None = None
+
+
+# --------------------------------------------------------------------------- display
+
+
+def _entry(block: BlockView, *, status: DisplayStatus, ordinal: int, receipt: Any = None) -> dict[str, Any]:
+    return {
+        "block_id": block.block_id,
+        "revision": block.revision,
+        "delivery_ordinal": ordinal,
+        "candidate_id": block.candidate_id,
+        "content": block.content.model_dump(mode="json"),
+        "role": block.role,
+        "citations": [c.model_dump(mode="json") for c in block.citations],
+        "numbers": [n.model_dump(mode="json") for n in block.numbers],
+        "depends_on": list(block.depends_on),
+        "source_hint": block.source_hint,
+        "hints": list(block.hints),
+        "truncated": block.truncated,
+        "body_sha256": block.body_sha256,
+        "status": status,
+        "saved": status == "saved",
+        "receipt": receipt.model_dump(mode="json") if receipt is not None else None,
+        "conflict": None,
+    }
+
+
+def display(state: BlockState) -> dict[str, Any] | None:
+    """The one entry a viewer shows for this block now, or ``None`` (hidden/nothing)."""
+    top = state.top_committed()
+    preview = state.preview
+    if preview is not None and (
+        preview.revision <= state.hidden_through
+        or preview.revision in state.conflicted
+        or (top is not None and preview.revision <= top)
+    ):
+        preview = None
+    floor = max(top or 0, preview.revision if preview is not None else 0, state.hidden_through)
+    open_conflicts = [r for r in state.conflicted if r > floor]
+    conflict = max(open_conflicts, default=None)
+    ordinal = state.ordinal or 0
+
+    if preview is not None:
+        entry = _entry(preview, status=state.preview_status, ordinal=ordinal or preview.delivery_ordinal)
+    elif top is not None:
+        committed = state.committed[top]
+        entry = _entry(committed, status="saved", ordinal=ordinal or committed.delivery_ordinal,
+                       receipt=committed.receipt)
+    elif conflict is not None:
+        # Nothing trustworthy to show: hold the position, show no body (P17).
+        return {
+            "block_id": state.block_id, "revision": conflict, "delivery_ordinal": ordinal,
+            "candidate_id": None, "content": None, "role": "answer", "citations": [], "numbers": [],
+            "depends_on": [], "source_hint": "unknown", "hints": [], "truncated": False,
+            "body_sha256": None, "status": "conflict", "saved": False, "receipt": None,
+            "conflict": {"revision": conflict},
+        }
+    else:
+        return None
+    if conflict is not None:
+        entry["conflict"] = {"revision": conflict}
+    return entry
+
+
+def view(state: AnswerState) -> list[dict[str, Any]]:
+    """Every displayed block in ordinal order (withdrawn and hidden omitted)."""
+    entries = [e for e in (display(b) for b in state.blocks.values()) if e is not None]
+    return sorted(entries, key=lambda e: (e["delivery_ordinal"], e["block_id"]))
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def _check(state: AnswerState, block: BlockState, revision: int, sha: str, kind: BodyKind,
+           candidate_id: str) -> Conflict | None:
+    """Record the first body seen for (block, revision); a different one is a conflict."""
+    seen = block.seen.get(revision)
+    if seen is None:
+        block.seen[revision] = Seen(kind=kind, sha256=sha, candidate_id=candidate_id)
+        return None
+    if seen.sha256 == sha:
+        if kind == "published" and seen.kind == "preview":
+            block.seen[revision] = Seen(kind=kind, sha256=sha, candidate_id=candidate_id)
+        return None
+    conflict = Conflict(
+        run_id=state.run_id, block_id=block.block_id, revision=revision,
+        first_kind=seen.kind, first_sha256=seen.sha256, first_candidate_id=seen.candidate_id,
+        second_kind=kind, second_sha256=sha, second_candidate_id=candidate_id,
+    )
+    if revision not in block.conflicted:
+        block.conflicted.append(revision)
+    if block.preview is not None and block.preview.revision == revision:
+        block.preview = None
+    state.conflicts.append(conflict)
+    return conflict
+
+
+def _drop_preview(block: BlockState, candidate_id: str) -> bool:
+    """Settle a preview that will never be committed (rejected, failed, unchanged).
+    Its revision number stops counting as a body for conflict detection."""
+    if block.preview is None or block.preview.candidate_id != candidate_id:
+        return False
+    revision = block.preview.revision
+    seen = block.seen.get(revision)
+    if seen is not None and seen.kind == "preview" and seen.candidate_id == candidate_id:
+        del block.seen[revision]
+    block.preview = None
+    return True
+
+
+def _hide(block: BlockState, through: int, cause: str) -> None:
+    """P16.3/P21: hide every revision known now; drop their bodies from the view."""
+    block.hidden_through = max(block.hidden_through, through, block.known_revisions())
+    block.hidden_cause = cause
+    block.committed = {r: c for r, c in block.committed.items() if r > block.hidden_through}
+    block.preview = None
+
+
+def apply(state: AnswerState, message: Any) -> MergeResult:
+    """Fold one ``imprint.publication.v1`` message into ``state`` (in place)."""
+    result = MergeResult()
+    if isinstance(message, AnswerPreview):
+        _on_preview(state, message.block, result)
+    elif isinstance(message, AnswerPublished):
+        _on_published(state, message.block, result)
+    elif isinstance(message, AnswerUnchanged):
+        block = state.blocks.get(message.block_id)
+        if block is not None and _drop_preview(block, message.candidate_id):
+            # An exact duplicate reuses the original receipt (P11): the preview settles
+            # onto the committed revision, nothing new is published.
+            result.touched.append(block.block_id)
+    elif isinstance(message, AnswerRejected):
+        result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
+                                     reason=client_reason(message.reason), kind="block")
+        if message.block_id is not None:
+            block = state.block(message.block_id)
+            result.rejection.block_id = message.block_id
+            block.settled_candidates.append(message.candidate_id)
+            if message.reason == "unauthorized_source":
+                _hide(block, 0, "source_rejected")
+            else:
+                _drop_preview(block, message.candidate_id)
+            result.touched.append(block.block_id)
+    elif isinstance(message, AnswerRevisionRejected):
+        result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
+                                     reason=client_reason(message.reason), kind="revision")
+        block = state.blocks.get(message.target_block_id)
+        if block is not None:  # only a block of this run is named back to the client
+            result.rejection.block_id = block.block_id
+            block.settled_candidates.append(message.candidate_id)
+            _drop_preview(block, message.candidate_id)
+            result.touched.append(block.block_id)
+    elif isinstance(message, AnswerWithdrawn):
+        block = state.block(message.block_id)
+        _hide(block, message.revision, message.cause)
+        result.touched.append(block.block_id)
+    elif isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
+        failed = isinstance(message, AnswerSaveFailed)
+        names = message.block_ids or [b for b in state.blocks]
+        for block_id in names:
+            block = state.blocks.get(block_id)
+            if block is None or block.preview is None or block.preview.candidate_id != message.candidate_id:
+                continue
+            if failed:
+                _drop_preview(block, message.candidate_id)  # never shown as saved, no longer pending
+                block.settled_candidates.append(message.candidate_id)
+            else:
+                block.preview_status = "save_unknown"
+            result.touched.append(block_id)
+    return result
+
+
+def _on_preview(state: AnswerState, preview: BlockView, result: MergeResult) -> None:
+    block = state.block(preview.block_id)
+    if preview.candidate_id in block.settled_candidates or preview.revision <= block.hidden_through:
+        return
+    pending = block.preview is not None and block.preview.revision == preview.revision
+    conflict = _check(state, block, preview.revision, preview.body_sha256, "preview", preview.candidate_id)
+    if conflict is not None:
+        result.conflicts.append(conflict)
+        result.touched.append(block.block_id)
+        return
+    top = block.top_committed()
+    if top is not None and preview.revision <= top:
+        return  # P16.2: the committed receipt of that revision wins; an older preview is stale
+    if preview.revision in block.conflicted:
+        return
+    if block.preview is not None and block.preview.revision > preview.revision:
+        return
+    if pending and block.preview == preview:
+        return
+    block.preview = preview
+    block.preview_status = "unsaved"
+    if not block.ordinal_fixed:
+        block.ordinal = preview.delivery_ordinal
+    result.touched.append(block.block_id)
+
+
+def _on_published(state: AnswerState, committed: CommittedBlock, result: MergeResult) -> None:
+    block = state.block(committed.block_id)
+    conflict = _check(state, block, committed.revision, committed.body_sha256, "published",
+                      committed.candidate_id)
+    if conflict is not None:
+        result.conflicts.append(conflict)
+        result.touched.append(block.block_id)
+        return
+    if committed.revision <= block.hidden_through or committed.revision in block.conflicted:
+        return  # a late receipt never resurrects what a withdrawal or rejection hid
+    if committed.revision in block.committed:
+        return
+    if not block.ordinal_fixed:
+        block.ordinal = committed.delivery_ordinal  # P18: fixed by the first commit
+        block.ordinal_fixed = True
+    block.committed[committed.revision] = committed
+    if block.preview is not None and block.preview.revision <= committed.revision:
+        block.preview = None
+    result.touched.append(block.block_id)
