@@ -120,10 +120,10 @@ def intake(message: object, envelope_size: int = 0, policy: Policy = DEFAULT_POL
             turn_id=message.turn_id,
             blocks=(ProposedBlock(0, markdown=message.text),),
         )
-    return _intake_part(message, policy)
+    return _intake_part(message)
 
 
-def _intake_part(part: AnswerPart, policy: Policy) -> Candidate | IntakeRefusal:
+def _intake_part(part: AnswerPart) -> Candidate | IntakeRefusal:
     tool_call_id = part.tool_call_id
     if tool_call_id is None or tool_call_id.strip() == "":
         return IntakeRefusal("missing_tool_identity", "answer.part without tool_call_id", part.type, part.run_id)
@@ -156,7 +156,7 @@ def _intake_part(part: AnswerPart, policy: Policy) -> Candidate | IntakeRefusal:
         entry="tool",
         turn_id=part.turn_id,
         tool_call_id=tool_call_id,
-        blocks=proposed_blocks(arguments, policy),
+        blocks=proposed_blocks(arguments),
     )
 
 
@@ -167,7 +167,7 @@ def _proposed(index: int, fields: dict[str, Any]) -> ProposedBlock:
     return ProposedBlock(index, **{name: fields.get(name) for name in _BLOCK_FIELDS})
 
 
-def proposed_blocks(arguments: dict[str, Any], policy: Policy = DEFAULT_POLICY) -> tuple[ProposedBlock, ...]:
+def proposed_blocks(arguments: dict[str, Any]) -> tuple[ProposedBlock, ...]:
     """P6: the blocks of one ``send_answer_part`` call.
 
     ``blocks`` lists several; otherwise the inline ``markdown``/``table`` is the
@@ -184,12 +184,6 @@ def proposed_blocks(arguments: dict[str, Any], policy: Policy = DEFAULT_POLICY) 
     elif isinstance(blocks, list):
         for item in blocks:
             index = len(drafts)
-            if index >= policy.blocks_per_candidate:
-                extra = len(blocks) - (index - (1 if inline else 0))
-                drafts.append(
-                    ProposedBlock(index, malformed=f"{extra} blocks over the limit of {policy.blocks_per_candidate}")
-                )
-                break
             if isinstance(item, dict):
                 drafts.append(_proposed(index, item))
             else:

@@ -24,8 +24,8 @@ class Policy:
     """P3: the envelope size intake refuses above."""
     blocks_per_candidate: int = 64
     """Blocks of one ``send_answer_part`` settled one by one; the rest are
-    rejected together as ``malformed_block`` (a 1 MiB envelope could carry
-    tens of thousands of empty blocks)."""
+    rejected together, as one ``malformed_block`` decision at this index (a
+    1 MiB envelope could carry tens of thousands of empty blocks)."""
 
     def __post_init__(self) -> None:
         if self.modifications_per_block < 0 or self.modifications_per_run < 0:

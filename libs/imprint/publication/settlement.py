@@ -176,13 +176,20 @@ def settle(
     ledger = _Ledger(facts)
     source_ok = _memo(lambda source_id: still_standing(source_id, facts, standing))
     decisions: list[BlockDecision] = []
-    for proposed in candidate.blocks:
+    blocks = candidate.blocks
+    for proposed in blocks[: policy.blocks_per_candidate]:
         try:
             decision = _settle_block(candidate, proposed, ledger, standing, policy, source_ok)
         except Exception as error:  # noqa: BLE001 — a body must end in a typed outcome
             decision = Rejected(proposed.index, "malformed_block", f"{INTERNAL_ERROR}: {type(error).__name__}")
         ledger.record(decision)
         decisions.append(decision)
+    if len(blocks) > policy.blocks_per_candidate:
+        over = len(blocks) - policy.blocks_per_candidate
+        decisions.append(Rejected(
+            policy.blocks_per_candidate, "malformed_block",
+            f"{over} blocks over the per-candidate limit of {policy.blocks_per_candidate}",
+        ))
     return tuple(decisions)
 
 
