@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from imprint.contracts.base import Message
@@ -13,15 +13,20 @@ from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
 from services.journal import consumer
 from services.journal.announcements import announce
-from services.journal.application import open_journal
+from services.journal.application import RuntimeJournal, open_journal
 from services.relay.relay import Relay
 
 RELAY_NAME = "relay→imprint.runs.v1"
 
 
-def announce_runs(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
-    message = announce(domain_event)
-    return [] if message is None else [(Topic.RUNS, message)]
+def announcer(journal: RuntimeJournal) -> Callable[[Any], Sequence[tuple[Topic, Message]]]:
+    """Private fields of ``run.closed``/``run.progress`` are opened with the journal's keyring at announce time."""
+
+    def announce_runs(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
+        message = announce(domain_event, journal.sealer)
+        return [] if message is None else [(Topic.RUNS, message)]
+
+    return announce_runs
 
 
 async def serve(settings: Settings) -> None:
@@ -30,7 +35,7 @@ async def serve(settings: Settings) -> None:
     broker = make_broker(settings, "imprint-journal")
     outbox = Outbox(broker, settings)
     consumer.subscribe(broker, settings, outbox, journal)
-    relay = Relay(journal, announce_runs, outbox, name=RELAY_NAME)
+    relay = Relay(journal, announcer(journal), outbox, name=RELAY_NAME)
     try:
         await run_until_stopped("journal", broker, relay.run())
     finally:

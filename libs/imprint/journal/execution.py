@@ -238,6 +238,7 @@ class AnswerExecution(Aggregate):
             x._enter(State.ADMITTED, self.event_id, None, self.timestamp)
 
     class Transitioned(Aggregate.Event):
+        run_id: str
         event_id: str
         state: str
         previous: str
@@ -256,6 +257,7 @@ class AnswerExecution(Aggregate):
     class Closed(Aggregate.Event):
         """The closed execution record is persisted (announced as ``run.closed``)."""
 
+        run_id: str
         event_id: str
         state: str
         account_id: str
@@ -272,6 +274,7 @@ class AnswerExecution(Aggregate):
             x._trace("closed", self.state)
 
     class StageReported(Aggregate.Event):
+        run_id: str
         event_id: str
         account_id: str
         conversation_id: str
@@ -352,6 +355,7 @@ class AnswerExecution(Aggregate):
             x._trace("evidence.redacted", self.source_id)
 
     class Erased(Aggregate.Event):
+        run_id: str
         event_id: str
         reason: str
         account_id: str
@@ -497,6 +501,7 @@ class AnswerExecution(Aggregate):
         assert self.request is not None
         self.trigger_event(
             self.StageReported,
+            run_id=self.run_id,
             event_id=event_id,
             account_id=self.request.account_id,
             conversation_id=self.request.conversation_id,
@@ -573,6 +578,7 @@ class AnswerExecution(Aggregate):
             return False
         self.trigger_event(
             self.Erased,
+            run_id=self.run_id,
             event_id=event_id,
             reason=reason,
             account_id=self.request.account_id,
@@ -590,6 +596,7 @@ class AnswerExecution(Aggregate):
         assert self.request is not None and self.state is not None
         self.trigger_event(
             self.Transitioned,
+            run_id=self.run_id,
             event_id=event_id,
             state=target.value,
             previous=self.state.value,
@@ -604,6 +611,7 @@ class AnswerExecution(Aggregate):
         assert self.request is not None
         self.trigger_event(
             self.Closed,
+            run_id=self.run_id,
             event_id=event_id,
             state=state.value,
             account_id=self.request.account_id,

@@ -1,0 +1,119 @@
+"""What the journal announces on ``imprint.runs.v1`` for each committed event.
+
+One stored event → at most one message, with a deterministic ``event_id``
+(uuid5 of the originator id and version), so a relay that re-reads the log
+re-announces the same ids and Delivery dedupes them:
+
+=======================================  ===============================================
+``AnswerExecution.Admitted``             ``run.transitioned`` (state admitted, sequence 1)
+``AnswerExecution.Transitioned``         ``run.transitioned`` (state, previous, sequence, reason)
+``AnswerExecution.StageReported``        ``run.progress``
+``AnswerExecution.Closed``               ``run.closed`` — the closed execution record
+``AnswerExecution.Erased``               ``conversation.deleted`` (one per run of the conversation)
+anything else (refusals, receipts, effects, redactions, conversation/QCS/source facts)  ``None``
+=======================================  ===============================================
+
+A completion is stored as ``Transitioned(completed)`` then ``Closed`` (same
+transaction), so Delivery sees the status change and then the record. The relay
+must read committed events (``RuntimeJournal.announcements``), never in-memory
+ones: ``run.closed`` only exists once the closed execution is persisted.
+
+Private fields are opened here, at announce time, with the keyring; after the
+conversation was shredded they come out as ``None``/``""`` — never as text, never
+as an exception. ``generation_unavailable`` is announced with no answer text,
+evidence, snapshot or knowledge_version (X6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from imprint.contracts.runs import ConversationDeleted, EvidenceSummaryItem, RunClosed, RunProgress, RunsMessage, RunTransitioned
+from imprint.journal import ids
+from imprint.journal.execution import F_ANSWER, F_REASON, F_STAGE_DETAIL, AnswerExecution, AnswerExecutionRequest, CompletionRecord
+from imprint.journal.shredding import FieldSealer, Keyring
+
+
+def _sealer(keyring_or_sealer: Keyring | FieldSealer) -> FieldSealer:
+    return keyring_or_sealer if isinstance(keyring_or_sealer, FieldSealer) else FieldSealer(keyring_or_sealer)
+
+
+def _open(sealer: FieldSealer, conversation_id: str, run_id: str, field: str, sealed: str | None) -> str | None:
+    value = sealer.open(conversation_id, run_id, field, sealed)
+    return value if isinstance(value, str) else None
+
+
+def announce(domain_event: Any, keyring: Keyring | FieldSealer) -> RunsMessage | None:
+    """Map one committed journal event to its ``imprint.runs.v1`` message (or ``None``)."""
+    sealer = _sealer(keyring)
+    originator: Any = domain_event.originator_id
+    common = dict(event_id=ids.announcement_id(originator, domain_event.originator_version), occurred_at=domain_event.timestamp)
+
+    if isinstance(domain_event, AnswerExecution.Admitted):
+        request = AnswerExecutionRequest.from_dict(domain_event.request)
+        return RunTransitioned(
+            **common,
+            run_id=request.run_id,
+            account_id=request.account_id,
+            conversation_id=request.conversation_id,
+            state="admitted",
+            previous=None,
+            sequence=1,
+        )
+    if isinstance(domain_event, AnswerExecution.Transitioned):
+        run_id = _run_id(domain_event)
+        return RunTransitioned(
+            **common,
+            run_id=run_id,
+            account_id=domain_event.account_id,
+            conversation_id=domain_event.conversation_id,
+            state=domain_event.state,  # type: ignore[arg-type]
+            previous=domain_event.previous,  # type: ignore[arg-type]
+            sequence=domain_event.sequence,
+            reason=_open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason),
+        )
+    if isinstance(domain_event, AnswerExecution.StageReported):
+        run_id = _run_id(domain_event)
+        return RunProgress(
+            **common,
+            run_id=run_id,
+            account_id=domain_event.account_id,
+            stage=domain_event.stage,
+            detail=_open(sealer, domain_event.conversation_id, run_id, F_STAGE_DETAIL, domain_event.detail) or "",
+        )
+    if isinstance(domain_event, AnswerExecution.Closed):
+        run_id = _run_id(domain_event)
+        closed: dict[str, Any] = dict(
+            **common,
+            run_id=run_id,
+            account_id=domain_event.account_id,
+            conversation_id=domain_event.conversation_id,
+            message_id=domain_event.message_id,
+            state=domain_event.state,
+        )
+        if domain_event.record is None:
+            return RunClosed(**closed)
+        record = CompletionRecord.from_dict(domain_event.record)
+        if record.outcome == "generation_unavailable":
+            return RunClosed(**closed, outcome=record.outcome)  # X6
+        redacted = set(domain_event.redacted)
+        return RunClosed(
+            **closed,
+            outcome=record.outcome,  # type: ignore[arg-type]
+            answer_text=_open(sealer, domain_event.conversation_id, run_id, F_ANSWER, record.answer_text),
+            evidence=[EvidenceSummaryItem(source_id=i.source_id, title=i.title, redacted=i.source_id in redacted) for i in record.items],
+            snapshot_id=record.snapshot_id,
+            knowledge_version=record.knowledge_version,
+        )
+    if isinstance(domain_event, AnswerExecution.Erased):
+        return ConversationDeleted(
+            **common,
+            run_id=_run_id(domain_event),
+            account_id=domain_event.account_id,
+            conversation_id=domain_event.conversation_id,
+        )
+    return None
+
+
+def _run_id(domain_event: Any) -> str:
+    return str(domain_event.run_id)

@@ -1,0 +1,281 @@
+"""The runtime journal as an eventsourcing application (SPEC §1 "Runtime journal", X1–X9).
+
+``RuntimeJournal.process(batch)`` takes decoded Kafka messages
+(:class:`services.common.inbound.Inbound`) and, per partition of the batch, in
+one database transaction:
+
+1. skips every message at or below the partition's recorded tracking position
+   (``max_tracking_id("<topic>#<partition>")``) — a redelivered batch is a no-op;
+2. applies the rest to the journal's aggregates through
+   :class:`imprint.journal.intake.Intake` (executions, conversations, QCS
+   identities, source standings);
+3. records all resulting events together with the tracking record of the
+   partition's last offset (eventsourcing ``ProcessingEvent`` + ``_record``, on a
+   ``ProcessRecorder``): events and consumer position commit atomically.
+
+Optimistic concurrency does the coordination. Every event has a unique
+``(originator_id, version)``; if another journal process wrote one of the same
+aggregates meanwhile (an admission racing a deletion on the conversation, a
+tombstone racing a completion on the execution or the source), the insert fails
+with ``IntegrityError`` and the partition's unit of work is re-run against fresh
+state — after re-reading the tracking position, so work another process already
+committed is not redone. Partitions are processed one after the other, so two
+partitions of one batch never contend with each other inside this process.
+
+After a commit, the mutable message → execution index is updated (X4).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
+from eventsourcing.utils import get_topic
+
+from imprint.contracts.runs import RunsMessage
+from imprint.journal import ids
+from imprint.journal.conversation import Conversation
+from imprint.journal.execution import AnswerExecution
+from imprint.journal.history import InMemoryMessageIndex, MessageIndex
+from imprint.journal.intake import IndexIntent, Intake, MemoryWorkspace, retention_event_id
+from imprint.journal.shredding import Keyring
+from imprint.settings import Settings
+from services.common.inbound import Inbound
+from services.journal.announcements import announce
+
+A = TypeVar("A", bound=Aggregate)
+
+
+class JournalConflict(RuntimeError):
+    """A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
+
+
+class _RepositoryWorkspace(MemoryWorkspace):
+    """Loads aggregates from the repository once per unit of work; new ones are added in memory."""
+
+    def __init__(self, journal: RuntimeJournal) -> None:
+        super().__init__()
+        self._journal = journal
+        self._missing: set[UUID] = set()
+
+    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        if aggregate_id in self.store:
+            return super().get(cls, aggregate_id)
+        if aggregate_id in self._missing:
+            return None
+        try:
+            agg = self._journal.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            self._missing.add(aggregate_id)
+            return None
+        self.store[aggregate_id] = agg
+        return super().get(cls, aggregate_id)
+
+    def add(self, aggregate: Aggregate) -> None:
+        self._missing.discard(aggregate.id)
+        super().add(aggregate)
+
+
+class RuntimeJournal(Application[UUID]):
+    name = "journal"
+
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        *,
+        keyring: Keyring,
+        message_index: MessageIndex | None = None,
+        name: str | None = None,
+        max_attempts: int = 50,
+    ) -> None:
+        if name:
+            self.name = name  # table prefix (PostgreSQL) / environment prefix
+        super().__init__(env)
+        self.recorder: ProcessRecorder
+        self.keyring = keyring
+        self.intake = Intake(keyring)
+        self.sealer = self.intake.sealer
+        self.message_index: MessageIndex = message_index if message_index is not None else InMemoryMessageIndex()
+        self.max_attempts = max_attempts
+        self.processing_lock = threading.RLock()
+        self.conflicts = 0
+        """How many units of work were re-run after losing a concurrency race (a metric)."""
+        self._owned: list[Any] = []
+
+    def construct_recorder(self) -> ProcessRecorder:
+        return self.factory.process_recorder()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, keyring: Keyring | None = None, name: str = "journal") -> RuntimeJournal:
+        from services.common.eventstore import ensure_schema, store_environment
+        from services.common.keyring import open_keyring
+        from services.journal.message_index import open_message_index
+
+        ensure_schema(settings)
+        owned: list[Any] = []
+        if keyring is None:
+            keyring = open_keyring(settings)
+            owned.append(keyring)
+        index = open_message_index(settings, name)
+        owned.append(index)
+        journal = cls(store_environment(settings, name), keyring=keyring, message_index=index, name=name)
+        journal._owned = owned
+        return journal
+
+    def close(self) -> None:
+        for resource in self._owned:
+            close = getattr(resource, "close", None)
+            if close:
+                close()
+        self._owned = []
+        super().close()
+
+    # -- consuming ------------------------------------------------------------------------------
+
+    def process(self, batch: Sequence[Inbound]) -> None:
+        """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
+        groups: dict[str, list[Inbound]] = {}
+        for item in batch:
+            groups.setdefault(item.tracking.application_name, []).append(item)
+        with self.processing_lock:
+            for name, items in groups.items():
+                unique = {i.offset: i for i in sorted(items, key=lambda i: i.offset)}
+                self._process_partition(name, list(unique.values()))
+
+    def _process_partition(self, name: str, items: list[Inbound]) -> None:
+        def work(ws: _RepositoryWorkspace) -> tuple[list[IndexIntent], Tracking | None] | None:
+            last = self.recorder.max_tracking_id(name)
+            fresh = [i for i in items if last is None or i.offset > last]
+            if not fresh:
+                return None
+            intents: list[IndexIntent] = []
+            for item in fresh:
+                intents.extend(self.intake.apply(ws, item.message))
+            return intents, fresh[-1].tracking
+
+        self._unit_of_work(work)
+
+    def _unit_of_work(self, work: Callable[[_RepositoryWorkspace], tuple[list[IndexIntent], Tracking | None] | None]) -> bool:
+        """Run ``work`` against fresh aggregates and record its events atomically; retry on conflicts.
+        Returns whether anything was recorded."""
+        for attempt in range(self.max_attempts):
+            ws = _RepositoryWorkspace(self)
+            result = work(ws)
+            if result is None:
+                return False
+            intents, tracking = result
+            processing_event: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
+            for aggregate in list(ws.store.values()):
+                processing_event.collect_events(aggregate)
+            if not processing_event.events and tracking is None:
+                return False
+            try:
+                self._record(processing_event)
+            except IntegrityError:
+                self.conflicts += 1
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                continue
+            self._after_commit(intents)
+            return True
+        raise JournalConflict(f"gave up after {self.max_attempts} conflicting attempts")
+
+    def _after_commit(self, intents: list[IndexIntent]) -> None:
+        for intent in intents:
+            if intent.kind == "point":
+                assert intent.message_id is not None and intent.run_id is not None
+                self.message_index.point(intent.conversation_id, intent.message_id, intent.run_id)
+            else:
+                self.message_index.drop_conversation(intent.conversation_id)
+
+    # -- deletion and retention (X8) ------------------------------------------------------------
+
+    def delete_conversation(self, conversation_id: str, account_id: str, event_id: str, reason: str = "user") -> bool:
+        """Delete outside Kafka (e.g. an operator tool); same path as ``conversation.delete_requested``."""
+
+        def work(ws: _RepositoryWorkspace) -> tuple[list[IndexIntent], None]:
+            return self.intake.delete_conversation(ws, conversation_id, account_id, event_id, reason), None  # type: ignore[arg-type]
+
+        with self.processing_lock:
+            return self._unit_of_work(work)
+
+    def conversation_ids(self) -> list[str]:
+        """Every conversation the journal has seen (from the log, in first-seen order)."""
+        topic = get_topic(Conversation.Started)
+        out: list[str] = []
+        start = 1
+        while True:
+            page = self.recorder.select_notifications(start=start, limit=500, topics=[topic])
+            for n in page:
+                out.append(self.mapper.to_domain_event(n).conversation_id)  # type: ignore[attr-defined]
+            if len(page) < 500:
+                return out
+            start = page[-1].id + 1
+
+    def sweep_retention(self, now: datetime, max_age: timedelta) -> list[str]:
+        """Delete every conversation whose last admission is older than ``max_age``. Returns their ids.
+        The age is re-checked inside each unit of work, so an admission that commits meanwhile wins."""
+        cutoff = now - max_age
+        deleted: list[str] = []
+        for cid in self.conversation_ids():
+
+            def work(ws: _RepositoryWorkspace, cid: str = cid) -> tuple[list[IndexIntent], None] | None:
+                conv = ws.get(Conversation, ids.conversation_id(cid))
+                if conv is None or conv.deleted or conv.last_activity_at > cutoff:
+                    return None
+                eid = retention_event_id(cid, conv.last_activity_at.isoformat())
+                return self.intake.delete_conversation(ws, cid, conv.account_id, eid, "retention"), None
+
+            with self.processing_lock:
+                if self._unit_of_work(work):
+                    deleted.append(cid)
+        return deleted
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _get(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        try:
+            agg = self.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            return None
+        return agg if isinstance(agg, cls) else None
+
+    def execution(self, run_id: str) -> AnswerExecution | None:
+        return self._get(AnswerExecution, ids.execution_id(run_id))
+
+    def conversation(self, conversation_id: str) -> Conversation | None:
+        return self._get(Conversation, ids.conversation_id(conversation_id))
+
+    def rebuild_message_index(self, conversation_id: str) -> int:
+        """Re-point the index from the immutable bindings (latest admitted execution per message)."""
+        conv = self.conversation(conversation_id)
+        if conv is None or conv.deleted:
+            self.message_index.drop_conversation(conversation_id)
+            return 0
+        latest: dict[str, str] = {}
+        for b in conv.bindings:
+            ex = self.execution(b.run_id)
+            if ex is not None and ex.request is not None and ex.request.message_id == b.message_id:
+                latest[b.message_id] = b.run_id
+        for message_id, run_id in latest.items():
+            self.message_index.point(conversation_id, message_id, run_id)
+        return len(latest)
+
+    def announcements(self, after: int = 0, limit: int = 100) -> list[tuple[int, RunsMessage | None]]:
+        """Committed events after log position ``after``, each with what it announces on
+        ``imprint.runs.v1`` (``None``: nothing). Read from the committed log only, so a
+        ``run.closed`` is never announced before the closed execution is persisted."""
+        notifications = self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)
+        return [(n.id, announce(self.mapper.to_domain_event(n), self.sealer)) for n in notifications]
+
+
+def open_journal(settings: Settings, *, keyring: Keyring | None = None) -> RuntimeJournal:
+    """The journal of this deployment (PostgreSQL or SQLite per settings), with its keyring and index."""
+    return RuntimeJournal.from_settings(settings, keyring=keyring)
