@@ -61,15 +61,17 @@ def registry() -> SourceStanding:
     )
 
 
-def new_run(run_id: str = RUN, account: str = ACCOUNT) -> PublicationRun:
-    """An admitted run with the tests' grants and one numeric handle."""
+def new_run(run_id: str = RUN, account: str = ACCOUNT, *, pending: bool = False) -> PublicationRun:
+    """An admitted run with the tests' grants and one numeric handle. Its setup
+    events are collected (dropped) unless ``pending`` (to save it in an app)."""
     run = PublicationRun(run_id=run_id)
     run.note_admission(account, "conv-1")
     run.grant_evidence(PUBLIC, "public", "publisher", "Annual report 2024")
     run.grant_evidence(PRIVATE_OWN, "private", ACCOUNT, "My memo")
     run.grant_evidence(PRIVATE_OTHER, "private", OTHER, "Someone else's portfolio")
     run.issue_numeric("num-weight", "12.5", "%", 1, PUBLIC)
-    run.collect_events()
+    if not pending:
+        run.collect_events()
     return run
 
 
