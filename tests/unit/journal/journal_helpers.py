@@ -1,0 +1,163 @@
+"""Builders for the journal tests (imported by name; fixtures live in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any
+
+from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.publication import AnswerPublished, AnswerUnchanged, CommittedBlock, Content, Receipt
+from imprint.contracts.runtime import (
+    Condition,
+    EvidenceGranted,
+    EvidenceItem,
+    EvidenceSet,
+    QuestionConditionSet,
+    RunAdmitted,
+    RunCompleted,
+    RunQueued,
+    RunStarted,
+)
+from imprint.contracts.sources import SourceTombstoned
+from imprint.contracts.topics import Topic
+from services.common.inbound import Inbound
+
+ACCOUNT = "acct-1"
+OTHER = "acct-2"
+QUESTION = "What was the  Q3 revenue of Nordwind GmbH?"
+ANSWER = "Nordwind GmbH reported EUR 41.2m revenue in Q3."
+EXCERPT = "Q3 revenue rose to EUR 41.2 million (annual report, p. 12)."
+
+TOPIC_OF = {
+    "run.": Topic.RUNTIME,
+    "evidence.": Topic.RUNTIME,
+    "tool.": Topic.RUNTIME,
+    "answer.": Topic.PUBLICATION,
+    "source.": Topic.SOURCES,
+    "conversation.": Topic.CONTROL,
+}
+
+
+def topic_for(message: Any) -> str:
+    for prefix, topic in TOPIC_OF.items():
+        if message.type.startswith(prefix):
+            return str(topic)
+    raise ValueError(message.type)
+
+
+class Feeder:
+    """Wraps messages as Inbound with increasing offsets per topic (partition 0)."""
+
+    def __init__(self, journal: Any) -> None:
+        self.journal = journal
+        self.offsets: dict[str, itertools.count[int]] = defaultdict(itertools.count)
+        self.sent: list[Inbound] = []
+
+    def wrap(self, *messages: Any, partition: int = 0) -> list[Inbound]:
+        out = []
+        for m in messages:
+            topic = topic_for(m)
+            out.append(Inbound(topic, partition, next(self.offsets[f"{topic}#{partition}"]), m))
+        return out
+
+    def __call__(self, *messages: Any) -> list[Inbound]:
+        batch = self.wrap(*messages)
+        self.journal.process(batch)
+        self.sent.extend(batch)
+        return batch
+
+
+def qcs(qcs_id: str, *, inherits_from: str | None = None, conditions: list[Condition] | None = None) -> QuestionConditionSet:
+    if conditions is None:
+        conditions = [Condition(name="period", value="2024 Q3 secret-cond")]
+    return QuestionConditionSet(qcs_id=qcs_id, inherits_from=inherits_from, conditions=conditions)
+
+
+def admitted(
+    run_id: str,
+    *,
+    conversation_id: str = "conv-1",
+    message_id: str | None = None,
+    account_id: str = ACCOUNT,
+    question: str = QUESTION,
+    qcs_set: QuestionConditionSet | None = None,
+) -> RunAdmitted:
+    return RunAdmitted(
+        run_id=run_id,
+        account_id=account_id,
+        conversation_id=conversation_id,
+        message_id=message_id or f"msg-{run_id}",
+        question=question,
+        qcs=qcs_set or qcs(f"qcs-{run_id}"),
+    )
+
+
+def evidence(*sources: str, excerpt: str = EXCERPT) -> EvidenceSet:
+    return EvidenceSet(
+        items=[EvidenceItem(source_id=s, title=f"Title of {s}", excerpt=f"{excerpt} [{s}]") for s in sources],
+        snapshot_id="snap-7",
+        knowledge_version="kv-2024.09",
+    )
+
+
+def completed(run_id: str, outcome: str = "answered", answer: str | None = ANSWER, sources: tuple[str, ...] = ("src-a", "src-b")) -> RunCompleted:
+    return RunCompleted(run_id=run_id, outcome=outcome, answer_text=answer, evidence=evidence(*sources))  # type: ignore[arg-type]
+
+
+def to_running(run_id: str, **kw: Any) -> list[Any]:
+    return [admitted(run_id, **kw), RunQueued(run_id=run_id), RunStarted(run_id=run_id)]
+
+
+def granted(run_id: str, source_id: str) -> EvidenceGranted:
+    return EvidenceGranted(run_id=run_id, source_id=source_id, scope="public", owner_account_id=ACCOUNT, title=f"Title of {source_id}")
+
+
+def tombstoned(source_id: str) -> SourceTombstoned:
+    return SourceTombstoned(source_id=source_id)
+
+
+def delete_requested(conversation_id: str = "conv-1", account_id: str = ACCOUNT, reason: str = "user") -> ConversationDeleteRequested:
+    return ConversationDeleteRequested(conversation_id=conversation_id, account_id=account_id, reason=reason)  # type: ignore[arg-type]
+
+
+def published(run_id: str, candidate_id: str, block_id: str, revision: int = 1) -> AnswerPublished:
+    from datetime import UTC, datetime
+
+    return AnswerPublished(
+        run_id=run_id,
+        block=CommittedBlock(
+            block_id=block_id,
+            revision=revision,
+            delivery_ordinal=1,
+            candidate_id=candidate_id,
+            content=Content(type="text", markdown="committed block body"),
+            source_hint="sources_unverified",
+            body_sha256="ab" * 32,
+            receipt=Receipt(receipt_id=f"rcpt-{block_id}-{revision}", log_position=17, committed_at=datetime.now(UTC)),
+        ),
+    )
+
+
+def unchanged(run_id: str, candidate_id: str, block_id: str) -> AnswerUnchanged:
+    from datetime import UTC, datetime
+
+    return AnswerUnchanged(
+        run_id=run_id,
+        candidate_id=candidate_id,
+        block_id=block_id,
+        revision=1,
+        receipt=Receipt(receipt_id=f"rcpt-{block_id}-1", log_position=17, committed_at=datetime.now(UTC)),
+    )
+
+
+def stored_payloads(journal: Any) -> bytes:
+    """Every stored event's state bytes, concatenated (what a dump of the event table holds)."""
+    out = []
+    position = 0
+    while True:
+        page = journal.recorder.select_notifications(start=position, limit=1000, inclusive_of_start=False)
+        if not page:
+            return b"".join(out)
+        out.extend(n.state for n in page)
+        position = page[-1].id
