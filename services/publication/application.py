@@ -27,7 +27,7 @@ from eventsourcing.application import AggregateNotFoundError, Application, Proce
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, ProcessRecorder
 
 from imprint.contracts.base import Message
-from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
+from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown, WithdrawalCause
 from imprint.contracts.runtime import EvidenceGranted, NumericIssued, RunAdmitted
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
@@ -40,10 +40,9 @@ from imprint.publication import (
     PublicationRun,
     SourceRecord,
     SourceStanding,
-    cited_sources,
     intake,
-    preview_of,
-    settle,
+    preview_for,
+    sources_to_check,
 )
 from services.common.inbound import Inbound
 
@@ -190,39 +189,38 @@ class PublicationLog(Application[uuid.UUID]):
             return []
         if run.settled(candidate.candidate_id) is not None:
             return []  # a redelivered candidate that was committed before: nothing new
-        standing = unit.standing(cited_sources(candidate))
-        decisions = settle(candidate, run.facts(), standing, self.policy)
-        modifications = [d for d in decisions if isinstance(d, Commit) and d.is_modification]
-        if modifications:
+        standing = unit.standing(sources_to_check(candidate, run.facts()))
+        if any(block.wants_modification for block in candidate.blocks):
+            prepared = run.prepare(candidate, standing, self.policy)
+            modifications = [d for d in prepared if isinstance(d, Commit) and d.is_modification]
             for decision in modifications:
-                run.consume_preview_quota(candidate.candidate_id, decision.block_index, decision.block.block_id)
-            self._flush(unit)  # P13: the quota a preview is about to show is durable first
-        run.record_settlement(candidate, decisions)
+                run.consume_preview_quota(candidate.candidate_id, decision.block_index, decision.block_id)
+            if modifications:
+                self._flush(unit)  # P13: the quota a preview is about to show is durable first
+        decisions = run.settle(candidate, standing, self.policy)
         commits = [d for d in decisions if isinstance(d, Commit)]
         for decision in commits:
             for source_id in decision.block.effective_sources or ():
                 record = unit.source(source_id, create=True)
                 assert record is not None
                 record.record_reliance(message.run_id)
-        unit.candidates.append((message.run_id, candidate.candidate_id, [d.block.block_id for d in commits]))
+        unit.candidates.append((message.run_id, candidate.candidate_id, [d.block_id for d in commits]))
         log.info("candidate settled", run_id=message.run_id, candidate_id=candidate.candidate_id,
                  decisions=[type(d).__name__ for d in decisions])
-        return [(Topic.PUBLICATION, preview_of(message.run_id, d)) for d in commits]
+        return [(Topic.PUBLICATION, preview_for(message.run_id, d)) for d in commits]
 
     def _withdraw(self, unit: UnitOfWork, message: SourceRevoked | SourceTombstoned) -> None:
         record = unit.source(message.source_id, create=True)
         assert record is not None
         if isinstance(message, SourceRevoked):
             record.revoke(message.account_id, message.reason)
-            cause = "source_revoked"
+            cause: WithdrawalCause = "source_revoked"
         else:
             record.tombstone()
             cause = "source_tombstoned"
+        account_id = message.account_id if isinstance(message, SourceRevoked) else None
         for run_id in list(record.dependents):
-            run = unit.run(run_id)
-            if isinstance(message, SourceRevoked) and message.account_id not in (None, run.account_id):
-                continue
-            withdrawn = run.withdraw_for_source(message.source_id, cause)
+            withdrawn = unit.run(run_id).withdraw_for_source(message.source_id, cause, account_id)
             if withdrawn:
                 log.info("blocks withdrawn", run_id=run_id, source_id=message.source_id, blocks=withdrawn)
 

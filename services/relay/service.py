@@ -18,7 +18,8 @@ RELAY_NAME = "relay→imprint.publication.v1"
 
 
 def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
-    return [(Topic.PUBLICATION, message) for message in announce(domain_event)]
+    message = announce(domain_event)
+    return [] if message is None else [(Topic.PUBLICATION, message)]
 
 
 async def serve(settings: Settings) -> None:
