@@ -7,15 +7,17 @@ commit issues an id."""
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 
-BLOCK_ID_NAMESPACE = uuid.UUID("6a1f5b0e-3c7d-5e9a-9b2f-1d4c8e7a0b13")
 BLOCK_ID_PREFIX = "blk_"
+_DOMAIN = b"imprint.publication.block_id.v1\x1f"
 
 
 def issue_block_id(run_id: str, candidate_id: str, block_index: int) -> str:
-    name = f"{run_id}\x1f{candidate_id}\x1f{block_index}"
-    return BLOCK_ID_PREFIX + uuid.uuid5(BLOCK_ID_NAMESPACE, name).hex
+    """``blk_`` + 32 hex digits of a SHA-256 over the origin (stable, unguessable
+    without knowing the run and candidate identities)."""
+    name = f"{run_id}\x1f{candidate_id}\x1f{block_index}".encode("utf-8", "surrogatepass")
+    return BLOCK_ID_PREFIX + hashlib.sha256(_DOMAIN + name).hexdigest()[:32]
 
 
 def looks_issued(block_id: str) -> bool:

@@ -21,15 +21,18 @@ from typing import Any, Callable, Mapping
 from imprint.publication.facts import BlockRecord
 
 FINGERPRINT_FIELDS = (
-    "content", "role", "citations", "numbers", "depends_on",
+    "role", "citations", "numbers", "depends_on",
     "source_hint", "effective_sources", "hints", "truncated", "body_sha256",
 )
 
 
 def fingerprint(view: Mapping[str, Any], labels: tuple[str, ...] | list[str] = ()) -> str:
     """Digest of everything a revision binds; ``view`` is a JSON-shaped BlockView.
-    Identity and position (block_id, revision, ordinal, candidate) are left out."""
+    Identity and position (block_id, revision, ordinal, candidate) are left out;
+    the body enters through ``body_sha256`` (the exact bytes) and its content type."""
     bound = {name: view.get(name) for name in FINGERPRINT_FIELDS}
+    content = view.get("content") or {}
+    bound["content_type"] = content.get("type")
     bound["labels"] = list(labels)
     canonical = json.dumps(bound, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
