@@ -33,6 +33,8 @@ TOPIC_OF = {
     "run.": Topic.RUNTIME,
     "evidence.": Topic.RUNTIME,
     "tool.": Topic.RUNTIME,
+    "model.": Topic.RUNTIME,
+    "router.": Topic.RUNTIME,
     "answer.": Topic.PUBLICATION,
     "source.": Topic.SOURCES,
     "conversation.": Topic.CONTROL,
