@@ -1,0 +1,145 @@
+"""D6: bearer tokens (HS256, ``sub`` = account, ``exp`` required), the request size
+limit and a per-account rate limit for POST routes.
+
+A malformed, unsigned, wrongly signed or expired token is 401. Whether a run does
+not exist or belongs to another account is indistinguishable: both are 404."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from fastapi import HTTPException, Request
+
+from imprint.settings import Settings
+
+ALGORITHM = "HS256"
+ISSUER = "imprint"
+
+
+class Unauthorized(HTTPException):
+    def __init__(self, detail: str = "invalid or missing bearer token") -> None:
+        super().__init__(status_code=401, detail=detail, headers={"WWW-Authenticate": 'Bearer realm="imprint"'})
+
+
+def mint_token(settings: Settings, account: str, ttl: float | None = None, *, ttl_seconds: float | None = None) -> str:
+    """A bearer token for ``account`` (``imprint token --account A``)."""
+    if not account or len(account) > 200:
+        raise ValueError("account must be 1..200 characters")
+    lifetime = ttl_seconds if ttl_seconds is not None else ttl
+    lifetime = settings.token_ttl_seconds if lifetime is None else lifetime
+    now = int(time.time())
+    claims = {"sub": account, "iat": now, "exp": now + int(lifetime), "iss": ISSUER}
+    return jwt.encode(claims, settings.auth_secret.get_secret_value(), algorithm=ALGORITHM)
+
+
+def verify_token(settings: Settings, token: str) -> str:
+    """The account named by a valid token; :class:`Unauthorized` otherwise."""
+    try:
+        claims = jwt.decode(
+            token, settings.auth_secret.get_secret_value(), algorithms=[ALGORITHM],
+            options={"require": ["exp", "sub"]}, leeway=0,
+        )
+    except jwt.ExpiredSignatureError as error:
+        raise Unauthorized("token expired") from error
+    except jwt.PyJWTError as error:
+        raise Unauthorized() from error
+    account = claims.get("sub")
+    if not isinstance(account, str) or not account or len(account) > 200:
+        raise Unauthorized()
+    return account
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized()
+    return token.strip()
+
+
+def account_dependency(settings: Settings) -> Callable[[Request], Awaitable[str]]:
+    async def current_account(request: Request) -> str:
+        account = verify_token(settings, bearer(request))
+        request.state.account = account
+        return account
+
+    return current_account
+
+
+@dataclass
+class RateLimiter:
+    """A token bucket per account: ``rate`` requests per ``per`` seconds, burst ``rate``."""
+
+    rate: int = 60
+    per: float = 60.0
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def allow(self, account: str) -> tuple[bool, float]:
+        now = time.monotonic()
+        tokens, stamp = self.buckets.get(account, (float(self.rate), now))
+        tokens = min(float(self.rate), tokens + (now - stamp) * self.rate / self.per)
+        if tokens < 1.0:
+            self.buckets[account] = (tokens, now)
+            return False, (1.0 - tokens) * self.per / self.rate
+        self.buckets[account] = (tokens - 1.0, now)
+        if len(self.buckets) > 100_000:
+            self.buckets.clear()
+        return True, 0.0
+
+
+class RequestSizeLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is refused with 413 — by its
+    Content-Length, or (chunked bodies) by reading at most ``limit + 1`` bytes first."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = True
+                if too_big:
+                    await _refuse(send, 413, b'{"detail":"request body too large"}')
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await _refuse(send, 413, b'{"detail":"request body too large"}')
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        buffered = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": buffered, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

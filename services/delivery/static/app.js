@@ -1,0 +1,513 @@
+/* imprint reference web client: no build step, no dependencies.
+ *
+ * - opens /v1/runs/{run}/events with fetch + a streaming SSE parser (EventSource
+ *   cannot send Authorization), resumes with Last-Event-ID after any drop;
+ * - applies state-carrying block frames: blocks[block_id] = frame.block (null removes);
+ *   renders blocks by delivery_ordinal, replaces revisions in place, marks previews
+ *   as unsaved, shows source hints and truncation, drops withdrawn blocks;
+ * - holds every frame id and body hash across reconnects and checks stream-summary
+ *   and the terminal (D3); any gap, repeat, frame after done or mismatch is an error;
+ * - reports client.received / client.rendered (and client.conflict) receipts;
+ * - renders model markdown with DOM nodes and textContent only: model text can never
+ *   become markup or script.
+ */
+(function () {
+  "use strict";
+
+  // ---------------------------------------------------------------- SHA-256 (UTF-8)
+  const K = new Uint32Array([
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2]);
+
+  function sha256Hex(text) {
+    const bytes = new TextEncoder().encode(text);
+    const bitLength = bytes.length * 8;
+    const padded = new Uint8Array(((bytes.length + 9 + 63) >> 6) << 6);
+    padded.set(bytes);
+    padded[bytes.length] = 0x80;
+    const view = new DataView(padded.buffer);
+    view.setUint32(padded.length - 8, Math.floor(bitLength / 0x100000000));
+    view.setUint32(padded.length - 4, bitLength >>> 0);
+    const h = new Uint32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]);
+    const w = new Uint32Array(64);
+    const rotr = (x, n) => (x >>> n) | (x << (32 - n));
+    for (let offset = 0; offset < padded.length; offset += 64) {
+      for (let i = 0; i < 16; i++) w[i] = view.getUint32(offset + i * 4);
+      for (let i = 16; i < 64; i++) {
+        const s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >>> 3);
+        const s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >>> 10);
+        w[i] = (w[i - 16] + s0 + w[i - 7] + s1) >>> 0;
+      }
+      let [a, b, c, d, e, f, g, hh] = h;
+      for (let i = 0; i < 64; i++) {
+        const S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+        const ch = (e & f) ^ (~e & g);
+        const t1 = (hh + S1 + ch + K[i] + w[i]) >>> 0;
+        const S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+        const maj = (a & b) ^ (a & c) ^ (b & c);
+        const t2 = (S0 + maj) >>> 0;
+        hh = g; g = f; f = e; e = (d + t1) >>> 0; d = c; c = b; b = a; a = (t1 + t2) >>> 0;
+      }
+      h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+    }
+    return Array.from(h, (x) => (x >>> 0).toString(16).padStart(8, "0")).join("");
+  }
+
+  // ---------------------------------------------------------------- state
+  const $ = (id) => document.getElementById(id);
+  const TERMINAL = new Set(["stream-summary", "done"]);
+  const HINT_LABEL = {
+    sources_verified: ["sources verified", "verified"],
+    sources_partial: ["some sources unverified", "partial"],
+    sources_unverified: ["sources unverified", "unverified"],
+    unknown: ["sources unknown", "unknown"],
+  };
+  const STATUS_LABEL = { unsaved: "unsaved preview", save_unknown: "unsaved — save unconfirmed", conflict: "conflicting versions" };
+
+  const client = {
+    runId: "", token: "",
+    lastId: 0,
+    held: new Map(),        // id -> {event, sha}: every frame held, across reconnects (D3)
+    blocks: new Map(),      // block_id -> display entry
+    content: new Map(),     // seq -> text
+    summary: null,          // {id, data}
+    done: false, validated: null,
+    errors: [], duplicates: 0, connections: 0,
+    status: null,
+    abort: null, retryDelay: 250, stopped: false,
+    receipts: { received: 0, rendered: 0, timers: {} },
+    renderQueued: false,
+  };
+  window.imprintClient = client;
+
+  function fail(code, message) {
+    client.errors.push(code);
+    const p = document.createElement("p");
+    p.dataset.code = code;
+    p.textContent = message;
+    $("errors").appendChild(p);
+  }
+
+  function notice(message) {
+    const p = document.createElement("p");
+    p.textContent = message;
+    $("notices").appendChild(p);
+  }
+
+  // ---------------------------------------------------------------- safe markdown
+  const INLINE = /\[\[(cite|num|ref):([^\]\s]{1,200})\]\]|\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*|`([^`]+)`/g;
+
+  function inline(parent, text, block) {
+    let last = 0;
+    for (const m of text.matchAll(INLINE)) {
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      last = m.index + m[0].length;
+      if (m[1] === "cite") {
+        const idx = (block.citations || []).findIndex((c) => c.source_id === m[2]);
+        const sup = document.createElement("sup");
+        sup.className = "cite";
+        const status = idx >= 0 ? block.citations[idx].status : "unverified";
+        sup.textContent = idx >= 0 && status === "valid" ? `[${idx + 1}]` : "[?]";
+        sup.title = idx >= 0 ? `${m[2]} (${status})` : "citation not verified";
+        parent.appendChild(sup);
+      } else if (m[1] === "num") {
+        const n = (block.numbers || []).find((x) => x.handle_id === m[2]);
+        const span = document.createElement("span");
+        if (n) { span.textContent = n.rendered; } else { span.className = "num-missing"; span.textContent = "value unavailable"; }
+        parent.appendChild(span);
+      } else if (m[1] === "ref") {
+        const span = document.createElement("span");
+        span.className = "ref";
+        span.textContent = "(see block " + m[2] + ")";
+        parent.appendChild(span);
+      } else if (m[3] !== undefined) {
+        const strong = document.createElement("strong");
+        strong.textContent = m[3];
+        parent.appendChild(strong);
+      } else if (m[4] !== undefined) {
+        const em = document.createElement("em");
+        em.textContent = m[4];
+        parent.appendChild(em);
+      } else if (m[5] !== undefined) {
+        const code = document.createElement("code");
+        code.textContent = m[5];
+        parent.appendChild(code);
+      }
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  function renderMarkdown(container, markdown, block) {
+    let paragraph = null;
+    let list = null;
+    for (const line of String(markdown).split(/\r?\n/)) {
+      const item = /^\s*(?:([-*+])|(\d{1,6})[.)])\s+(.*)$/.exec(line);
+      if (item) {
+        paragraph = null;
+        const kind = item[1] ? "UL" : "OL";
+        if (!list || list.tagName !== kind) { list = document.createElement(kind.toLowerCase()); container.appendChild(list); }
+        const li = document.createElement("li");
+        inline(li, item[3], block);
+        list.appendChild(li);
+        continue;
+      }
+      list = null;
+      if (!line.trim()) { paragraph = null; continue; }
+      const heading = /^(#{1,6})\s+(.*)$/.exec(line);
+      if (heading) {
+        paragraph = null;
+        const h = document.createElement("h" + Math.min(6, heading[1].length + 2));
+        inline(h, heading[2], block);
+        container.appendChild(h);
+        continue;
+      }
+      if (!paragraph) { paragraph = document.createElement("p"); container.appendChild(paragraph); }
+      else paragraph.appendChild(document.createElement("br"));
+      inline(paragraph, line, block);
+    }
+  }
+
+  // ---------------------------------------------------------------- rendering
+  function badge(text, cls) {
+    const span = document.createElement("span");
+    span.className = "badge " + (cls || "");
+    span.textContent = text;
+    return span;
+  }
+
+  function fillBlock(el, entry) {
+    el.replaceChildren();
+    el.dataset.blockId = entry.block_id;
+    el.dataset.revision = String(entry.revision);
+    el.dataset.status = entry.status;
+    el.dataset.ordinal = String(entry.delivery_ordinal);
+    const badges = document.createElement("div");
+    badges.className = "badges";
+    if (entry.status !== "saved") badges.appendChild(badge(STATUS_LABEL[entry.status] || entry.status, entry.status === "conflict" ? "conflict" : "unsaved"));
+    const hint = HINT_LABEL[entry.source_hint] || HINT_LABEL.unknown;
+    if (entry.status !== "conflict") badges.appendChild(badge(hint[0], hint[1]));
+    if (entry.revision > 1) badges.appendChild(badge("revision " + entry.revision));
+    for (const h of entry.hints || []) badges.appendChild(badge(h.replace(/_/g, " ")));
+    if (entry.conflict && entry.status !== "conflict") badges.appendChild(badge("a newer version conflicts", "conflict"));
+    el.appendChild(badges);
+    const body = document.createElement("div");
+    body.className = "body";
+    if (entry.content === null || entry.content === undefined) {
+      const p = document.createElement("p");
+      p.textContent = "This block has conflicting versions and is withheld.";
+      body.appendChild(p);
+    } else if (entry.content.type === "table") {
+      const pre = document.createElement("pre");
+      pre.textContent = entry.content.markdown;
+      body.appendChild(pre);
+    } else {
+      renderMarkdown(body, entry.content.markdown, entry);
+    }
+    el.appendChild(body);
+    if (entry.truncated) {
+      const t = document.createElement("p");
+      t.className = "truncated";
+      t.textContent = "This block was truncated.";
+      el.appendChild(t);
+    }
+  }
+
+  function render() {
+    client.renderQueued = false;
+    const container = $("blocks");
+    const existing = new Map();
+    for (const el of Array.from(container.children)) existing.set(el.dataset.blockId, el);
+    for (const [id, el] of existing) if (!client.blocks.has(id)) el.remove();
+    const ordered = Array.from(client.blocks.values()).sort(
+      (a, b) => a.delivery_ordinal - b.delivery_ordinal || (a.block_id < b.block_id ? -1 : 1));
+    let previous = null;
+    for (const entry of ordered) {
+      let el = existing.get(entry.block_id);
+      if (!el) { el = document.createElement("section"); el.className = "block"; }
+      if (el.dataset.rendered !== JSON.stringify(entry)) {
+        fillBlock(el, entry);
+        el.dataset.rendered = JSON.stringify(entry);
+      }
+      const want = previous ? previous.nextSibling : container.firstChild;
+      if (want !== el) container.insertBefore(el, want);  // in place; moved only if out of order
+      previous = el;
+    }
+    const text = Array.from(client.content.keys()).sort((a, b) => a - b).map((k) => client.content.get(k)).join("");
+    if (text) { $("closed").hidden = false; $("content").textContent = text; }
+    requestReceipt("client.rendered");
+  }
+
+  function scheduleRender() {
+    if (client.renderQueued) return;
+    client.renderQueued = true;
+    requestAnimationFrame(render);
+  }
+
+  // ---------------------------------------------------------------- receipts
+  async function post(path, body) {
+    try {
+      const response = await fetch(path, {
+        method: "POST", cache: "no-store",
+        headers: { "Content-Type": "application/json", Authorization: "Bearer " + client.token },
+        body: JSON.stringify(body),
+      });
+      return response.ok;
+    } catch (e) {
+      return false;
+    }
+  }
+
+  function requestReceipt(type, immediate) {
+    const key = type === "client.received" ? "received" : "rendered";
+    if (client.lastId <= client.receipts[key]) return;
+    if (client.receipts.timers[key] && !immediate) return;
+    const send = () => {
+      client.receipts.timers[key] = null;
+      const last = client.lastId;
+      if (last <= client.receipts[key]) return;
+      client.receipts[key] = last;
+      post(`/v1/runs/${encodeURIComponent(client.runId)}/receipts`, {
+        type, last_event_id: last, block_ids: Array.from(client.blocks.keys()).slice(0, 500),
+      });
+    };
+    if (immediate) { clearTimeout(client.receipts.timers[key]); send(); return; }
+    client.receipts.timers[key] = setTimeout(send, 1500);
+  }
+
+  function reportConflict(detail) {
+    post(`/v1/runs/${encodeURIComponent(client.runId)}/receipts`, {
+      type: "client.conflict", last_event_id: client.lastId, detail: String(detail).slice(0, 2000),
+    });
+  }
+
+  // ---------------------------------------------------------------- frames
+  function verifySummary(summaryId, data) {
+    const ids = Array.from(client.held.keys()).filter((id) => id < summaryId && !TERMINAL.has(client.held.get(id).event)).sort((a, b) => a - b);
+    const lines = ids.map((id) => `${id}:${client.held.get(id).sha}\n`).join("");
+    const ok = data && data.frame_count === ids.length && data.last_id === (ids.length ? ids[ids.length - 1] : 0)
+      && data.digest === sha256Hex(lines);
+    return ok;
+  }
+
+  function handleFrame(id, event, raw) {
+    if (!Number.isInteger(id)) { fail("missing_id", "A frame arrived without an id."); return; }
+    if (client.held.has(id) || id <= client.lastId) { client.duplicates += 1; fail("duplicate_id", "Frame " + id + " arrived twice."); return; }
+    if (id !== client.lastId + 1) fail("id_gap", "Frames " + (client.lastId + 1) + "–" + (id - 1) + " are missing.");
+    if (client.done) { fail("frame_after_terminal", "A frame arrived after the end of the stream."); reportConflict("frame after terminal"); }
+    let data = raw;
+    if (event !== "done") {
+      try { data = JSON.parse(raw); } catch (e) { fail("bad_frame", "Frame " + id + " is not JSON."); }
+    }
+    client.held.set(id, { event, sha: data && typeof data === "object" ? data.body_sha256 || "" : "" });
+    client.lastId = id;
+
+    if (event === "done") {
+      if (client.done) { fail("duplicate_terminal", "The stream ended twice."); return; }
+      client.done = true;
+      const problems = [];
+      if (raw !== "[DONE]") problems.push("contradictory terminal");
+      if (!client.summary) problems.push("missing stream summary");
+      else if (client.summary.id !== id - 1) problems.push("summary not right before the terminal");
+      else if (!verifySummary(client.summary.id, client.summary.data)) problems.push("stream summary does not match the frames held");
+      client.validated = problems.length === 0;
+      const footer = $("integrity");
+      if (client.validated) {
+        footer.dataset.state = "ok";
+        footer.textContent = `complete: ${client.held.size} frames, summary verified`;
+        $("status").textContent = "complete";
+      } else {
+        footer.dataset.state = "error";
+        footer.textContent = "stream integrity error: " + problems.join("; ");
+        fail("summary_mismatch", "The stream could not be verified: " + problems.join("; "));
+        reportConflict(problems.join("; "));
+      }
+      $("cancel").disabled = true;
+      requestReceipt("client.received", true);
+      render();
+      requestReceipt("client.rendered", true);
+      return;
+    }
+    if (event === "stream-summary") {
+      if (client.summary) fail("duplicate_summary", "Two stream summaries arrived.");
+      client.summary = { id, data };
+      return;
+    }
+    if (!data || typeof data !== "object") return;
+    const stripped = data.superseded || data.purged || data.withdrawn;
+    switch (event) {
+      case "answer-preview": case "answer-publication": case "answer-withdrawn": case "answer-rejected":
+        if (!stripped && "block" in data && data.block_id) {
+          if (data.block) client.blocks.set(data.block_id, data.block);
+          else client.blocks.delete(data.block_id);
+        }
+        if (event === "answer-rejected" && !stripped) {
+          notice(data.rejection === "revision" ? `A revision was not applied (${data.reason}).` : `A block could not be published (${data.reason}).`);
+        }
+        if (stripped && data.block_id && (data.withdrawn || data.purged)) client.blocks.delete(data.block_id);
+        break;
+      case "error":
+        if (!stripped) {
+          fail("protocol_conflict", `Block ${data.block_id} revision ${data.revision} arrived with two different bodies; neither is shown as final.`);
+          reportConflict(`protocol conflict on ${data.block_id} r${data.revision}`);
+        }
+        break;
+      case "run-status":
+        if (!stripped) {
+          client.status = data;
+          const label = data.state === "completed" && !client.done ? "completed — delivering" : data.state + (data.outcome ? " (" + data.outcome + ")" : "");
+          $("status").textContent = label;
+          $("status").dataset.state = data.state || "";
+          $("cancel").disabled = ["completed", "stopped", "failed", "throttled", "rejected"].includes(data.state);
+        }
+        break;
+      case "progress":
+        if (!stripped) $("progress").textContent = data.stage + (data.detail ? ": " + data.detail : "");
+        break;
+      case "content":
+        if (!stripped && typeof data.text === "string") client.content.set(data.seq, data.text);
+        break;
+      case "evidence-summary":
+        if (!stripped) {
+          const list = $("evidence");
+          list.replaceChildren();
+          for (const item of data.items || []) {
+            const li = document.createElement("li");
+            li.textContent = item.redacted ? "(redacted source)" : (item.title || item.source_id);
+            list.appendChild(li);
+          }
+          $("closed").hidden = false;
+        }
+        break;
+      default:
+        break;
+    }
+    scheduleRender();
+    requestReceipt("client.received");
+  }
+
+  // ---------------------------------------------------------------- the stream
+  async function connect() {
+    if (client.stopped || client.done) return;
+    const controller = new AbortController();
+    client.abort = controller;
+    const headers = { Accept: "text/event-stream", Authorization: "Bearer " + client.token };
+    if (client.lastId > 0) headers["Last-Event-ID"] = String(client.lastId);
+    $("connection").dataset.state = "connecting";
+    $("connection").textContent = client.lastId ? "resuming after " + client.lastId : "connecting";
+    let response;
+    try {
+      response = await fetch(`/v1/runs/${encodeURIComponent(client.runId)}/events`, { headers, cache: "no-store", signal: controller.signal });
+    } catch (e) {
+      return retry();
+    }
+    if (response.status === 401) { fail("unauthorized", "The token was refused."); return stop(); }
+    if (response.status === 404) { fail("not_found", "No such run for this account."); return stop(); }
+    if (!response.ok || !response.body) return retry();
+    client.connections += 1;
+    client.retryDelay = 250;
+    $("connection").dataset.state = "open";
+    $("connection").textContent = "connected";
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let frame = { id: null, event: "", data: [] };
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let nl;
+        while ((nl = buffer.indexOf("\n")) >= 0) {
+          let line = buffer.slice(0, nl);
+          buffer = buffer.slice(nl + 1);
+          if (line.endsWith("\r")) line = line.slice(0, -1);
+          if (line === "") {
+            if (frame.data.length || frame.event) handleFrame(frame.id === null ? NaN : Number(frame.id), frame.event || "message", frame.data.join("\n"));
+            frame = { id: null, event: "", data: [] };
+            continue;
+          }
+          if (line.startsWith(":")) continue;  // keep-alive comment
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let value2 = colon < 0 ? "" : line.slice(colon + 1);
+          if (value2.startsWith(" ")) value2 = value2.slice(1);
+          if (field === "id") frame.id = value2;
+          else if (field === "event") frame.event = value2;
+          else if (field === "data") frame.data.push(value2);
+        }
+      }
+    } catch (e) {
+      // connection killed: resume below
+    }
+    if (client.done) {
+      $("connection").dataset.state = "closed";
+      $("connection").textContent = "finished";
+      return;
+    }
+    return retry();
+  }
+
+  function retry() {
+    if (client.stopped || client.done) return;
+    $("connection").dataset.state = "retrying";
+    $("connection").textContent = "reconnecting";
+    const delay = client.retryDelay;
+    client.retryDelay = Math.min(5000, client.retryDelay * 2);
+    setTimeout(connect, delay);
+  }
+
+  function stop() {
+    client.stopped = true;
+    $("connection").dataset.state = "closed";
+    $("connection").textContent = "closed";
+  }
+
+  /** For tests and the curious: drop the current connection; the client resumes. */
+  client.dropConnection = function () { if (client.abort) client.abort.abort(); };
+
+  // ---------------------------------------------------------------- start
+  function params() {
+    const out = new URLSearchParams(location.search);
+    const hash = new URLSearchParams(location.hash.replace(/^#/, ""));
+    for (const [k, v] of hash) out.set(k, v);
+    return out;
+  }
+
+  function start(runId, token) {
+    client.runId = runId;
+    client.token = token;
+    $("run-id").value = runId;
+    $("token").value = token;
+    $("cancel").disabled = false;
+    connect();
+  }
+
+  $("connect").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const runId = $("run-id").value.trim();
+    const tokenValue = $("token").value.trim();
+    if (client.runId) {  // a different run: start from a clean page, token stays in the fragment
+      location.hash = new URLSearchParams({ run: runId, token: tokenValue }).toString();
+      location.reload();
+      return;
+    }
+    start(runId, tokenValue);
+  });
+  $("cancel").addEventListener("click", async () => {
+    $("cancel").disabled = true;
+    const ok = await post(`/v1/runs/${encodeURIComponent(client.runId)}/cancel`, {});
+    notice(ok ? "Stop requested." : "The stop request was not accepted.");
+  });
+
+  const p = params();
+  const run = p.get("run");
+  const token = p.get("token");
+  if (run && token) start(run, token);
+})();

@@ -1,0 +1,160 @@
+"""The SSE response of ``GET /v1/runs/{run_id}/events``.
+
+Three tasks per connection:
+
+* **pump** reads ``frames_after(last)`` from the store (the single source of frames
+  — a new client, a resuming client and a live client run the same code), puts them
+  in a bounded per-client queue, then waits on the notifier (with a poll fallback);
+* **writer** takes frames off the queue and writes them, a keep-alive comment when
+  idle, and finishes the response right after ``done``;
+* **listener** watches for the client's disconnect.
+
+A client that leaves the queue full for ``slow_client_timeout`` seconds is dropped
+(its connection is closed; the process and other clients are untouched). A dropped
+connection is an interruption, never a cancel: only ``POST …/cancel`` stops a run."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from imprint.delivery.frames import Frame
+from imprint.observability import get_logger
+from services.delivery.metrics import DeliveryMetrics
+from services.delivery.notifier import Notifier
+from services.delivery.observer import StreamTap
+from services.delivery.view_store import ViewStore
+
+log = get_logger(__name__)
+
+END = object()
+
+
+class SlowClient(Exception):
+    pass
+
+
+@dataclass
+class StreamConfig:
+    keepalive: float = 15.0
+    queue_size: int = 1000
+    slow_client_timeout: float = 30.0
+    poll_interval: float = 1.0
+    page: int = 500
+
+
+class EventStream(Response):
+    """An ASGI response streaming one run's frames after ``last_id``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, *, run_id: str, last_id: int, store: ViewStore, notifier: Notifier,
+                 config: StreamConfig, metrics: DeliveryMetrics, tap: StreamTap) -> None:
+        super().__init__(status_code=200, media_type=self.media_type)
+        self.run_id = run_id
+        self.last_id = last_id
+        self.store = store
+        self.notifier = notifier
+        self.config = config
+        self.metrics = metrics
+        self.tap = tap
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(1, self.config.queue_size))
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache, no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]})
+        await send({"type": "http.response.body", "body": b"retry: 2000\n\n", "more_body": True})
+        self.metrics.connections.inc()
+        self.metrics.connections_opened.inc()
+        pump = asyncio.create_task(self._pump(queue), name=f"sse-pump-{self.run_id}")
+        writer = asyncio.create_task(self._write(queue, send), name=f"sse-writer-{self.run_id}")
+        listener = asyncio.create_task(self._listen(receive), name=f"sse-listener-{self.run_id}")
+        tasks = {pump, writer, listener}
+        try:
+            while True:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                if writer in done or listener in done:
+                    break
+                if pump in done:
+                    error = pump.exception()
+                    if error is None:
+                        tasks.discard(pump)  # everything is queued; the writer finishes
+                        continue
+                    if isinstance(error, SlowClient):
+                        self.tap.end_reason = "slow_client"
+                        self.metrics.slow_clients.inc()
+                        log.warning("slow client dropped", run_id=self.run_id)
+                    else:
+                        log.error("stream pump failed", run_id=self.run_id, error=repr(error))
+                    writer.cancel()
+                    # Try to end the response; a stuck client gets its connection closed.
+                    try:
+                        await asyncio.wait_for(send({"type": "http.response.body", "body": b"",
+                                                     "more_body": False}), 1.0)
+                    except Exception:
+                        pass
+                    break
+        finally:
+            for task in (pump, writer, listener):
+                task.cancel()
+            await asyncio.gather(pump, writer, listener, return_exceptions=True)
+            self.metrics.connections.dec()
+        if writer.done() and not writer.cancelled() and writer.exception() is not None:
+            log.warning("stream writer ended with an error", run_id=self.run_id, error=repr(writer.exception()))
+
+    async def _pump(self, queue: asyncio.Queue[Any]) -> None:
+        last = self.last_id
+        config = self.config
+        while True:
+            seen = self.notifier.version(self.run_id)
+            frames: list[Frame] = await asyncio.to_thread(self.store.frames_after, self.run_id, last, config.page)
+            for frame in frames:
+                try:
+                    await asyncio.wait_for(queue.put(frame), config.slow_client_timeout)
+                except TimeoutError as error:
+                    raise SlowClient() from error
+                last = frame.id
+                if frame.event == "done":
+                    return
+            if len(frames) >= config.page:
+                continue
+            if not frames:
+                record = await asyncio.to_thread(self.store.run, self.run_id)
+                if record is None or record.deleted:
+                    self.tap.end_reason = "gone"
+                    await queue.put(END)
+                    return
+                if record.terminal and last >= record.last_frame_id:
+                    self.tap.end_reason = "nothing_more"
+                    await queue.put(END)
+                    return
+            await self.notifier.wait(self.run_id, seen, config.poll_interval)
+
+    async def _write(self, queue: asyncio.Queue[Any], send: Any) -> None:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), self.config.keepalive)
+            except TimeoutError:
+                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                continue
+            if item is END:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            frame: Frame = item
+            await send({"type": "http.response.body", "body": frame.sse(), "more_body": True})
+            self.metrics.frames_sent.labels(frame.event).inc()
+            if frame.event == "done":
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+
+    async def _listen(self, receive: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
