@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pub_helpers import ACCOUNT, OTHER, PRIVATE_OWN, PUBLIC, candidate, commit_one, new_run, registry
+from pub_helpers import ACCOUNT, OTHER, PRIVATE_OWN, PUBLIC, candidate, commit_one, registry
 
 from imprint.contracts.publication import AnswerWithdrawn
 from imprint.publication import BlockRecord, Commit, PublicationRun, Rejected, SourceFacts, announce_all

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pub_helpers import PUBLIC, RUN, candidate, new_run, registry
+from pub_helpers import PUBLIC, candidate, new_run, registry
 
 from imprint.publication import Commit, SourceFacts
 from imprint.publication.numbers import UNAVAILABLE
@@ -81,4 +81,3 @@ def test_a_unit_cannot_smuggle_a_token_into_the_display() -> None:
     run.issue_numeric("num-odd", "1", "[[cite:src:x]]\x00", 1)
     commit = rendered(run, token("num", "num-odd"))
     assert "[[" not in commit.block.content.markdown and commit.block.citations == []
-    assert RUN
