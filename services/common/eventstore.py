@@ -7,10 +7,14 @@ Journal and Delivery never share a table."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 from imprint.settings import Settings
+
+T = TypeVar("T")
 
 
 def store_environment(settings: Settings, application: str) -> dict[str, str]:
@@ -54,3 +58,20 @@ def ensure_schema(settings: Settings) -> None:
     assert settings.database_url is not None
     with psycopg.connect(settings.database_url, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.database_schema)))
+
+
+def open_application(construct: Callable[[], T], attempts: int = 5) -> T:
+    """Construct an eventsourcing application, retrying the race of two processes
+    creating the same tables at once (PostgreSQL reports it as a duplicate type)."""
+    import time
+
+    from eventsourcing.persistence import IntegrityError
+
+    for attempt in range(attempts):
+        try:
+            return construct()
+        except IntegrityError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")

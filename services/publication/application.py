@@ -140,7 +140,11 @@ class PublicationLog(Application[uuid.UUID]):
 
     def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         for name, group in groupby(batch, key=lambda item: item.tracking.application_name):
-            fresh = [item for item in group if item.offset > self.position(name)]
+            items = list(group)
+            fresh = [item for item in items if item.offset > self.position(name)]
+            if len(fresh) < len(items):
+                log.info("redelivered positions skipped", tracking=name, skipped=len(items) - len(fresh),
+                         committed_through=self.position(name))
             if fresh:
                 self._process_partition(fresh, emit)
 

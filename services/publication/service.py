@@ -9,7 +9,7 @@ from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy
 from imprint.settings import Settings
-from services.common.eventstore import ensure_schema, store_environment
+from services.common.eventstore import ensure_schema, open_application, store_environment
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox, make_broker, subscribe_tracked
 from services.common.lifecycle import run_until_stopped
@@ -23,7 +23,8 @@ def open_log(settings: Settings) -> PublicationLog:
         modifications_per_run=settings.run_modification_quota,
         display_char_limit=settings.display_char_limit,
     )
-    return PublicationLog(env=store_environment(settings, PublicationLog.name), policy=policy)
+    env = store_environment(settings, PublicationLog.name)
+    return open_application(lambda: PublicationLog(env=env, policy=policy))
 
 
 async def serve(settings: Settings) -> None:

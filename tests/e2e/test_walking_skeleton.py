@@ -88,6 +88,7 @@ def test_a_redelivered_runtime_message_yields_one_revision_and_one_published_eve
     assert len({v["event_id"] for v in only_once}) == 1, "one answer.published per committed event after dedupe"
     assert {v["block"]["revision"] for v in only_once} == {1}
     assert [v["block"]["delivery_ordinal"] for v in published if v["block"]["content"]["markdown"].startswith("Marker")] == [2]
+    assert "redelivered positions skipped" in stack.log("publication"), "the rewind really redelivered"
     assert "batch failed" not in stack.log("publication")
 
 
