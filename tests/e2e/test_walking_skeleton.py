@@ -43,6 +43,7 @@ def test_answer_part_reaches_the_browser_stream_and_resumes_without_gap_or_repea
                                             owner_account_id="acct-1", title="Handbook"),
                             part(run, "call-1", "Water boils at 100 °C at sea level [[cite:src-public-1]]."),
                             part(run, "call-2", "At altitude it boils lower.")))
+        stack.wait_for_run(run, token)
 
         def two_published(frames: list) -> bool:
             return sum(f.event == "answer-publication" for f in frames) >= 2

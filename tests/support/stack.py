@@ -93,6 +93,19 @@ class Stack:
         self.wait_ready()
         return self
 
+    def wait_for_run(self, run_id: str, token: str, timeout: float = 30) -> dict:
+        """Poll ``GET /v1/runs/{run_id}`` until Delivery knows the run (it learns runs from imprint.runs.v1)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            response = httpx.get(f"{self.base_url}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"})
+            if response.status_code == 200:
+                return response.json()
+            time.sleep(0.2)
+        raise AssertionError(f"delivery never learned run {run_id}:\n" + self.log("journal")[-3000:])
+
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         for part in list(self.processes):
             self.stop(part)
+        if e is not None:
+            for part in self.parts:
+                print(f"----- {part} log (tail) -----\n{self.log(part)[-3000:]}", file=sys.stderr)

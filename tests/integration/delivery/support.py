@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -22,22 +21,14 @@ import uvicorn
 from aiokafka import AIOKafkaProducer
 
 from imprint.contracts.base import Message
-from imprint.contracts.publication import (
-    AnswerPreview,
-    AnswerPublished,
-    BlockView,
-    CommittedBlock,
-    Content,
-    Receipt,
-)
 from imprint.contracts.registry import encode
-from imprint.contracts.runs import RunClosed, RunTransitioned
 from imprint.contracts.topics import Topic
 from imprint.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.app import topic_for
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
+from tests.unit.delivery.delivery_builders import block, closed, preview, published, running  # noqa: F401
 
 
 def free_port() -> int:
@@ -130,46 +121,6 @@ class Feeder:
         touched = self.store.process(batch)
         self.notifier.notify_threadsafe(touched)
         return touched
-
-
-# ----------------------------------------------------------------------- builders
-
-def block(block_id: str, revision: int, markdown: str, ordinal: int = 1, candidate: str | None = None,
-          **extra: Any) -> dict[str, Any]:
-    import hashlib
-
-    return dict(block_id=block_id, revision=revision, delivery_ordinal=ordinal,
-                candidate_id=candidate or f"tool:{block_id}-{revision}",
-                content=Content(type="text", markdown=markdown),
-                source_hint=extra.pop("source_hint", "sources_unverified"),
-                body_sha256=extra.pop("body_sha256", hashlib.sha256(markdown.encode()).hexdigest()), **extra)
-
-
-def preview(run_id: str, block_id: str, revision: int, markdown: str, ordinal: int = 1, **kw: Any) -> AnswerPreview:
-    return AnswerPreview(run_id=run_id, block=BlockView(**block(block_id, revision, markdown, ordinal, **kw)))
-
-
-_positions = itertools.count(1)
-
-
-def published(run_id: str, block_id: str, revision: int, markdown: str, ordinal: int = 1,
-              **kw: Any) -> AnswerPublished:
-    position = next(_positions)
-    return AnswerPublished(run_id=run_id, block=CommittedBlock(
-        **block(block_id, revision, markdown, ordinal, **kw),
-        receipt=Receipt(receipt_id=f"rcpt-{position}", log_position=position, committed_at=datetime.now(UTC))))
-
-
-def running(run_id: str, account: str = "acct-1", conversation: str | None = None, sequence: int = 3) -> RunTransitioned:
-    return RunTransitioned(run_id=run_id, account_id=account, conversation_id=conversation or f"conv-{run_id}",
-                           state="running", previous="queued", sequence=sequence)
-
-
-def closed(run_id: str, text: str | None = "The answer.", account: str = "acct-1", conversation: str | None = None,
-           outcome: str = "answered", state: str = "completed") -> RunClosed:
-    return RunClosed(run_id=run_id, account_id=account, conversation_id=conversation or f"conv-{run_id}",
-                     message_id=f"msg-{run_id}", state=state, outcome=outcome if state == "completed" else None,
-                     answer_text=text)
 
 
 # ----------------------------------------------------------------------- SSE reading

@@ -1,0 +1,347 @@
+"""The HTTP app in-process (httpx ASGITransport) with a collecting fake ``publish``:
+auth and isolation (D6), receipts and cancel (D4/D2), limits, the observer (D4)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+
+from imprint.contracts.base import Message
+from imprint.delivery.summary import validate_stream
+from imprint.settings import Settings
+from services.common.inbound import Inbound
+from services.delivery.app import create_app, topic_for
+from services.delivery.auth import RateLimiter, mint_token, verify_token
+from services.delivery.metrics import DeliveryMetrics
+from services.delivery.notifier import Notifier
+from services.delivery.observer import SCOPE_KEY, DeliveryObserver
+from services.delivery.view_store import ViewStore
+from tests.integration.delivery.support import SSE, parse_sse
+from tests.unit.delivery.delivery_builders import closed, published, running
+
+RUN = "run-u"
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    async def __call__(self, message: Message) -> None:
+        topic_for(message)  # every message Delivery sends has a topic
+        self.messages.append(message)
+
+    def types(self) -> list[str]:
+        return [m.type for m in self.messages]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(state_dir=tmp_path / "state", database_url=None, max_request_bytes=2048)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[ViewStore]:
+    s = ViewStore(settings)
+    offsets = {"p": 0, "r": 0}
+
+    def feed(*messages: Any) -> None:
+        batch = []
+        for m in messages:
+            key = "r" if m.type.startswith("run.") else "p"
+            batch.append(Inbound(f"imprint.{'runs' if key == 'r' else 'publication'}.v1", 0, offsets[key], m))
+            offsets[key] += 1
+        s.process(batch)
+
+    s.feed = feed  # type: ignore[attr-defined]
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def publish() -> Collect:
+    return Collect()
+
+
+@pytest.fixture
+async def client(settings: Settings, store: ViewStore, publish: Collect) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, store, publish, notifier=Notifier(), rate_limit=(8, 60.0))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://delivery") as c:
+        c.app = app  # type: ignore[attr-defined]
+        yield c
+
+
+def auth(settings: Settings, account: str = "acct-1") -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint_token(settings, account)}"}
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+@pytest.mark.rule("D6")
+def test_tokens_are_hs256_with_sub_and_exp(settings: Settings) -> None:
+    token = mint_token(settings, "acct-1", 60)
+    header = jwt.get_unverified_header(token)
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert header["alg"] == "HS256" and claims["sub"] == "acct-1" and claims["exp"] > time.time()
+    assert verify_token(settings, token) == "acct-1"
+    assert verify_token(settings, mint_token(settings, "acct-2", ttl_seconds=60)) == "acct-2"
+
+
+@pytest.mark.rule("D6")
+@pytest.mark.parametrize("token", [
+    "not-a-jwt",
+    jwt.encode({"sub": "acct-1"}, "imprint-development-secret-change-me", algorithm="HS256"),  # no exp
+    jwt.encode({"sub": "acct-1", "exp": int(time.time()) - 5}, "imprint-development-secret-change-me",
+               algorithm="HS256"),  # expired
+    jwt.encode({"sub": "acct-1", "exp": int(time.time()) + 60}, "another-secret-that-is-long-enough-for-hs256", algorithm="HS256"),
+    jwt.encode({"sub": "acct-1", "exp": int(time.time()) + 60}, None, algorithm="none"),
+    jwt.encode({"exp": int(time.time()) + 60}, "imprint-development-secret-change-me", algorithm="HS256"),  # no sub
+])
+async def test_bad_tokens_are_401(client: httpx.AsyncClient, store: ViewStore, token: str) -> None:
+    store.feed(running(RUN))  # type: ignore[attr-defined]
+    response = await client.get(f"/v1/runs/{RUN}", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.rule("D6")
+async def test_missing_token_is_401_on_every_private_route(client: httpx.AsyncClient) -> None:
+    for method, path in [("GET", f"/v1/runs/{RUN}"), ("GET", f"/v1/runs/{RUN}/answer"),
+                         ("GET", f"/v1/runs/{RUN}/events"), ("POST", f"/v1/runs/{RUN}/cancel"),
+                         ("POST", f"/v1/runs/{RUN}/receipts"), ("GET", "/v1/conversations/c/history"),
+                         ("DELETE", "/v1/conversations/c")]:
+        assert (await client.request(method, path)).status_code == 401, path
+
+
+@pytest.mark.rule("D6")
+async def test_another_accounts_run_and_a_missing_run_are_the_same_404(
+    client: httpx.AsyncClient, store: ViewStore, settings: Settings,
+) -> None:
+    store.feed(running(RUN, account="acct-1"), published(RUN, "b1", 1, "mine"))  # type: ignore[attr-defined]
+    other = auth(settings, "acct-2")
+    for path in (f"/v1/runs/{RUN}", f"/v1/runs/{RUN}/answer", f"/v1/runs/{RUN}/events"):
+        foreign = await client.get(path, headers=other)
+        missing = await client.get(path.replace(RUN, "run-nope"), headers=other)
+        assert foreign.status_code == missing.status_code == 404
+        assert foreign.json() == missing.json()
+    assert (await client.post(f"/v1/runs/{RUN}/cancel", headers=other)).status_code == 404
+    assert (await client.get(f"/v1/conversations/conv-{RUN}/history", headers=other)).status_code == 404
+    assert (await client.delete(f"/v1/conversations/conv-{RUN}", headers=other)).status_code == 404
+
+
+@pytest.mark.rule("D6")
+async def test_a_run_whose_account_is_not_known_yet_is_404_for_everyone(
+    client: httpx.AsyncClient, store: ViewStore, settings: Settings,
+) -> None:
+    store.feed(published(RUN, "b1", 1, "publication before the journal"))  # type: ignore[attr-defined]
+    assert (await client.get(f"/v1/runs/{RUN}", headers=auth(settings))).status_code == 404
+
+
+# ---------------------------------------------------------------------- routes
+
+
+@pytest.mark.rule("D4")
+async def test_receipts_are_published_as_client_observations_with_the_token_account(
+    client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,
+) -> None:
+    store.feed(running(RUN), published(RUN, "b1", 1, "v1"))  # type: ignore[attr-defined]
+    for kind in ("client.received", "client.rendered", "client.conflict"):
+        response = await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings),
+                                     json={"type": kind, "last_event_id": 2, "block_ids": ["b1"], "detail": "x"}
+                                     if kind == "client.conflict" else
+                                     {"type": kind, "last_event_id": 2, "block_ids": ["b1"]})
+        assert response.status_code == 202, response.text
+    assert publish.types() == ["client.received", "client.rendered", "client.conflict"]
+    assert {m.account_id for m in publish.messages} == {"acct-1"}  # type: ignore[attr-defined]
+    assert {topic_for(m) for m in publish.messages} == {"imprint.delivery.v1"}
+    bad = await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings),
+                            json={"type": "client.rendered", "last_event_id": 99})
+    assert bad.status_code == 422, "a receipt for a frame never sent is refused"
+    spoof = await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings),
+                              json={"type": "client.rendered", "account_id": "acct-2"})
+    assert spoof.status_code == 422
+    assert (await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings),
+                              json={"type": "delivery.completed"})).status_code == 422
+
+
+@pytest.mark.rule("D2")
+async def test_cancel_publishes_run_cancel_requested_and_not_after_the_end(
+    client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,
+) -> None:
+    store.feed(running(RUN))  # type: ignore[attr-defined]
+    response = await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings))
+    assert response.status_code == 202
+    assert publish.types() == ["run.cancel_requested"]
+    assert topic_for(publish.messages[0]) == "imprint.control.v1"
+    store.feed(closed(RUN))  # type: ignore[attr-defined]
+    assert (await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings))).status_code == 409
+    assert publish.types() == ["run.cancel_requested"]
+
+
+@pytest.mark.rule("X8")
+async def test_delete_conversation_is_owner_only_and_publishes_the_request(
+    client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,
+) -> None:
+    store.feed(running(RUN, conversation="conv-9"))  # type: ignore[attr-defined]
+    response = await client.delete("/v1/conversations/conv-9", headers=auth(settings))
+    assert response.status_code == 202
+    [message] = publish.messages
+    assert message.type == "conversation.delete_requested"
+    assert (message.conversation_id, message.account_id, message.reason) == ("conv-9", "acct-1", "user")  # type: ignore[attr-defined]
+
+
+async def test_request_size_limit_and_rate_limit(client: httpx.AsyncClient, store: ViewStore,
+                                                 settings: Settings) -> None:
+    store.feed(running(RUN))  # type: ignore[attr-defined]
+    big = await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings),
+                            content=b'{"type":"client.received","detail":"' + b"x" * 4000 + b'"}')
+    assert big.status_code == 413
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b" " * 500
+
+    chunked = await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings), content=chunks())
+    assert chunked.status_code == 413
+    statuses = [(await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings, "acct-rl"))).status_code
+                for _ in range(10)]
+    assert statuses[-1] == 429, statuses
+
+
+def test_rate_limiter_refills() -> None:
+    limiter = RateLimiter(rate=2, per=0.2)
+    assert limiter.allow("a")[0] and limiter.allow("a")[0]
+    allowed, retry = limiter.allow("a")
+    assert not allowed and retry > 0
+    assert limiter.allow("b")[0], "buckets are per account"
+    time.sleep(0.25)
+    assert limiter.allow("a")[0]
+
+
+async def test_health_ready_metrics_and_the_web_client(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["store"] is True
+    client.app.state.caught_up = lambda: False  # type: ignore[attr-defined]
+    assert (await client.get("/readyz")).status_code == 503
+    metrics = (await client.get("/metrics")).text
+    assert "imprint_delivery_frames_sent_total" in metrics and "imprint_delivery_conflicts_total" in metrics
+    index = await client.get("/")
+    assert index.status_code == 200 and "script-src 'self'" in index.headers["content-security-policy"]
+    assert (await client.get("/static/app.js")).status_code == 200
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("D3")
+@pytest.mark.rule("D4")
+async def test_a_finished_run_streams_to_done_and_records_completed(
+    client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,
+) -> None:
+    store.feed(running(RUN), published(RUN, "b1", 1, "v1"), closed(RUN, "z" * 60))  # type: ignore[attr-defined]
+    response = await client.get(f"/v1/runs/{RUN}/events", headers=auth(settings))
+    assert response.headers["content-type"].startswith("text/event-stream")
+    frames: list[SSE] = []
+    parse_sse(iter(response.text.split("\n")), lambda f: frames.append(f) or False)
+    assert validate_stream([(f.id, f.event, f.json if f.event != "done" else f.data) for f in frames]).ok
+    assert publish.types() == ["delivery.sent", "delivery.completed"]
+    assert publish.messages[1].last_event_id == frames[-1].id  # type: ignore[attr-defined]
+    assert store.run(RUN).delivery == "completed"  # type: ignore[union-attr]
+    resumed = await client.get(f"/v1/runs/{RUN}/events", headers={**auth(settings), "Last-Event-ID": "3"})
+    ids = [int(line[4:]) for line in resumed.text.split("\n") if line.startswith("id: ")]
+    assert ids == list(range(4, frames[-1].id + 1 if frames[-1].id else 0))
+    after = await client.get(f"/v1/runs/{RUN}/events?last_event_id={frames[-1].id}", headers=auth(settings))
+    assert "id:" not in after.text
+    assert publish.types().count("delivery.completed") == 2, "a resume past the terminal records nothing"
+    assert (await client.get(f"/v1/runs/{RUN}/events", headers={**auth(settings), "Last-Event-ID": "x"})).status_code == 400
+
+
+# ---------------------------------------------------------------------- observer
+
+
+class FakeStream:
+    """An ASGI app that behaves like the SSE endpoint, for the observer alone."""
+
+    def __init__(self, frames: list[bytes], *, finish: bool, end_reason: str | None = None,
+                 disconnect_first: bool = False) -> None:
+        self.frames, self.finish, self.end_reason, self.disconnect_first = frames, finish, end_reason, disconnect_first
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        tap = scope[SCOPE_KEY]
+        tap.run_id, tap.account_id, tap.connection_id = RUN, "acct-1", "conn-1"
+        tap.end_reason = self.end_reason
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for frame in self.frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if self.disconnect_first:
+            await receive()
+        if self.finish:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def observe(app: FakeStream, *, disconnect: bool = False) -> tuple[list[str], list[tuple[str, str]]]:
+    published: list[Message] = []
+    recorded: list[tuple[str, str]] = []
+
+    async def publish(m: Message) -> None:
+        published.append(m)
+
+    async def record(run_id: str, outcome: str) -> None:
+        recorded.append((run_id, outcome))
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"} if disconnect else {"type": "http.request", "body": b""}
+
+    async def send(_: Any) -> None:
+        return None
+
+    observer = DeliveryObserver(app, publish=publish, record=record, metrics=DeliveryMetrics())
+    await observer({"type": "http", "method": "GET", "path": "/"}, receive, send)
+    return [m.type for m in published], recorded
+
+
+DONE = b"id: 3\nevent: done\ndata: [DONE]\n\n"
+FRAME = b"id: 1\nevent: progress\ndata: {}\n\n"
+
+
+@pytest.mark.rule("D4")
+async def test_observer_completed_needs_the_terminal_and_the_finished_response() -> None:
+    assert await observe(FakeStream([FRAME, DONE], finish=True)) == (
+        ["delivery.sent", "delivery.completed"], [(RUN, "completed")])
+    assert await observe(FakeStream([FRAME, DONE], finish=False)) == (
+        ["delivery.sent", "delivery.interrupted"], [(RUN, "interrupted")]), "terminal written, response not finished"
+    assert await observe(FakeStream([FRAME], finish=True, end_reason="slow_client")) == (
+        ["delivery.sent", "delivery.interrupted"], [(RUN, "interrupted")])
+
+
+@pytest.mark.rule("D4")
+@pytest.mark.rule("D5")
+async def test_observer_a_disconnect_before_the_end_is_an_interruption_never_a_completion() -> None:
+    types, recorded = await observe(FakeStream([FRAME, DONE], finish=True, disconnect_first=True), disconnect=True)
+    assert "delivery.completed" not in types and "delivery.interrupted" in types
+    assert recorded == [(RUN, "interrupted")]
+    assert await observe(FakeStream([], finish=True, end_reason="nothing_more")) == ([], [])
+
+
+# ---------------------------------------------------------------------- notifier
+
+
+async def test_notifier_wakes_waiters_and_never_loses_a_poke() -> None:
+    notifier = Notifier()
+    notifier.bind()
+    seen = notifier.version("r")
+    notifier.notify(["r"])  # before the wait: the version already moved
+    assert await asyncio.wait_for(notifier.wait("r", seen, 5), 1) != seen
+    seen = notifier.version("r")
+    waiter = asyncio.create_task(notifier.wait("r", seen, 5))
+    await asyncio.sleep(0.01)
+    await asyncio.to_thread(notifier.notify_threadsafe, ["r"])
+    assert await asyncio.wait_for(waiter, 1) != seen
+    assert notifier.waiting() == 0
+    assert await notifier.wait("quiet", notifier.version("quiet"), 0.01) == 0

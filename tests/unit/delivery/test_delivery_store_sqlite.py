@@ -1,0 +1,170 @@
+"""The view store on the embedded SQLite default: per-run ids, tracking-based dedupe,
+restart, skeletons, purge, delivery state. (PostgreSQL: tests/integration/delivery.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from imprint.delivery.summary import validate_stream
+from imprint.settings import Settings
+from services.common.inbound import Inbound
+from services.delivery.view_store import ViewStore
+from tests.unit.delivery.delivery_builders import (
+    AnswerWithdrawn,
+    ConversationDeleted,
+    closed,
+    preview,
+    published,
+    running,
+)
+
+RUN = "run-s"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(state_dir=tmp_path / "state", database_url=None)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[ViewStore]:
+    s = ViewStore(settings)
+    yield s
+    s.close()
+
+
+class Feed:
+    def __init__(self) -> None:
+        self.offsets = {"imprint.publication.v1": 0, "imprint.runs.v1": 0}
+
+    def __call__(self, *messages: object) -> list[Inbound]:
+        out = []
+        for m in messages:
+            topic = "imprint.runs.v1" if m.type.startswith(("run.", "conversation.")) else "imprint.publication.v1"  # type: ignore[attr-defined]
+            out.append(Inbound(topic, 0, self.offsets[topic], m))
+            self.offsets[topic] += 1
+        return out
+
+
+def held(store: ViewStore, run_id: str = RUN) -> list[tuple[int, str, object]]:
+    return [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0)]
+
+
+@pytest.mark.rule("D1")
+def test_frame_ids_are_per_run_and_monotonic_from_one(store: ViewStore) -> None:
+    feed = Feed()
+    assert store.process(feed(running("r-a"), running("r-b"), published("r-a", "b1", 1, "x"))) == ["r-a", "r-b"]
+    assert [f.id for f in store.frames_after("r-a", 0)] == [1, 2]
+    assert [f.id for f in store.frames_after("r-b", 0)] == [1]
+    assert [f.id for f in store.frames_after("r-a", 1)] == [2]
+
+
+@pytest.mark.rule("D1")
+def test_a_redelivered_message_appends_no_frame(store: ViewStore) -> None:
+    batch = Feed()(running(RUN), published(RUN, "b1", 1, "v1"))
+    store.process(batch)
+    before = held(store)
+    assert store.process(batch) == []
+    assert store.process(batch[1:]) == []
+    assert held(store) == before
+    assert store.position("imprint.publication.v1", 0) == 0
+    assert store.position("imprint.runs.v1", 0) == 0
+
+
+@pytest.mark.rule("D1")
+def test_a_restart_keeps_frames_views_and_positions(settings: Settings) -> None:
+    feed = Feed()
+    first = ViewStore(settings)
+    first.process(feed(running(RUN), published(RUN, "b1", 1, "v1")))
+    frames, view = held(first), first.answer_view(RUN)
+    first.close()
+    again = ViewStore(settings)
+    try:
+        assert held(again) == frames and again.answer_view(RUN) == view
+        assert again.process(feed(published(RUN, "b2", 1, "v2", ordinal=2))) == [RUN]
+        assert [f.id for f in again.frames_after(RUN, len(frames))] == [len(frames) + 1]
+    finally:
+        again.close()
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("P21")
+def test_a_new_client_replaying_from_zero_sees_only_current_bodies(store: ViewStore) -> None:
+    store.process(Feed()(
+        running(RUN),
+        preview(RUN, "b1", 1, "draft one", candidate="c1"),
+        published(RUN, "b1", 1, "draft one", candidate="c1"),
+        published(RUN, "b2", 1, "private excerpt", ordinal=2),
+        AnswerWithdrawn(run_id=RUN, block_id="b2", revision=1, cause="source_revoked", source_id="src-p"),
+    ))
+    frames = store.frames_after(RUN, 0)
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1)), "every id is still there (no gap)"
+    full = [f for f in frames if isinstance(f.data, dict) and "block" in f.data]
+    shown = {f.data["block_id"]: f.data["block"] for f in full}
+    assert shown["b1"]["status"] == "saved" and shown["b2"] is None
+    assert "private excerpt" not in json.dumps([f.data for f in frames])
+    assert [b["block_id"] for b in store.answer_view(RUN)["blocks"]] == ["b1"]  # type: ignore[index]
+
+
+@pytest.mark.rule("D3")
+def test_the_terminal_written_by_the_store_validates(store: ViewStore) -> None:
+    store.process(Feed()(running(RUN), published(RUN, "b1", 1, "v1"), closed(RUN, "y" * 30)))
+    assert validate_stream(held(store)).ok
+    assert store.run(RUN).terminal  # type: ignore[union-attr]
+
+
+@pytest.mark.rule("D3")
+@pytest.mark.rule("P21")
+def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store: ViewStore) -> None:
+    feed = Feed()
+    store.process(feed(running(RUN), published(RUN, "b1", 1, "soon revoked"), closed(RUN, "t")))
+    count = len(held(store))
+    assert store.process(feed(AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_revoked"))) == []
+    frames = held(store)
+    assert len(frames) == count and validate_stream(frames).ok
+    assert "soon revoked" not in json.dumps(frames)
+    assert store.answer_view(RUN)["blocks"] == []  # type: ignore[index]
+
+
+@pytest.mark.rule("X8")
+def test_conversation_deletion_purges_private_bodies(store: ViewStore) -> None:
+    feed = Feed()
+    store.process(feed(running(RUN, conversation="conv-1"), published(RUN, "b1", 1, "secret body"),
+                       closed(RUN, "secret answer", conversation="conv-1"),
+                       running("run-other", account="acct-2", conversation="conv-1")))
+    store.process(feed(ConversationDeleted(run_id=RUN, account_id="acct-1", conversation_id="conv-1")))
+    record = store.run(RUN)
+    assert record is not None and record.deleted
+    assert store.answer_text(RUN) is None
+    assert store.answer_view(RUN)["blocks"] == []  # type: ignore[index]
+    blob = json.dumps(held(store))
+    assert "secret" not in blob
+    assert validate_stream(held(store)).ok, "ids and hashes survive the purge"
+    assert not store.run("run-other").deleted, "another account's run in a same-named conversation is untouched"  # type: ignore[union-attr]
+
+
+@pytest.mark.rule("D4")
+@pytest.mark.rule("D5")
+def test_delivery_state_is_sticky_once_completed(store: ViewStore) -> None:
+    store.process(Feed()(running(RUN)))
+    assert store.run(RUN).delivery == "pending"  # type: ignore[union-attr]
+    store.record_delivery(RUN, "interrupted")
+    assert store.run(RUN).delivery == "interrupted"  # type: ignore[union-attr]
+    store.record_delivery(RUN, "completed")
+    store.record_delivery(RUN, "interrupted")
+    assert store.run(RUN).delivery == "completed"  # type: ignore[union-attr]
+
+
+@pytest.mark.rule("P17")
+def test_conflicts_are_recorded_and_announced(store: ViewStore) -> None:
+    seen = []
+    store.listeners.append(seen.append)
+    store.process(Feed()(published(RUN, "b1", 1, "A"), published(RUN, "b1", 1, "B")))
+    rows = store.conflicts(RUN)
+    assert len(rows) == 1 and rows[0]["block_id"] == "b1" and rows[0]["frame_id"] is not None
+    assert len(seen) == 1
+    assert store.answer_view(RUN)["conflicts"] == [{"block_id": "b1", "revision": 1}]  # type: ignore[index]
