@@ -144,8 +144,8 @@ def _summary(event: str, data: str) -> str:
         value = json.loads(data)
     except ValueError:
         return data[:100]
-    block = value.get("block") if isinstance(value, dict) else None
-    if isinstance(block, dict):
+    block = value.get("block", value) if isinstance(value, dict) else None
+    if isinstance(block, dict) and "block_id" in block:
         text = block.get("content", {}).get("markdown", "")
         return (f"block {block.get('block_id')} r{block.get('revision')} #{block.get('delivery_ordinal')} "
                 f"{block.get('source_hint')}: {text[:70]}")
