@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 STATE := .imprint
 STAMP := $(VENV)/.installed
 export IMPRINT_STATE_DIR ?= $(CURDIR)/$(STATE)
+export KAFKA_PORT ?= 9092
+export PG_PORT ?= 5432
+TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
+TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
 .PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps clean
 
@@ -20,12 +24,12 @@ install: $(STAMP)
 ## make run: install, start Kafka (and use embedded SQLite unless IMPRINT_DATABASE_URL is set), start the stack, play the demo.
 run: install
 	bash deploy/local/kafka.sh up
-	$(BIN)/imprint up --demo
+	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-127.0.0.1:$(KAFKA_PORT)} $(BIN)/imprint up --demo $(RUN_ARGS)
 
 ## make test: install, start Kafka and PostgreSQL, run every tier.
 test: install browser-deps infra-up
-	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-127.0.0.1:9092} \
-	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-postgresql://imprint:imprint@127.0.0.1:5432/imprint_test} \
+	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
+	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)} \
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-unit: install
