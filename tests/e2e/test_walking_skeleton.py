@@ -131,3 +131,31 @@ def test_unparseable_and_schema_invalid_messages_are_dead_lettered_and_the_consu
     assert {v["reason"] for v in letters} == {"unparseable", "schema_invalid"}
     assert {base64.b64decode(v["original_b64"]) for v in letters} == {garbage, invalid}
     assert all(v["topic"] == isolated.topic(Topic.RUNTIME) and v["consumer"] == "publication" for v in letters)
+
+
+@pytest.mark.rule("P3")
+def test_every_consumer_dead_letters_what_it_cannot_decode_on_every_topic_it_reads(isolated: Settings) -> None:
+    """Each consumer refuses bad bytes on each of its topics with a recorded reason, then keeps going."""
+    expected = {
+        ("publication", Topic.RUNTIME), ("publication", Topic.SOURCES),
+        ("journal", Topic.RUNTIME), ("journal", Topic.PUBLICATION), ("journal", Topic.SOURCES),
+        ("journal", Topic.CONTROL),
+        ("delivery", Topic.PUBLICATION), ("delivery", Topic.RUNS),
+    }
+    topics = {topic for _, topic in expected}
+    with Stack(isolated) as stack:
+        for topic in topics:
+            asyncio.run(produce(isolated, topic, b'{"type": "no.such.type", "run_id": "r"}', key=b"r"))
+        letters = asyncio.run(read_topic(isolated, Topic.DEADLETTER, until=lambda vs: len(vs) >= len(expected)))
+        # Still consuming: a valid run goes all the way through afterwards.
+        run = "run-after-garbage"
+        token = mint_token(isolated, "acct-1")
+        asyncio.run(produce(isolated, Topic.RUNTIME, admitted(run), part(run, "call-1", "Alive.")))
+        stack.wait_for_run(run, token)
+        frames = read_frames(stack.base_url, run, token,
+                             until=lambda fs: any(f.event == "answer-publication" for f in fs))
+    seen = {(v["consumer"], v["topic"].removeprefix(isolated.topic_prefix)) for v in letters}
+    assert seen == {(consumer, topic.value) for consumer, topic in expected}
+    assert all(v["reason"] == "unknown_type" for v in letters)
+    assert any(f.event == "answer-publication" for f in frames)
+
