@@ -192,6 +192,12 @@ class RuntimeJournal(Application[UUID]):
             if intent.kind == "point":
                 assert intent.message_id is not None and intent.run_id is not None
                 self.message_index.point(intent.conversation_id, intent.message_id, intent.run_id)
+                # A deletion may have committed (and dropped the conversation's rows) between our commit
+                # and this write. Deletion destroys the key before it commits, so checking the key *after*
+                # writing the pointer closes the window: either the deletion's drop comes after our write,
+                # or we see the destroyed key here and drop it ourselves.
+                if self.keyring.is_destroyed(intent.conversation_id):
+                    self.message_index.drop_conversation(intent.conversation_id)
             else:
                 self.message_index.drop_conversation(intent.conversation_id)
 
