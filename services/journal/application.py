@@ -157,8 +157,9 @@ class RuntimeJournal(Application[UUID]):
             if not fresh:
                 return None
             intents: list[IndexIntent] = []
+            intake = self.intake.scoped()
             for item in fresh:
-                intents.extend(self.intake.apply(ws, item.message))
+                intents.extend(intake.apply(ws, item.message))
             return intents, fresh[-1].tracking
 
         self._unit_of_work(work)

@@ -19,6 +19,7 @@ from imprint.journal.history import (
     project_execution,
     resolve_execution,
 )
+from imprint.journal.shredding import FieldSealer, ScopedKeyring
 from imprint.journal.views import ConversationHistory, DeliveryState, ExecutionView, HistoryItem
 from services.journal.application import RuntimeJournal
 
@@ -26,6 +27,10 @@ from services.journal.application import RuntimeJournal
 class JournalQueries:
     def __init__(self, journal: RuntimeJournal) -> None:
         self.journal = journal
+
+    def _sealer(self) -> FieldSealer:
+        """One key fetch per conversation per request."""
+        return FieldSealer(ScopedKeyring(self.journal.keyring))
 
     def execution(
         self,
@@ -39,7 +44,7 @@ class JournalQueries:
         ex = self.journal.execution(run_id)
         if ex is None or ex.request is None or ex.request.account_id != account_id:
             return None
-        return project_execution(ex, self.journal.sealer, delivery_state, public_message)
+        return project_execution(ex, self._sealer(), delivery_state, public_message)
 
     def history(
         self,
@@ -58,13 +63,14 @@ class JournalQueries:
             return None
         if conv.deleted:
             return ConversationHistory(conversation_id=conversation_id, account_id=account_id, deleted=True)
+        sealer = self._sealer()
         states = delivery_states or {}
         publics = public_messages or {}
         items: list[HistoryItem] = []
         for message_id in conv.message_ids():
             try:
                 ex = resolve_execution(self.journal.message_index, conversation_id, message_id, self.journal.execution)
-                view = project_execution(ex, self.journal.sealer, states.get(ex.run_id, "pending"), publics.get(message_id))
+                view = project_execution(ex, sealer, states.get(ex.run_id, "pending"), publics.get(message_id))
             except ExecutionNotFound as e:
                 items.append(HistoryItem(message_id=message_id, status="not_found", error=e.code))
             except (BindingMismatch, FrozenRecordMismatch) as e:

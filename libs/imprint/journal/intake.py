@@ -69,7 +69,7 @@ from imprint.journal.execution import (
 from imprint.journal.lifecycle import MESSAGE_TARGETS, State
 from imprint.journal.redaction import SourceStanding
 from imprint.journal.refusals import Refusal, RefusalCode
-from imprint.journal.shredding import FieldSealer, KeyDestroyed, Keyring
+from imprint.journal.shredding import FieldSealer, KeyDestroyed, Keyring, ScopedKeyring
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -115,6 +115,11 @@ class Intake:
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
         self.sealer = FieldSealer(keyring)
+
+    def scoped(self) -> Intake:
+        """An intake for one unit of work: conversation keys are fetched once (see ``ScopedKeyring``)."""
+        base = self.keyring.inner if isinstance(self.keyring, ScopedKeyring) else self.keyring
+        return Intake(ScopedKeyring(base))
 
     # -- dispatch -------------------------------------------------------------------------------
 

@@ -62,6 +62,33 @@ class Keyring(Protocol):
     def is_destroyed(self, conversation_id: str) -> bool: ...
 
 
+class ScopedKeyring:
+    """A keyring view for one unit of work or one read: keys fetched once, destruction passed through.
+
+    ``destroy`` evicts before destroying, ``is_destroyed`` always asks the real keyring, and a
+    missing/destroyed key is never cached — so the only thing saved is repeated round trips for a
+    key that exists. Keep its lifetime short (one batch, one request)."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.inner = keyring
+        self._keys: dict[str, bytes] = {}
+
+    def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
+        key = self._keys.get(conversation_id)
+        if key is None:
+            key = self.inner.key_for(conversation_id, create)
+            if key is not None:
+                self._keys[conversation_id] = key
+        return key
+
+    def destroy(self, conversation_id: str) -> None:
+        self._keys.pop(conversation_id, None)
+        self.inner.destroy(conversation_id)
+
+    def is_destroyed(self, conversation_id: str) -> bool:
+        return self.inner.is_destroyed(conversation_id)
+
+
 @dataclass(frozen=True)
 class Withheld:
     """A private field that cannot be shown. Falsy, so ``value or ""`` reads naturally."""

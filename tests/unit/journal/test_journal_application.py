@@ -60,18 +60,18 @@ def test_batch_over_several_partitions_tracks_each(journal) -> None:
 def test_failure_in_one_partition_leaves_no_partial_state(journal, monkeypatch) -> None:
     ok = Inbound(str(Topic.RUNTIME), 0, 0, admitted("r1"))
     bad = [Inbound(str(Topic.RUNTIME), 1, 0, admitted("r2", message_id="m2")), Inbound(str(Topic.RUNTIME), 1, 1, RunQueued(run_id="r2"))]
-    original = journal.intake.transition
+    from imprint.journal.intake import Intake
 
-    def explode(ws, m):
+    def explode(self, ws, m):
         raise RuntimeError("crash while applying")
 
-    monkeypatch.setattr(journal.intake, "transition", explode)
+    monkeypatch.setattr(Intake, "transition", explode)
     with pytest.raises(RuntimeError):
         journal.process([ok, *bad])
     assert journal.execution("r1").admitted  # partition 0 committed with its tracking
     assert journal.execution("r2") is None  # partition 1: neither events nor tracking
     assert journal.recorder.max_tracking_id(f"{Topic.RUNTIME}#1") is None
-    monkeypatch.setattr(journal.intake, "transition", original)
+    monkeypatch.undo()
     journal.process([ok, *bad])  # redelivery
     assert journal.execution("r2").state.value == "queued"
 

@@ -157,8 +157,10 @@ def test_history_is_a_projection_of_stored_facts_only(feed, journal, queries, mo
     # Later facts about *other* sources, and a later run, do not change what this execution shows;
     # the projection has no retrieval or provider to call — prove no sealing (new work) happens either.
     feed(tombstoned("src-unrelated"))
-    monkeypatch.setattr(journal.sealer, "seal", lambda *a, **k: pytest.fail("history must not compute new private content"))
-    monkeypatch.setattr(journal.sealer, "fingerprint", lambda *a, **k: pytest.fail("history must not recompute"))
+    from imprint.journal.shredding import FieldSealer
+
+    monkeypatch.setattr(FieldSealer, "seal", lambda *a, **k: pytest.fail("history must not compute new private content"))
+    monkeypatch.setattr(FieldSealer, "fingerprint", lambda *a, **k: pytest.fail("history must not recompute"))
     again = queries.history("conv-1", ACCOUNT, {"r1": "completed"})
     assert again == first
 

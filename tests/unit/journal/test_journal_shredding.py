@@ -246,3 +246,21 @@ def test_in_memory_keyring_contract() -> None:
     assert len(key) == 32 and ring.key_for("c") == key
     ring.destroy("c")
     assert ring.key_for("c") is None and ring.is_destroyed("c")
+
+
+@pytest.mark.rule("X8")
+def test_scoped_keyring_caches_existing_keys_only_and_evicts_on_destroy() -> None:
+    from imprint.journal.shredding import ScopedKeyring
+
+    inner = InMemoryKeyring()
+    scoped = ScopedKeyring(inner)
+    assert scoped.key_for("c") is None and scoped.key_for("c", create=True) == inner.key_for("c")
+    scoped.destroy("c")
+    assert inner.is_destroyed("c") and scoped.key_for("c") is None and scoped.is_destroyed("c")
+    with pytest.raises(KeyDestroyed):
+        scoped.key_for("c", create=True)
+    other = ScopedKeyring(inner)
+    inner.key_for("d", create=True)
+    other.key_for("d")
+    inner.destroy("d")  # destroyed elsewhere: is_destroyed is never cached
+    assert other.is_destroyed("d")
