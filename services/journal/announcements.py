@@ -30,7 +30,15 @@ from typing import Any
 
 from imprint.contracts.runs import ConversationDeleted, EvidenceSummaryItem, RunClosed, RunProgress, RunsMessage, RunTransitioned
 from imprint.journal import ids
-from imprint.journal.execution import F_ANSWER, F_REASON, F_STAGE_DETAIL, AnswerExecution, AnswerExecutionRequest, CompletionRecord
+from imprint.journal.execution import (
+    F_ANSWER,
+    F_REASON,
+    F_STAGE_DETAIL,
+    AnswerExecution,
+    AnswerExecutionRequest,
+    CompletionRecord,
+    title_field,
+)
 from imprint.journal.shredding import FieldSealer, Keyring
 
 
@@ -101,7 +109,14 @@ def announce(domain_event: Any, keyring: Keyring | FieldSealer) -> RunsMessage |
             **closed,
             outcome=record.outcome,  # type: ignore[arg-type]
             answer_text=_open(sealer, domain_event.conversation_id, run_id, F_ANSWER, record.answer_text),
-            evidence=[EvidenceSummaryItem(source_id=i.source_id, title=i.title, redacted=i.source_id in redacted) for i in record.items],
+            evidence=[
+                EvidenceSummaryItem(
+                    source_id=i.source_id,
+                    title=_open(sealer, domain_event.conversation_id, run_id, title_field(n), i.title) or "",
+                    redacted=i.source_id in redacted,
+                )
+                for n, i in enumerate(record.items)
+            ],
             snapshot_id=record.snapshot_id,
             knowledge_version=record.knowledge_version,
         )

@@ -53,6 +53,14 @@ def excerpt_field(index: int) -> str:
     return f"completion.evidence.{index}.excerpt"
 
 
+def title_field(index: int) -> str:
+    return f"completion.evidence.{index}.title"
+
+
+def grant_title_field(event_id: str) -> str:
+    return f"grant.{event_id}.title"
+
+
 @dataclass(frozen=True)
 class AnswerExecutionRequest:
     """X1: the private ``answer_execution_request/v1`` record. Sealed fields are ``esv1.`` strings."""
@@ -114,7 +122,8 @@ class AnswerExecutionRequest:
 @dataclass(frozen=True)
 class FrozenItem:
     source_id: str
-    title: str
+    title: str | None
+    """Sealed title (a private source's title can be as telling as its excerpt), or ``None``."""
     excerpt: str | None
     """Sealed excerpt, or ``None`` when the runtime gave none."""
 
@@ -213,7 +222,8 @@ class GrantRecord:
     source_id: str
     scope: str
     owner_account_id: str
-    title: str
+    title: str | None
+    """Sealed."""
 
 
 @dataclass
@@ -291,7 +301,7 @@ class AnswerExecution(Aggregate):
         source_id: str
         scope: str
         owner_account_id: str
-        title: str
+        title: str | None
 
         def apply(self, x: AnswerExecution) -> None:
             x.processed.add(self.event_id)
@@ -510,7 +520,7 @@ class AnswerExecution(Aggregate):
         )
         return True
 
-    def grant(self, event_id: str, source_id: str, scope: str, owner_account_id: str, title: str) -> bool:
+    def grant(self, event_id: str, source_id: str, scope: str, owner_account_id: str, title: str | None) -> bool:
         if event_id in self.processed:
             return False
         try:

@@ -36,6 +36,7 @@ from imprint.journal.execution import (
     AnswerExecution,
     CompletionRecord,
     excerpt_field,
+    title_field,
 )
 from imprint.journal.lifecycle import LIVE, State
 from imprint.journal.redaction import redact_items
@@ -145,7 +146,7 @@ def resolve_execution(
 @dataclass(frozen=True)
 class RevealedItem:
     source_id: str
-    title: str
+    title: Revealed | None
     excerpt: Revealed | None
 
 
@@ -159,7 +160,7 @@ class RevealedRecord:
 
     @property
     def shredded(self) -> bool:
-        return isinstance(self.answer_text, Withheld) or any(isinstance(i.excerpt, Withheld) for i in self.items)
+        return isinstance(self.answer_text, Withheld) or any(isinstance(i.excerpt, Withheld) or isinstance(i.title, Withheld) for i in self.items)
 
 
 def reveal_record(execution: AnswerExecution, sealer: FieldSealer) -> RevealedRecord | None:
@@ -171,7 +172,8 @@ def reveal_record(execution: AnswerExecution, sealer: FieldSealer) -> RevealedRe
         outcome=record.outcome,
         answer_text=sealer.open(cid, rid, F_ANSWER, record.answer_text),
         items=tuple(
-            RevealedItem(i.source_id, i.title, sealer.open(cid, rid, excerpt_field(n), i.excerpt)) for n, i in enumerate(record.items)
+            RevealedItem(i.source_id, sealer.open(cid, rid, title_field(n), i.title), sealer.open(cid, rid, excerpt_field(n), i.excerpt))
+            for n, i in enumerate(record.items)
         ),
         snapshot_id=record.snapshot_id,
         knowledge_version=record.knowledge_version,
@@ -289,7 +291,7 @@ def project_execution(
     evidence = [
         EvidenceItemView(source_id=v.source_id, title=v.title, excerpt=v.excerpt, redacted=v.redacted)
         for v in redact_items(
-            ((i.source_id, i.title, i.excerpt if isinstance(i.excerpt, str) else None) for i in record.items),
+            ((i.source_id, i.title if isinstance(i.title, str) else "", i.excerpt if isinstance(i.excerpt, str) else None) for i in record.items),
             set(execution.redacted_sources),
         )
     ]

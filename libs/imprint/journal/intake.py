@@ -65,6 +65,8 @@ from imprint.journal.execution import (
     CompletionRecord,
     FrozenItem,
     excerpt_field,
+    grant_title_field,
+    title_field,
 )
 from imprint.journal.lifecycle import MESSAGE_TARGETS, State
 from imprint.journal.redaction import SourceStanding
@@ -274,7 +276,11 @@ class Intake:
         assert ex.request is not None
         try:
             items = tuple(
-                FrozenItem(i.source_id, i.title, self._seal(ex, excerpt_field(n), i.excerpt) if i.excerpt else None)
+                FrozenItem(
+                    i.source_id,
+                    self._seal(ex, title_field(n), i.title) if i.title else None,
+                    self._seal(ex, excerpt_field(n), i.excerpt) if i.excerpt else None,
+                )
                 for n, i in enumerate(m.evidence.items)
             )
             canonical = json.dumps(
@@ -334,7 +340,14 @@ class Intake:
         assert ex is not None
         if ex.has_seen(eid):
             return
-        if ex.grant(eid, m.source_id, m.scope, m.owner_account_id, m.title):
+        title = None
+        if m.title and self._ready(ex, m.type) is None:
+            try:
+                title = self._seal(ex, grant_title_field(eid), m.title)
+            except Refusal as r:
+                ex.refuse(eid, m.type, r)
+                return
+        if ex.grant(eid, m.source_id, m.scope, m.owner_account_id, title):
             s = self._source(ws, m.source_id)
             s.link(ex.run_id)
             if s.tombstoned:

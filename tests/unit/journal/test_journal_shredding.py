@@ -89,7 +89,7 @@ def test_delete_removes_every_private_body_from_projections(feed, journal, queri
 def test_private_bodies_never_appear_in_the_log_and_announcements_go_dark(feed, journal, keyring) -> None:
     _conversation(feed)
     raw = stored_payloads(journal)
-    for private in (QUESTION.encode(), ANSWER.encode(), b"Nordwind filings", b"secret-cond", b"annual report"):
+    for private in (QUESTION.encode(), ANSWER.encode(), b"Nordwind filings", b"secret-cond", b"annual report", b"Title of src-a"):
         assert private not in raw
     feed(delete_requested())
     announced = [m for _, m in journal.announcements(limit=1000) if m is not None]
