@@ -12,7 +12,6 @@ import psycopg
 import pytest
 from journal_helpers import (
     ACCOUNT,
-    ANSWER,
     Feeder,
     admitted,
     completed,

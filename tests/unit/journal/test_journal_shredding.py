@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from journal_helpers import ACCOUNT, ANSWER, OTHER, QUESTION, admitted, completed, delete_requested, stored_payloads, to_running
