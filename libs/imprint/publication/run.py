@@ -40,6 +40,15 @@ RECEIPT_NAMESPACE = uuid.UUID("9d2c4b6a-8e1f-5a3b-9c7d-2e4f6a8b0c1d")
 MAX_ERROR_CHARS = 500
 
 OutcomeKind = Literal["committed", "unchanged", "rejected", "revision_rejected"]
+ReconciliationKind = Literal[
+    "effect_confirmed", "save_resolved", "save_not_committed", "preview_not_committed", "committed_unjournaled",
+]
+"""R7: what ``imprint recover --apply`` may record. None of them settles a
+candidate, changes a block or promotes a preview."""
+
+
+def reconciliation_key(kind: str, candidate_id: str | None, block_id: str | None, revision: int | None) -> str:
+    return f"{kind}|{candidate_id or ''}|{block_id or ''}|{'' if revision is None else revision}"
 
 
 def receipt_id_for(block_id: str, revision: int) -> str:
@@ -273,6 +282,26 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         def apply(self, run: PublicationRun) -> None:
             run.save_failures[self.candidate_id] = self.error
 
+    class Reconciled(Aggregate.Event):
+        """R7: a recovery finding, recorded as a fact of its own. It changes no
+        block, settles no candidate and is announced nowhere: recovery never
+        re-runs model work and never promotes a preview."""
+
+        run_id: str
+        kind: str
+        candidate_id: str | None
+        block_id: str | None
+        revision: int | None
+        detail: str
+
+        def apply(self, run: PublicationRun) -> None:
+            # ``setdefault``: a run restored from a snapshot older than this event type has no such attribute.
+            reconciled = run.__dict__.setdefault("reconciled", {})
+            reconciled[reconciliation_key(self.kind, self.candidate_id, self.block_id, self.revision)] = {
+                "kind": self.kind, "candidate_id": self.candidate_id, "block_id": self.block_id,
+                "revision": self.revision, "detail": self.detail, "log_position": self.originator_version,
+            }
+
     # ----------------------------------------------------------- state helpers
 
     def _consume(self, key: str, block_id: str) -> None:
@@ -323,6 +352,10 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             )
             for o in outcomes
         ))
+
+    def reconciliations(self) -> dict[str, dict[str, Any]]:
+        """R7: the recovery findings recorded on this run, by :func:`reconciliation_key`."""
+        return dict(self.__dict__.get("reconciled", {}))
 
     # ---------------------------------------------------------------- commands
 
@@ -445,6 +478,17 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         run read back from the store (the failed events were never saved)."""
         self.trigger_event(self.SaveFailed, run_id=self.run_id, candidate_id=candidate_id,
                            block_ids=list(block_ids), error=error[:MAX_ERROR_CHARS])
+
+    def reconcile(
+        self, kind: ReconciliationKind, candidate_id: str | None = None, block_id: str | None = None,
+        revision: int | None = None, detail: str = "",
+    ) -> bool:
+        """R7: record one recovery finding. Idempotent per (kind, candidate, block, revision)."""
+        if reconciliation_key(kind, candidate_id, block_id, revision) in self.reconciliations():
+            return False
+        self.trigger_event(self.Reconciled, run_id=self.run_id, kind=kind, candidate_id=candidate_id,
+                           block_id=block_id, revision=revision, detail=detail[:MAX_ERROR_CHARS])
+        return True
 
     def _check_run(self, candidate: Candidate) -> None:
         if candidate.run_id != self.run_id:

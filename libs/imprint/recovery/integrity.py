@@ -1,0 +1,78 @@
+"""R4: is a committed revision what its commit said it was?
+
+A revision is served only if its record still proves itself:
+
+``malformed_record``
+    the stored block is not a BlockView any more (missing or unknown fields);
+``corrupt_body``
+    the displayed text does not hash to the recorded ``body_sha256``;
+``proof_missing``
+    the receipt does not bind this block revision: no receipt id, or not the id
+    Publication issues for (block_id, revision), or the revision's candidate
+    binding is gone.
+
+A defect withholds that revision alone; every other block is still served.
+A legacy record without a source hint is not a defect: it reads as
+``unknown`` (P10), never as clean."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal, Mapping
+
+from pydantic import ValidationError
+
+from imprint.contracts.publication import CommittedBlock
+from imprint.publication.hints import HintBinding, read_hint
+from imprint.publication.run import receipt_id_for
+from imprint.recovery.ledger import Revision
+
+DefectReason = Literal["malformed_record", "corrupt_body", "proof_missing"]
+
+
+def body_sha256(markdown: str) -> str:
+    return hashlib.sha256(markdown.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def bound_block(revision: Revision) -> dict[str, Any]:
+    """The stored block with its hint read through its binding (P10)."""
+    block = dict(revision.block)
+    binding = HintBinding.of(block)
+    block["source_hint"] = read_hint(block, binding) if binding is not None else "unknown"
+    return block
+
+
+def committed_view(revision: Revision) -> CommittedBlock | None:
+    """The revision as a :class:`CommittedBlock`, or ``None`` if the record is malformed."""
+    try:
+        return CommittedBlock.model_validate({**bound_block(revision), "receipt": dict(revision.receipt)})
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
+def defect_of(revision: Revision) -> DefectReason | None:
+    view = committed_view(revision)
+    if view is None:
+        return "malformed_record"
+    if body_sha256(view.content.markdown) != view.body_sha256:
+        return "corrupt_body"
+    if revision.receipt_id is None or revision.receipt_id != receipt_id_for(view.block_id, view.revision):
+        return "proof_missing"
+    if revision.candidate_id is None or revision.candidate_id != view.candidate_id:
+        return "proof_missing"
+    return None
+
+
+def served_block(revision: Revision) -> dict[str, Any] | None:
+    """The JSON of a sound revision exactly as committed (as ``answer.published`` carries
+    it): text, rendered numbers and citations of commit time (R6). ``None`` if defective."""
+    if defect_of(revision) is not None:
+        return None
+    view = committed_view(revision)
+    assert view is not None
+    return view.model_dump(mode="json")
+
+
+def stored_block(revision: Revision) -> Mapping[str, Any]:
+    """The record as stored, for audit, whatever its integrity."""
+    return revision.block

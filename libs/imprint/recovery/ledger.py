@@ -1,0 +1,324 @@
+"""The Publication log folded per run: the one read model every recovery tool uses (R1).
+
+:class:`LogFold` takes the log's domain events in notification order (or one
+run's stream in version order — a run's view depends on its own events only)
+and keeps, per run, everything recovery may need: every committed revision of
+every block with its receipt, withdrawals, each candidate's settlements, save
+failures, preview quota, refusals, reconciliations and an audit trail.
+
+Nothing here reads the runtime journal, the repository's snapshots or a cache:
+the log is the only input. The fold never mutates the events it reads and
+never raises for a single bad record — an event it cannot read becomes a
+:class:`Defect` of its run, so one corrupt record is withheld alone (R4).
+
+No I/O."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from imprint.publication.run import PublicationRun, reconciliation_key
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One committed block revision, exactly as its commit event recorded it."""
+
+    block: Mapping[str, Any]
+    """The settled BlockView, JSON-shaped (a private copy)."""
+    receipt: Mapping[str, Any]
+    """``{receipt_id, log_position, committed_at}`` — the commit event is the receipt."""
+    candidate_id: str | None
+    block_index: int | None
+    is_modification: bool | None
+    target: str | None
+
+    @property
+    def block_id(self) -> str:
+        return str(self.block.get("block_id"))
+
+    @property
+    def revision(self) -> int | None:
+        value = self.block.get("revision")
+        return value if isinstance(value, int) else None
+
+    @property
+    def ordinal(self) -> int:
+        value = self.block.get("delivery_ordinal")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def receipt_id(self) -> str | None:
+        value = self.receipt.get("receipt_id")
+        return value if isinstance(value, str) else None
+
+
+@dataclass(slots=True)
+class BlockHistory:
+    """A block id's committed revisions in log order, and its withdrawal if any."""
+
+    block_id: str
+    revisions: list[Revision] = field(default_factory=list)
+    withdrawn: dict[str, Any] | None = None
+
+    @property
+    def current(self) -> Revision:
+        return self.revisions[-1]
+
+    @property
+    def live(self) -> bool:
+        return self.withdrawn is None
+
+    @property
+    def ordinal(self) -> int:
+        """P18: the position assigned at the first commit, kept by revisions."""
+        return self.revisions[0].ordinal
+
+    def by_receipt(self, receipt_id: str) -> Revision | None:
+        return next((r for r in self.revisions if r.receipt_id == receipt_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Defect:
+    """A log record recovery could not read; it is withheld alone (R4)."""
+
+    log_position: int | None
+    reason: str
+    detail: str = ""
+    block_id: str | None = None
+
+
+@dataclass(slots=True)
+class RunLedger:
+    """One run's facts, rebuilt from its committed events only."""
+
+    run_id: str
+    originator_id: uuid.UUID | None = None
+    account_id: str | None = None
+    conversation_id: str | None = None
+    version: int = 0
+    grants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    numerics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Every issued version per handle, oldest first. Views never read these (R6)."""
+    blocks: dict[str, BlockHistory] = field(default_factory=dict)
+    settlements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """candidate id → ``{block_index, kind, block_id, revision, reason, log_position}`` in log order."""
+    save_failures: list[dict[str, Any]] = field(default_factory=list)
+    preview_quota: list[dict[str, Any]] = field(default_factory=list)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    reconciled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    defects: list[Defect] = field(default_factory=list)
+    trail: list[dict[str, Any]] = field(default_factory=list)
+    """Every fact of the run in log order, for audit (P21, ``imprint export``)."""
+
+    def settled_after(self, candidate_id: str, log_position: int) -> list[dict[str, Any]]:
+        return [s for s in self.settlements.get(candidate_id, ()) if s["log_position"] > log_position]
+
+    def in_delivery_order(self) -> list[BlockHistory]:
+        return sorted(self.blocks.values(), key=lambda h: (h.ordinal, h.block_id))
+
+
+def _at(event: Any) -> str | None:
+    timestamp = getattr(event, "timestamp", None)
+    return timestamp.isoformat() if timestamp is not None else None
+
+
+def _json_copy(value: Any) -> Any:
+    return copy.deepcopy(value)
+
+
+class LogFold:
+    """Folds Publication log events into :class:`RunLedger` values, one per run.
+
+    Events of other aggregates (the source registry) are skipped: a run's answer
+    view is a function of its own stream."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunLedger] = {}
+        self._by_originator: dict[uuid.UUID, RunLedger] = {}
+        self.orphans: list[Defect] = []
+        """Defects that could not be tied to any run."""
+
+    @classmethod
+    def of(cls, events: Iterable[Any]) -> LogFold:
+        fold = cls()
+        for event in events:
+            fold.apply(event)
+        return fold
+
+    def ledger(self, run_id: str) -> RunLedger | None:
+        return self.runs.get(run_id)
+
+    # ------------------------------------------------------------------ input
+
+    def apply(self, event: Any) -> None:
+        if not isinstance(event, PublicationRun.Event):
+            return
+        ledger = self._ledger_for(event)
+        if ledger is None:
+            self.orphans.append(Defect(getattr(event, "originator_version", None), "unknown_run",
+                                       f"{type(event).__name__} of a run whose opening was not read"))
+            return
+        position = getattr(event, "originator_version", None)
+        if isinstance(position, int):
+            ledger.version = max(ledger.version, position)
+        try:
+            self._apply(ledger, event, position)
+        except Exception as error:  # noqa: BLE001 — one unreadable record never sinks the run
+            block_id = _block_id_of(event)
+            ledger.defects.append(Defect(position, "unreadable_event", f"{type(event).__name__}: {type(error).__name__}",
+                                         block_id))
+            ledger.trail.append({"log_position": position, "at": _at(event), "type": type(event).__name__,
+                                 "block_id": block_id, "defect": "unreadable_event"})
+
+    def note_undecodable(self, originator_id: uuid.UUID, log_position: int | None, detail: str) -> None:
+        """A stored event that could not even be decoded (the reader's report)."""
+        ledger = self._by_originator.get(originator_id)
+        defect = Defect(log_position, "undecodable_event", detail)
+        if ledger is None:
+            self.orphans.append(defect)
+        else:
+            ledger.defects.append(defect)
+
+    def _ledger_for(self, event: Any) -> RunLedger | None:
+        originator_id = getattr(event, "originator_id", None)
+        ledger = self._by_originator.get(originator_id) if originator_id is not None else None
+        if ledger is not None:
+            return ledger
+        run_id = getattr(event, "run_id", None)
+        if not isinstance(run_id, str):
+            return None
+        ledger = self.runs.get(run_id)
+        if ledger is None:
+            ledger = self.runs[run_id] = RunLedger(run_id=run_id, originator_id=originator_id)
+        if originator_id is not None:
+            self._by_originator[originator_id] = ledger
+        return ledger
+
+    # ------------------------------------------------------------- per event
+
+    def _apply(self, ledger: RunLedger, event: Any, position: int | None) -> None:
+        at = _at(event)
+        entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
+        run = PublicationRun
+        if isinstance(event, run.Opened):
+            pass
+        elif isinstance(event, run.Admitted):
+            ledger.account_id = event.account_id
+            ledger.conversation_id = event.conversation_id
+            entry.update(account_id=event.account_id, conversation_id=event.conversation_id)
+        elif isinstance(event, run.EvidenceGranted):
+            ledger.grants[event.source_id] = {
+                "source_id": event.source_id, "scope": event.scope,
+                "owner_account_id": event.owner_account_id, "title": event.title,
+            }
+            entry.update(source_id=event.source_id, scope=event.scope, owner_account_id=event.owner_account_id)
+        elif isinstance(event, run.NumericIssued):
+            issued = {"handle_id": event.handle_id, "value": event.value, "unit": event.unit,
+                      "version": event.version, "source_id": event.source_id}
+            ledger.numerics.setdefault(event.handle_id, []).append(issued)
+            entry.update(issued)
+        elif isinstance(event, run.CandidateRefused):
+            refusal = {"log_position": position, "at": at, "reason": event.reason, "detail": event.detail,
+                       "message_type": event.message_type, "candidate_id": event.candidate_id}
+            ledger.refusals.append(refusal)
+            entry.update(reason=event.reason, detail=event.detail, message_type=event.message_type,
+                         candidate_id=event.candidate_id)
+        elif isinstance(event, run.PreviewQuotaConsumed):
+            fact = {"log_position": position, "at": at, "candidate_id": event.candidate_id,
+                    "block_index": event.block_index, "block_id": event.block_id, "quota_key": event.quota_key}
+            ledger.preview_quota.append(fact)
+            entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id)
+        elif isinstance(event, run.BlockRevisionCommitted):
+            self._commit(ledger, event, position, entry)
+        elif isinstance(event, run.CandidateUnchanged):
+            receipt = _json_copy(event.receipt)
+            self._settle(ledger, event.candidate_id, event.block_index, "unchanged", event.block_id,
+                         event.revision, None, position, receipt)
+            entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id,
+                         revision=event.revision, receipt=receipt)
+        elif isinstance(event, run.BlockRejected):
+            self._settle(ledger, event.candidate_id, event.block_index, "rejected", event.block_id, None,
+                         event.reason, position)
+            entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id,
+                         reason=event.reason, detail=event.detail)
+        elif isinstance(event, run.RevisionRejected):
+            self._settle(ledger, event.candidate_id, event.block_index, "revision_rejected", event.target_block_id,
+                         None, event.reason, position)
+            entry.update(candidate_id=event.candidate_id, block_index=event.block_index,
+                         target_block_id=event.target_block_id, reason=event.reason, detail=event.detail)
+        elif isinstance(event, run.BlockWithdrawn):
+            withdrawal = {"cause": event.cause, "source_id": event.source_id, "revision": event.revision,
+                          "log_position": position, "at": at}
+            history = ledger.blocks.get(event.block_id)
+            if history is None:
+                ledger.defects.append(Defect(position, "unknown_block", "withdrawal of a block never committed",
+                                             event.block_id))
+            elif history.withdrawn is None:
+                history.withdrawn = withdrawal
+            entry.update(block_id=event.block_id, revision=event.revision, cause=event.cause,
+                         source_id=event.source_id)
+        elif isinstance(event, run.SaveFailed):
+            ledger.save_failures.append({"log_position": position, "at": at, "candidate_id": event.candidate_id,
+                                         "block_ids": list(event.block_ids), "error": event.error})
+            entry.update(candidate_id=event.candidate_id, block_ids=list(event.block_ids), error=event.error)
+        elif isinstance(event, run.Reconciled):
+            fact = {"kind": event.kind, "candidate_id": event.candidate_id, "block_id": event.block_id,
+                    "revision": event.revision, "detail": event.detail, "log_position": position, "at": at}
+            ledger.reconciled[reconciliation_key(event.kind, event.candidate_id, event.block_id, event.revision)] = fact
+            entry.update(kind=event.kind, candidate_id=event.candidate_id, block_id=event.block_id,
+                         revision=event.revision, detail=event.detail)
+        else:
+            entry["note"] = "event type unknown to recovery"
+        ledger.trail.append(entry)
+
+    def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any]) -> None:
+        block = _json_copy(getattr(event, "block", None))
+        if not isinstance(block, dict) or not isinstance(block.get("block_id"), str):
+            ledger.defects.append(Defect(position, "malformed_record", "commit without a block identity"))
+            entry.update(candidate_id=getattr(event, "candidate_id", None), defect="malformed_record")
+            return  # nothing to place: the audit trail still shows the record
+        receipt = {
+            "receipt_id": getattr(event, "receipt_id", None),
+            "log_position": position,
+            "committed_at": _at(event),
+        }
+        revision = Revision(
+            block=block,
+            receipt=receipt,
+            candidate_id=getattr(event, "candidate_id", None),
+            block_index=getattr(event, "block_index", None),
+            is_modification=getattr(event, "is_modification", None),
+            target=getattr(event, "target", None),
+        )
+        history = ledger.blocks.get(revision.block_id)
+        if history is None:
+            history = ledger.blocks[revision.block_id] = BlockHistory(revision.block_id)
+        history.revisions.append(revision)
+        if revision.candidate_id is not None:
+            self._settle(ledger, revision.candidate_id, revision.block_index, "committed", revision.block_id,
+                         revision.revision, None, position, receipt)
+        entry.update(candidate_id=revision.candidate_id, block_index=revision.block_index,
+                     block_id=revision.block_id, revision=revision.revision, receipt=receipt)
+
+    @staticmethod
+    def _settle(
+        ledger: RunLedger, candidate_id: str, block_index: int | None, kind: str, block_id: str | None,
+        revision: int | None, reason: str | None, position: int | None, receipt: Mapping[str, Any] | None = None,
+    ) -> None:
+        ledger.settlements.setdefault(candidate_id, []).append({
+            "block_index": block_index, "kind": kind, "block_id": block_id, "revision": revision,
+            "reason": reason, "log_position": position if position is not None else -1,
+            "receipt": None if receipt is None else dict(receipt),
+        })
+
+
+def _block_id_of(event: Any) -> str | None:
+    block = getattr(event, "block", None)
+    if isinstance(block, Mapping) and isinstance(block.get("block_id"), str):
+        return block["block_id"]
+    block_id = getattr(event, "block_id", None)
+    return block_id if isinstance(block_id, str) else None

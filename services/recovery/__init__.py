@@ -1,0 +1,1 @@
+"""Recovery tooling adapters: ``imprint replay|recover|export`` over the Publication log."""

@@ -1,0 +1,151 @@
+"""Reads the Publication event log into the pure recovery fold.
+
+Everything is read from the log itself — the notification log (all runs, in
+commit order) or one run's stream (in version order) — never from the
+repository's snapshots or cache, and never from the runtime journal. A stored
+event that cannot be decoded is handed to the fold as a defect of its run, so
+one bad record is withheld alone (R4).
+
+Writes: :func:`apply_reconciliations` appends ``PublicationRun.Reconciled``
+facts through the repository (optimistic concurrency, retried on a conflict)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError, StoredEvent
+
+from imprint.contracts.publication import CommittedBlock
+from imprint.observability import get_logger
+from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
+from imprint.recovery import LogFold, Reconciliation, RunLedger, sources_to_confirm
+from services.publication.application import PublicationLog
+
+log = get_logger(__name__)
+PAGE = 500
+APPLY_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where a read stops, so two replays read the same log (``--verify``)."""
+
+    notification_id: int | None = None
+    """All runs: the last notification id to read (``None``: the log is empty)."""
+    version: int | None = None
+    """One run: the last stream version to read (``None``: the run has no events)."""
+
+
+def current_bound(app: PublicationLog, run_id: str | None = None) -> Bound:
+    if run_id is None:
+        return Bound(notification_id=app.recorder.max_notification_id())  # type: ignore[attr-defined]
+    last = app.recorder.select_events(PublicationRun.id_for(run_id), desc=True, limit=1)
+    return Bound(version=last[0].originator_version if last else None)
+
+
+def _decode(app: PublicationLog, fold: LogFold, stored: StoredEvent) -> None:
+    try:
+        event = app.mapper.to_domain_event(stored)
+    except Exception as error:  # noqa: BLE001 — one undecodable record never stops the read
+        originator_id = stored.originator_id if isinstance(stored.originator_id, uuid.UUID) else None
+        log.warning("undecodable event in the Publication log", position=stored.originator_version,
+                    error=type(error).__name__)
+        if originator_id is not None:
+            fold.note_undecodable(originator_id, stored.originator_version, type(error).__name__)
+        return
+    fold.apply(event)
+
+
+def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | None = None) -> LogFold:
+    """Fold the whole notification log, or one run's stream, up to ``bound`` (default: now)."""
+    bound = bound if bound is not None else current_bound(app, run_id)
+    fold = LogFold()
+    if run_id is not None:
+        if bound.version is None:
+            return fold
+        stored_events = app.recorder.select_events(PublicationRun.id_for(run_id), lte=bound.version)
+        for stored in stored_events:
+            _decode(app, fold, stored)
+        return fold
+    if bound.notification_id is None:
+        return fold
+    start = 1
+    while start <= bound.notification_id:
+        notifications = app.recorder.select_notifications(  # type: ignore[attr-defined]
+            start=start, limit=PAGE, stop=bound.notification_id)
+        if not notifications:
+            break
+        for notification in notifications:
+            _decode(app, fold, notification)
+        start = notifications[-1].id + 1
+    return fold
+
+
+def read_ledger(app: PublicationLog, run_id: str) -> RunLedger | None:
+    return read_fold(app, run_id).ledger(run_id)
+
+
+def source_standing(app: PublicationLog, source_ids: Iterable[str]) -> SourceStanding:
+    """Current standing of the given sources, through their ``SourceRecord`` aggregates."""
+    records: list[SourceRecord] = []
+    for source_id in sorted(set(source_ids)):
+        try:
+            records.append(app.repository.get(SourceRecord.id_for(source_id)))
+        except AggregateNotFoundError:
+            continue
+    return standing_of(records)
+
+
+def standing_for_block(app: PublicationLog, ledger: RunLedger, block_id: str) -> SourceStanding:
+    return source_standing(app, sources_to_confirm(ledger, block_id))
+
+
+def aggregate_blocks(app: PublicationLog, ledger: RunLedger) -> dict[str, dict[str, Any]] | None:
+    """The live blocks of the run's aggregate *as the repository rebuilds it* (snapshots
+    included) at the version the fold read, for ``--verify``. ``None`` if unreadable."""
+    if ledger.originator_id is None:
+        return None
+    try:
+        run: PublicationRun = app.repository.get(ledger.originator_id, version=ledger.version)
+    except Exception as error:  # noqa: BLE001 — reported as a verification failure
+        log.warning("run aggregate could not be rebuilt", run_id=ledger.run_id, error=type(error).__name__)
+        return None
+    blocks: dict[str, dict[str, Any]] = {}
+    for record in run.live_blocks():
+        try:
+            blocks[record.block_id] = CommittedBlock.model_validate(
+                {**record.view, "receipt": dict(record.receipt or {})}).model_dump(mode="json")
+        except Exception:  # noqa: BLE001
+            blocks[record.block_id] = {"unreadable": True}
+    return blocks
+
+
+def apply_reconciliations(app: PublicationLog, run_id: str, findings: list[Reconciliation]) -> list[dict[str, Any]]:
+    """Append each finding as a ``Reconciled`` fact on the run (idempotent). Never
+    settles a candidate, changes a block or re-runs anything."""
+    if not findings:
+        return []
+    for attempt in range(APPLY_ATTEMPTS):
+        try:
+            run: PublicationRun = app.repository.get(PublicationRun.id_for(run_id))
+        except AggregateNotFoundError:
+            return [_applied(f, False, "run not found") for f in findings]
+        appended = [run.reconcile(f.kind, f.candidate_id, f.block_id, f.revision, f.detail) for f in findings]
+        try:
+            app.save(run)
+        except IntegrityError:
+            log.info("run changed while reconciling; reading it again", run_id=run_id, attempt=attempt + 1)
+            continue
+        log.info("reconciliation facts appended", run_id=run_id, count=sum(appended))
+        return [_applied(f, added, None) for f, added in zip(findings, appended)]
+    raise RuntimeError(f"could not append reconciliation facts to {run_id}: the run kept changing")
+
+
+def _applied(finding: Reconciliation, appended: bool, error: str | None) -> dict[str, Any]:
+    return {"run_id": finding.run_id, "kind": finding.kind, "candidate_id": finding.candidate_id,
+            "block_id": finding.block_id, "revision": finding.revision, "detail": finding.detail,
+            "appended": appended, "error": error}
