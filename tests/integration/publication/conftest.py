@@ -1,0 +1,57 @@
+"""Fixtures for the Publication integration tests over real Kafka and PostgreSQL.
+
+``stack``: ONE publication + relay process pair per test module, on the module's own
+topic prefix and PostgreSQL schema (each test uses its own run ids and source ids,
+so tests never read each other's outcomes). ``driver``: the in-process
+``PublicationLog`` on the test's own ``isolated`` settings, for precise log
+assertions and for faults that need to land between two statements."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from imprint.settings import Settings
+from tests.integration.publication.pubsupport import Driver
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def module_settings(kafka_bootstrap: str, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    from services.common.eventstore import ensure_schema
+    from tests.conftest import free_port
+    from tests.support.kafka import create_topics
+    from tests.support.postgres import drop_schema
+
+    tag = uuid.uuid4().hex[:10]
+    settings = Settings(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, database_schema=f"t_{tag}",
+        topic_prefix=f"t{tag}.", group_prefix=f"imprint-{tag}", state_dir=tmp_path_factory.mktemp("state"),
+        http_host="127.0.0.1", http_port=free_port(),
+    )
+    ensure_schema(settings)
+    create_topics(settings)
+    yield settings
+    drop_schema(settings)
+
+
+@pytest.fixture(scope="module")
+def stack(module_settings: Settings) -> Iterator[Stack]:
+    with Stack(module_settings, parts=("publication", "relay")) as running:
+        yield running
+        for part in ("publication", "relay"):
+            process = running.processes.get(part)
+            assert process is not None and process.poll() is None, f"{part} died:\n{running.log(part)[-4000:]}"
+
+
+@pytest.fixture
+def driver(isolated: Settings) -> Iterator[Driver]:
+    driving = Driver(isolated)
+    try:
+        yield driving
+    finally:
+        driving.close()
