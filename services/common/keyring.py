@@ -78,6 +78,24 @@ class InMemoryKeyring:
         pass
 
 
+def create_table_racing(pool: Any, statement: Any, attempts: int = 5) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` that tolerates another process creating the same table at the
+    same moment (PostgreSQL then reports a duplicate row type or relation)."""
+    import time
+
+    import psycopg
+
+    for attempt in range(attempts):
+        try:
+            with pool.connection() as conn:
+                conn.execute(statement)
+            return
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, psycopg.errors.DuplicateObject):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
 class PostgresKeyring:
     """psycopg 3 keyring. ``schema`` defaults to the connection's search path."""
 
@@ -90,17 +108,17 @@ class PostgresKeyring:
         self._table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
         self._table_name = f"{schema}.{table}" if schema else table
         self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True, kwargs={"autocommit": False})
-        with self._pool.connection() as conn:
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " conversation_id text PRIMARY KEY,"
-                    " data_key bytea NULL,"
-                    " created_at timestamptz NOT NULL DEFAULT now(),"
-                    " destroyed_at timestamptz NULL,"
-                    " CHECK (destroyed_at IS NULL OR data_key IS NULL))"
-                ).format(self._table)
-            )
+        create_table_racing(
+            self._pool,
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " conversation_id text PRIMARY KEY,"
+                " data_key bytea NULL,"
+                " created_at timestamptz NOT NULL DEFAULT now(),"
+                " destroyed_at timestamptz NULL,"
+                " CHECK (destroyed_at IS NULL OR data_key IS NULL))"
+            ).format(self._table),
+        )
 
     def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
         sql = self._sql

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from imprint.settings import Settings
+from services.common.keyring import create_table_racing
 
 
 class PostgresMessageIndex:
@@ -26,14 +27,14 @@ class PostgresMessageIndex:
         self._sql = sql
         self._table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
         self._pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
-        with self._pool.connection() as conn:
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " conversation_id text NOT NULL, message_id text NOT NULL, run_id text NOT NULL,"
-                    " updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (conversation_id, message_id))"
-                ).format(self._table)
-            )
+        create_table_racing(
+            self._pool,
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " conversation_id text NOT NULL, message_id text NOT NULL, run_id text NOT NULL,"
+                " updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (conversation_id, message_id))"
+            ).format(self._table),
+        )
 
     def lookup(self, conversation_id: str, message_id: str) -> str | None:
         with self._pool.connection() as conn:

@@ -94,3 +94,29 @@ def test_tombstone_racing_completion_always_ends_redacted(open_journal, linked_a
         view = JournalQueries(a).execution(run, ACCOUNT, "completed")
         assert [(e.source_id, e.redacted) for e in view.evidence] == [(src, True), ("src-keep", False)]
     print("tombstone/completion race orders:", orders, "conflict retries:", a.conflicts + b.conflicts)
+
+
+@pytest.mark.rule("X2")
+def test_processes_opening_the_same_fresh_store_at_once(pg_settings) -> None:
+    """Several journal processes starting together race to create the tables, key and index tables."""
+    from services.journal.application import RuntimeJournal
+
+    opened: list[RuntimeJournal] = []
+    barrier = threading.Barrier(4)
+
+    def start() -> None:
+        barrier.wait()
+        opened.append(RuntimeJournal.from_settings(pg_settings))
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert len(opened) == 4
+        Feeder(opened[0])(admitted("r1"))
+        assert all(j.execution("r1").admitted for j in opened)
+    finally:
+        for j in opened:
+            j.close()
