@@ -8,7 +8,8 @@ quota use is committed on its own *before* its preview is emitted (P13, P14), so
 preview that was shown keeps its quota even if the final commit fails.
 
 Failure outcomes (P15):
-* the database refused the commit → ``answer.save_failed`` (and a failure fact when
+* the database refused the commit (a conflict, a privilege, bad data: any
+  persistence error other than a lost connection) → ``answer.save_failed`` (and a failure fact when
   the log is writable), then the poll is retried;
 * the outcome cannot be confirmed (connection lost around COMMIT) →
   ``answer.save_unknown``, then the candidates are read back by identity: committed
@@ -24,7 +25,13 @@ from itertools import groupby
 from typing import Any
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
-from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, ProcessRecorder
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    PersistenceError,
+    ProcessRecorder,
+)
 
 from imprint.contracts.base import Message
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown, WithdrawalCause
@@ -249,6 +256,11 @@ class PublicationLog(Application[uuid.UUID]):
             raise
         except (OperationalError, InterfaceError) as error:
             self._save_unknown(unit, last, error, emit)
+        except PersistenceError as error:
+            # Refused outright (privileges, data, internal error): nothing was committed.
+            # Only the class name goes out: a database message may quote private values.
+            self._save_failed(unit, type(error).__name__, emit)
+            raise
         else:
             self._take_snapshots(processing)
         self._positions[last.tracking.application_name] = last.offset
