@@ -51,12 +51,14 @@ def committed_view(revision: Revision) -> CommittedBlock | None:
 
 
 def defect_of(revision: Revision) -> DefectReason | None:
+    if revision.receipt_id is None:
+        return "proof_missing"
     view = committed_view(revision)
     if view is None:
         return "malformed_record"
     if body_sha256(view.content.markdown) != view.body_sha256:
         return "corrupt_body"
-    if revision.receipt_id is None or revision.receipt_id != receipt_id_for(view.block_id, view.revision):
+    if revision.receipt_id != receipt_id_for(view.block_id, view.revision):
         return "proof_missing"
     if revision.candidate_id is None or revision.candidate_id != view.candidate_id:
         return "proof_missing"

@@ -1,0 +1,200 @@
+"""R1 answer views and their stable hash; R2/R5 no journal input; R4 one defect withheld
+alone; R6 no numeric re-render. Built from real ``PublicationRun`` events."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from eventsourcing.application import Application
+from recovery_helpers import HANDLE, PUBLIC, Log, candidate, cite, num, ref, tampered, text_candidate, without
+
+from imprint.contracts.publication import CommittedBlock
+from imprint.publication import PublicationRun
+from imprint.recovery import LogFold, answer_view, canonical_json, replay, view_hash
+
+
+def live_views(run: PublicationRun) -> list[dict]:
+    return [CommittedBlock.model_validate({**r.view, "receipt": dict(r.receipt or {})}).model_dump(mode="json")
+            for r in run.live_blocks()]
+
+
+def three_blocks(log: Log) -> tuple[str, str, str]:
+    a = log.commit(f"A cites {cite(PUBLIC)}")
+    b = log.commit(f"B weighs {num()}")
+    c = log.commit(f"C builds on {ref(a.block_id)}")
+    return a.block_id, b.block_id, c.block_id
+
+
+@pytest.mark.rule("R1")
+def test_replaying_the_same_log_twice_yields_the_same_view_and_hash() -> None:
+    log = Log()
+    three_blocks(log)
+    first = replay(log.events)
+    second = replay(copy.deepcopy(log.events))
+    assert first == second
+    (view, digest), = first.values()
+    assert digest == view_hash(view) and len(digest) == 64
+    assert digest == view_hash(json.loads(canonical_json(view)))  # key order and whitespace do not matter
+
+
+@pytest.mark.rule("R1")
+def test_the_view_is_live_blocks_in_delivery_order_at_their_current_revision() -> None:
+    log = Log()
+    a, b, c = three_blocks(log)
+    log.settle(candidate(markdown=f"A, revised, cites {cite(PUBLIC)}", replaces=a))
+    view = answer_view(log.ledger())
+    assert [(x["block_id"], x["revision"], x["delivery_ordinal"]) for x in view["blocks"]] == [
+        (a, 2, 1), (b, 1, 2), (c, 1, 3)]
+    first = view["blocks"][0]
+    assert first["content"]["markdown"].startswith("A, revised") and first["source_hint"] == "sources_verified"
+    assert first["truncated"] is False and len(first["body_sha256"]) == 64
+    assert first["receipt"]["log_position"] == log.run.blocks[a]["receipt"]["log_position"]
+    assert view["blocks"] == live_views(log.run)  # the same blocks the aggregate holds as live
+    assert view["withheld"] == []
+
+
+@pytest.mark.rule("R1")
+def test_a_replay_through_a_stored_log_equals_the_in_memory_one() -> None:
+    app = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+    log = Log()
+    three_blocks(log)
+    log.settle(text_candidate("plain text, entry A"))
+    app.save(*log.events)  # the events as committed, then decoded back from the recorder
+    notifications = app.recorder.select_notifications(start=1, limit=1000)
+    decoded = [app.mapper.to_domain_event(n) for n in notifications]
+    assert replay(decoded) == replay(log.events)
+
+
+@pytest.mark.rule("R1", "P21")
+def test_withdrawn_blocks_are_omitted_and_the_hash_moves() -> None:
+    log = Log()
+    a, b, c = three_blocks(log)
+    before = replay(log.events)[log.run_id][1]
+    log.run.withdraw_for_source(PUBLIC, "source_revoked")
+    log.flush()
+    view, after = replay(log.events)[log.run_id]
+    assert after != before
+    assert [x["block_id"] for x in view["blocks"]] == []  # A cites it, B's number and C's ref rely on it
+    log2 = Log()
+    own = log2.commit("stands alone")
+    log2.commit(f"cites {cite(PUBLIC)}")
+    log2.run.withdraw_for_source(PUBLIC, "source_revoked")
+    log2.flush()
+    assert [x["block_id"] for x in answer_view(log2.ledger())["blocks"]] == [own.block_id]
+
+
+@pytest.mark.rule("R6")
+def test_history_keeps_the_numbers_rendered_at_commit_time() -> None:
+    log = Log()
+    b = log.commit(f"weight {num()}")
+    before = replay(log.events)[log.run_id]
+    log.run.issue_numeric(HANDLE, "99.9", "%", 2, PUBLIC)  # today's value differs
+    log.flush()
+    after = replay(log.events)[log.run_id]
+    assert after == before  # a new numeric authority changes neither the view nor its hash
+    (block,) = after[0]["blocks"]
+    assert block["block_id"] == b.block_id
+    assert block["content"]["markdown"] == "weight 12.5 %"
+    assert block["numbers"] == [{"handle_id": HANDLE, "rendered": "12.5 %", "version": 1}]
+    assert "99.9" not in canonical_json(after[0])
+
+
+@pytest.mark.rule("R2", "R5")
+def test_the_view_is_built_from_the_publication_log_alone() -> None:
+    """A block Publication committed is in the view; nothing about a journal is asked."""
+    log = Log()
+    a, b, c = three_blocks(log)
+    view = answer_view(log.ledger())
+    assert {x["block_id"] for x in view["blocks"]} == {a, b, c}
+    import inspect
+
+    assert list(inspect.signature(answer_view).parameters) == ["ledger"]
+
+
+@pytest.mark.rule("R4")
+def test_one_corrupt_body_is_withheld_alone() -> None:
+    log = Log()
+    a, b, c = three_blocks(log)
+    events = list(log.events)
+    index = next(i for i, e in enumerate(events)
+                 if isinstance(e, PublicationRun.BlockRevisionCommitted) and e.block["block_id"] == b)
+    original = events[index].block["content"]
+    events[index] = tampered(events[index], content={"type": original["type"], "markdown": "B weighs 13 %"})
+    view = answer_view(LogFold.of(events).runs[log.run_id])
+    assert [x["block_id"] for x in view["blocks"]] == [a, c]
+    assert view["withheld"] == [{"block_id": b, "revision": 1, "delivery_ordinal": 2, "reason": "corrupt_body"}]
+    assert "13 %" not in canonical_json(view)
+
+
+@pytest.mark.rule("R4")
+def test_a_missing_authorization_proof_is_withheld_alone() -> None:
+    log = Log()
+    a, b, c = three_blocks(log)
+    events = list(log.events)
+    for i, event in enumerate(events):
+        if isinstance(event, PublicationRun.BlockRevisionCommitted) and event.block["block_id"] == a:
+            events[i] = without(event, "receipt_id")
+        if isinstance(event, PublicationRun.BlockRevisionCommitted) and event.block["block_id"] == c:
+            events[i] = tampered(event, role=None, smuggled="x")  # no longer a block record
+    view = answer_view(LogFold.of(events).runs[log.run_id])
+    assert [x["block_id"] for x in view["blocks"]] == [b]
+    assert [(w["block_id"], w["reason"]) for w in view["withheld"]] == [(a, "proof_missing"), (c, "malformed_record")]
+
+
+@pytest.mark.rule("R4")
+def test_a_receipt_that_binds_another_revision_is_no_proof() -> None:
+    log = Log()
+    a, b, _ = three_blocks(log)
+    events = list(log.events)
+    for i, event in enumerate(events):
+        if isinstance(event, PublicationRun.BlockRevisionCommitted) and event.block["block_id"] == a:
+            clone = copy.deepcopy(event)
+            clone.__dict__["receipt_id"] = log.run.blocks[b]["receipt"]["receipt_id"]
+            events[i] = clone
+    view = answer_view(LogFold.of(events).runs[log.run_id])
+    assert ("proof_missing", a) in {(w["reason"], w["block_id"]) for w in view["withheld"]}
+    assert a not in {x["block_id"] for x in view["blocks"]}
+
+
+@pytest.mark.rule("R4", "R1")
+def test_an_unreadable_record_never_sinks_the_replay() -> None:
+    log = Log()
+    a, b, c = three_blocks(log)
+    events = list(log.events)
+    index = next(i for i, e in enumerate(events)
+                 if isinstance(e, PublicationRun.BlockRevisionCommitted) and e.block["block_id"] == c)
+    events[index] = tampered(events[index], block_id=None)  # cannot even be placed
+    fold = LogFold.of(events)
+    fold.note_undecodable(log.run.id, 999, "MapperDeserialisationError")
+    view = answer_view(fold.runs[log.run_id])
+    assert [x["block_id"] for x in view["blocks"]] == [a, b]
+    assert sorted(w["reason"] for w in view["withheld"]) == ["malformed_record", "undecodable_event"]
+    assert replay(events) == replay(copy.deepcopy(events))
+
+
+@pytest.mark.rule("P10")
+def test_a_legacy_record_without_a_hint_reads_as_unknown_not_clean() -> None:
+    log = Log()
+    a = log.commit(f"A cites {cite(PUBLIC)}")
+    events = [tampered(e, source_hint=None) if isinstance(e, PublicationRun.BlockRevisionCommitted) else e
+              for e in log.events]
+    (block,) = answer_view(LogFold.of(events).runs[log.run_id])["blocks"]
+    assert block["block_id"] == a.block_id and block["source_hint"] == "unknown"
+
+
+@pytest.mark.rule("R1")
+def test_runs_are_folded_apart_and_other_aggregates_are_ignored() -> None:
+    from imprint.publication import SourceRecord
+
+    one, two = Log("run-one"), Log("run-two")
+    x = one.commit("one's block")
+    y = two.commit("two's block")
+    record = SourceRecord(PUBLIC)
+    record.register("public", "publisher")
+    interleaved = [*one.events[:3], *record.collect_events(), *two.events, *one.events[3:]]
+    views = {r: v for r, (v, _) in replay(interleaved).items()}
+    assert [b["block_id"] for b in views["run-one"]["blocks"]] == [x.block_id]
+    assert [b["block_id"] for b in views["run-two"]["blocks"]] == [y.block_id]
+    assert replay(interleaved, "run-two") == {"run-two": replay(two.events)["run-two"]}
