@@ -61,16 +61,17 @@ def ensure_schema(settings: Settings) -> None:
 
 
 def open_application(construct: Callable[[], T], attempts: int = 5) -> T:
-    """Construct an eventsourcing application, retrying the race of two processes
-    creating the same tables at once (PostgreSQL reports it as a duplicate type)."""
+    """Construct an eventsourcing application, retrying the race of processes creating
+    the same tables at once (PostgreSQL reports it as a duplicate type, or as a
+    catalog tuple concurrently updated)."""
     import time
 
-    from eventsourcing.persistence import IntegrityError
+    from eventsourcing.persistence import IntegrityError, InternalError
 
     for attempt in range(attempts):
         try:
             return construct()
-        except IntegrityError:
+        except (IntegrityError, InternalError):
             if attempt == attempts - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))

@@ -34,14 +34,16 @@ from eventsourcing.persistence import (
 )
 
 from imprint.contracts.base import Message
+from imprint.contracts.control import ConversationDeleteRequested
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown, WithdrawalCause
 from imprint.contracts.runtime import EvidenceGranted, NumericIssued, RunAdmitted
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
 from imprint.observability import get_logger
+from imprint.journal.shredding import FieldSealer, Keyring
 from imprint.publication import (
-    Candidate,
     Commit,
+    ConversationRuns,
     IntakeRefusal,
     Policy,
     PublicationRun,
@@ -52,6 +54,7 @@ from imprint.publication import (
     sources_to_check,
 )
 from services.common.inbound import Inbound
+from services.publication.sealing import SealingMapper, key_name_for
 
 log = get_logger(__name__)
 
@@ -70,8 +73,11 @@ class UnitOfWork:
     app: PublicationLog
     runs: dict[str, PublicationRun] = field(default_factory=dict)
     sources: dict[str, SourceRecord] = field(default_factory=dict)
+    conversations: dict[str, ConversationRuns | None] = field(default_factory=dict)
     candidates: list[tuple[str, str, list[str]]] = field(default_factory=list)
     """(run_id, candidate_id, block ids) settled in this unit, for save outcomes."""
+    shred: set[str] = field(default_factory=set)
+    """Key names to destroy once this unit is committed (X8)."""
 
     def run(self, run_id: str) -> PublicationRun:
         if run_id not in self.runs:
@@ -91,12 +97,27 @@ class UnitOfWork:
                 self.sources[source_id] = SourceRecord(source_id)
         return self.sources[source_id]
 
+    def conversation(self, conversation_id: str, account_id: str | None = None) -> ConversationRuns | None:
+        """The conversation's run index; created only when ``account_id`` is given (at admission)."""
+        if self.conversations.get(conversation_id) is None:
+            try:
+                self.conversations[conversation_id] = self.app.repository.get(ConversationRuns.id_for(conversation_id))
+            except AggregateNotFoundError:
+                self.conversations[conversation_id] = (
+                    ConversationRuns(conversation_id, account_id) if account_id is not None else None)
+        return self.conversations[conversation_id]
+
+    def deleted_conversation(self, run: PublicationRun) -> bool:
+        conversation = self.conversation(run.conversation_id) if run.conversation_id else None
+        return conversation is not None and conversation.deleted
+
     def standing(self, source_ids: Iterable[str]) -> SourceStanding:
         facts = [record.standing() for sid in set(source_ids) if (record := self.source(sid, create=False))]
         return SourceStanding.of(*facts)
 
     def aggregates(self) -> list[Any]:
-        return [*self.runs.values(), *self.sources.values()]
+        conversations = [c for c in self.conversations.values() if c is not None]
+        return [*self.runs.values(), *self.sources.values(), *conversations]
 
     def forget(self) -> None:
         """Drop everything this unit touched from the repository cache (it may hold unsaved state)."""
@@ -115,13 +136,18 @@ class PublicationLog(Application[uuid.UUID]):
     snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200}
     env = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
 
-    def __init__(self, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
+    def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
+        self.keyring = keyring
         super().__init__(env)
         self.policy = policy or Policy()
         self._positions: dict[str, int] = {}
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
+
+    def construct_mapper(self) -> SealingMapper:
+        """Block bodies are sealed under their conversation's key before they reach the log (X8)."""
+        return SealingMapper(self.construct_transcoder(), FieldSealer(self.keyring, purpose="publication"))
 
     @property
     def process_recorder(self) -> ProcessRecorder:
@@ -172,7 +198,13 @@ class PublicationLog(Application[uuid.UUID]):
         message = item.message
         match message:
             case RunAdmitted():
-                unit.run(message.run_id).note_admission(message.account_id, message.conversation_id)
+                run = unit.run(message.run_id)
+                run.note_admission(message.account_id, message.conversation_id)
+                conversation = unit.conversation(message.conversation_id, message.account_id)
+                assert conversation is not None
+                conversation.add_run(message.run_id)
+            case ConversationDeleteRequested():
+                self._delete_conversation(unit, message)
             case EvidenceGranted():
                 unit.run(message.run_id).grant_evidence(
                     message.source_id, message.scope, message.owner_account_id, message.title)
@@ -200,6 +232,10 @@ class PublicationLog(Application[uuid.UUID]):
             return []
         if run.settled(candidate.candidate_id) is not None:
             return []  # a redelivered candidate that was committed before: nothing new
+        if unit.deleted_conversation(run):
+            run.refuse_candidate(IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
+                                               message.type, message.run_id, candidate.candidate_id))
+            return []
         standing = unit.standing(sources_to_check(candidate, run.facts()))
         if any(block.wants_modification for block in candidate.blocks):
             prepared = run.prepare(candidate, standing, self.policy)
@@ -235,14 +271,37 @@ class PublicationLog(Application[uuid.UUID]):
             if withdrawn:
                 log.info("blocks withdrawn", run_id=run_id, source_id=message.source_id, blocks=withdrawn)
 
+    def _delete_conversation(self, unit: UnitOfWork, message: ConversationDeleteRequested) -> None:
+        """X8: withdraw every block of the conversation's runs, then (after commit) destroy their keys."""
+        conversation = unit.conversation(message.conversation_id)
+        if conversation is None:
+            unit.shred.add(message.conversation_id)
+            return
+        if conversation.account_id != message.account_id:
+            log.warning("conversation delete refused: not the owner", conversation_id=message.conversation_id)
+            return
+        for run_id in conversation.runs:
+            withdrawn = unit.run(run_id).withdraw_all("conversation_deleted")
+            log.info("conversation deleted: blocks withdrawn", run_id=run_id, blocks=len(withdrawn))
+            unit.shred.add(key_name_for(run_id, None))
+        conversation.delete(message.reason)
+        unit.shred.add(message.conversation_id)
+
     # --- committing -------------------------------------------------------------------
 
+    def _bind_keys(self, unit: UnitOfWork) -> None:
+        assert isinstance(self.mapper, SealingMapper)
+        for run in unit.runs.values():
+            self.mapper.bind(run.id, key_name_for(run.run_id, run.conversation_id))
+
     def _flush(self, unit: UnitOfWork) -> None:
+        self._bind_keys(unit)
         processing = ProcessingEvent[uuid.UUID]()
         processing.collect_events(*unit.aggregates())
         self._record(processing)
 
     def _commit(self, unit: UnitOfWork, last: Inbound, emit: EmitMany) -> None:
+        self._bind_keys(unit)
         processing = ProcessingEvent[uuid.UUID](tracking=last.tracking)
         processing.collect_events(*unit.aggregates())
         try:
@@ -264,6 +323,9 @@ class PublicationLog(Application[uuid.UUID]):
         else:
             self._take_snapshots(processing)
         self._positions[last.tracking.application_name] = last.offset
+        for key_name in unit.shred:
+            self.keyring.destroy(key_name)
+            log.info("conversation key destroyed", key=key_name if key_name.startswith("run:") else "conversation")
 
     def _save_failed(self, unit: UnitOfWork, error: str, emit: EmitMany) -> None:
         self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveFailed(

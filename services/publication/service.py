@@ -11,6 +11,7 @@ from imprint.publication import Policy
 from imprint.settings import Settings
 from services.common.eventstore import ensure_schema, open_application, store_environment
 from services.common.inbound import Inbound
+from services.common.keyring import open_keyring
 from services.common.kafka import Outbox, make_broker, subscribe_tracked
 from services.common.lifecycle import run_until_stopped
 from services.publication.application import PublicationLog
@@ -24,7 +25,8 @@ def open_log(settings: Settings) -> PublicationLog:
         display_char_limit=settings.display_char_limit,
     )
     env = store_environment(settings, PublicationLog.name)
-    return open_application(lambda: PublicationLog(env=env, policy=policy))
+    keyring = open_keyring(settings)
+    return open_application(lambda: PublicationLog(keyring, env=env, policy=policy))
 
 
 async def serve(settings: Settings) -> None:
@@ -40,7 +42,7 @@ async def serve(settings: Settings) -> None:
         await asyncio.to_thread(app.process, batch, emit)
 
     subscribe_tracked(broker, settings, outbox, consumer="publication",
-                      topics=(Topic.RUNTIME, Topic.SOURCES), handle=handle)
+                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle)
     try:
         await run_until_stopped("publication", broker)
     finally:

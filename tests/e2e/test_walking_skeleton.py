@@ -137,7 +137,7 @@ def test_unparseable_and_schema_invalid_messages_are_dead_lettered_and_the_consu
 def test_every_consumer_dead_letters_what_it_cannot_decode_on_every_topic_it_reads(isolated: Settings) -> None:
     """Each consumer refuses bad bytes on each of its topics with a recorded reason, then keeps going."""
     expected = {
-        ("publication", Topic.RUNTIME), ("publication", Topic.SOURCES),
+        ("publication", Topic.RUNTIME), ("publication", Topic.SOURCES), ("publication", Topic.CONTROL),
         ("journal", Topic.RUNTIME), ("journal", Topic.PUBLICATION), ("journal", Topic.SOURCES),
         ("journal", Topic.CONTROL),
         ("delivery", Topic.PUBLICATION), ("delivery", Topic.RUNS),

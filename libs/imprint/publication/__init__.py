@@ -19,6 +19,7 @@ One module per rule, so a reader finds each rule by file name:
 ``settlement``      the pipeline: one decision per block (P6, P8)
 ``run``             the run aggregate: one commit, one transaction (P15)
 ``sources``         the source registry aggregate and its standing
+``conversations``   which runs a conversation deletion reaches (X8)
 ``announcements``   committed events → ``imprint.publication.v1`` messages (P14)
 ==================  ==========================================================
 
@@ -32,6 +33,7 @@ from imprint.publication.announcements import (
     save_unknown_for,
 )
 from imprint.publication.block_ids import issue_block_id
+from imprint.publication.conversations import ConversationRuns
 from imprint.publication.candidate import Candidate, IntakeRefusal, ProposedBlock, candidate_id_for, intake
 from imprint.publication.facts import BlockRecord, Grant, NumericValue, RunFacts
 from imprint.publication.policy import DEFAULT_POLICY, Policy
@@ -57,6 +59,7 @@ __all__ = [
     "Candidate",
     "CandidateOutcome",
     "Commit",
+    "ConversationRuns",
     "Grant",
     "IntakeRefusal",
     "NumericValue",

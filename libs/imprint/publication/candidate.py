@@ -33,6 +33,7 @@ RefusalReason = Literal[
     "unsealed_arguments",
     "unparseable_arguments",
     "oversized_envelope",
+    "conversation_deleted",
 ]
 
 MAX_CANDIDATE_ID_CHARS = 200

@@ -1,0 +1,83 @@
+"""X8 for the Publication log: block bodies enter the log only as ciphertext.
+
+:class:`SealingMapper` is the application's eventsourcing ``Mapper``. Before an
+event (or snapshot) of a bound aggregate is transcoded, every ``markdown`` string
+in its state is replaced by ``{"__sealed__": <AES-GCM ciphertext>, "__key__": <key
+name>}`` under the data key of the run's conversation (``run:<run_id>`` until the
+conversation is known). Decoding opens them again; once the key is destroyed the
+body reads as :data:`REMOVED` and everything else in the log — ids, revisions,
+hashes, receipts, withdrawals — stays readable and auditable.
+
+The keys are the shared per-conversation keys of ``services.common.keyring``; the
+cipher is the journal's :class:`~imprint.journal.shredding.FieldSealer` (one home
+for the crypto)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
+
+from imprint.journal.shredding import FieldSealer, Shredded
+
+PRIVATE_FIELDS = frozenset({"markdown"})
+SEALED, KEY = "__sealed__", "__key__"
+REMOVED = "⟨removed: this conversation was deleted⟩"
+UNREADABLE = "⟨unreadable⟩"
+
+
+def key_name_for(run_id: str, conversation_id: str | None) -> str:
+    """The keyring entry a run's bodies are sealed under."""
+    return conversation_id if conversation_id else f"run:{run_id}"
+
+
+class SealingMapper(Mapper[uuid.UUID]):
+    def __init__(self, transcoder: Transcoder, sealer: FieldSealer) -> None:
+        super().__init__(transcoder)
+        self.sealer = sealer
+        self._keys: dict[uuid.UUID, str] = {}
+
+    def bind(self, originator_id: uuid.UUID, key_name: str) -> None:
+        """Seal the private fields of this aggregate's events under ``key_name`` from now on."""
+        self._keys[originator_id] = key_name
+
+    def to_stored_event(self, domain_event: DomainEventProtocol[uuid.UUID]) -> StoredEvent:
+        key_name = self._keys.get(domain_event.originator_id)
+        if key_name is None:
+            return super().to_stored_event(domain_event)
+        scope = str(domain_event.originator_id)
+        sealed = object.__new__(type(domain_event))
+        object.__setattr__(sealed, "__dict__", self._seal(dict(vars(domain_event)), key_name, scope))
+        return super().to_stored_event(sealed)
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[uuid.UUID]:
+        domain_event = super().to_domain_event(stored_event)
+        state = vars(domain_event)
+        opened = self._open(state, str(stored_event.originator_id))
+        object.__setattr__(domain_event, "__dict__", opened)
+        return domain_event
+
+    def _seal(self, value: Any, key_name: str, scope: str) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: ({SEALED: self.sealer.seal(key_name, scope, k, v), KEY: key_name}
+                    if k in PRIVATE_FIELDS and isinstance(v, str) else self._seal(v, key_name, scope))
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self._seal(v, key_name, scope) for v in value]
+        return value
+
+    def _open(self, value: Any, scope: str, field: str = "") -> Any:
+        if isinstance(value, dict):
+            if value.keys() == {SEALED, KEY}:
+                opened = self.sealer.open(value[KEY], scope, field, value[SEALED])
+                if isinstance(opened, str):
+                    return opened
+                return REMOVED if isinstance(opened, Shredded) else UNREADABLE
+            return {k: self._open(v, scope, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._open(v, scope, field) for v in value]
+        return value

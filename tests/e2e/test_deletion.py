@@ -1,0 +1,80 @@
+"""X8 across every store: deleting a conversation leaves none of its private text in
+any table of Publication, Journal or Delivery (a plaintext scan of the dump)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import httpx
+import pytest
+
+from imprint.contracts.runtime import (
+    AnswerPart,
+    EvidenceGranted,
+    EvidenceItem,
+    EvidenceSet,
+    QuestionConditionSet,
+    RunAdmitted,
+    RunCompleted,
+    RunQueued,
+    RunStarted,
+)
+from imprint.contracts.topics import Topic
+from imprint.settings import Settings
+from services.delivery.auth import mint_token
+from tests.support.dump import dump_schema
+from tests.support.kafka import produce, read_topic
+from tests.support.sse import read_frames
+from tests.support.stack import Stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+@pytest.mark.rule("X8")
+def test_deleting_a_conversation_leaves_no_private_text_in_any_store(isolated: Settings) -> None:
+    tag = uuid.uuid4().hex[:12]
+    secrets = {
+        "question": f"QUESTION-{tag} how tall is the secret tower",
+        "body": f"BODY-{tag} the tower is 42 m",
+        "answer": f"ANSWER-{tag} forty-two metres",
+        "excerpt": f"EXCERPT-{tag} survey notes",
+    }
+    run, conversation, account = f"run-{tag}", f"conv-{tag}", "acct-del"
+    token = mint_token(isolated, account)
+    with Stack(isolated) as stack:
+        asyncio.run(produce(isolated, Topic.RUNTIME,
+            RunAdmitted(run_id=run, account_id=account, conversation_id=conversation, message_id=f"m-{tag}",
+                        question=secrets["question"], qcs=QuestionConditionSet(qcs_id=f"qcs-{tag}")),
+            RunQueued(run_id=run), RunStarted(run_id=run),
+            EvidenceGranted(run_id=run, source_id="src-survey", scope="private", owner_account_id=account),
+            AnswerPart(run_id=run, turn_id="t1", tool_call_id="c1", sealed=True,
+                       arguments={"markdown": secrets["body"] + " [[cite:src-survey]]"}),
+            RunCompleted(run_id=run, outcome="answered", answer_text=secrets["answer"],
+                         evidence=EvidenceSet(items=[EvidenceItem(source_id="src-survey", excerpt=secrets["excerpt"])],
+                                              snapshot_id="s1", knowledge_version="k1")),
+        ))
+        stack.wait_for_run(run, token)
+        read_frames(stack.base_url, run, token, until=lambda fs: any(f.event == "done" for f in fs))
+
+        at_rest = dump_schema(isolated)
+        publication_rows = "\n".join(line for line in at_rest.splitlines() if line.startswith("publication_"))
+        assert publication_rows and secrets["body"] not in publication_rows, "bodies are sealed in the log"
+
+        response = httpx.delete(f"{stack.base_url}/v1/conversations/{conversation}",
+                                headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 202, response.text
+
+        withdrawn = asyncio.run(read_topic(isolated, Topic.PUBLICATION, until=lambda vs: any(
+            v["type"] == "answer.withdrawn" and v["cause"] == "conversation_deleted" for v in vs)))
+        assert any(v["type"] == "answer.withdrawn" and v["run_id"] == run for v in withdrawn)
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{stack.base_url}/v1/runs/{run}",
+                        headers={"Authorization": f"Bearer {token}"}).status_code != 404:
+            assert time.monotonic() < deadline, "delivery never dropped the deleted conversation's run"
+            time.sleep(0.2)
+        time.sleep(1.0)  # let the journal finish its deletion transaction and relay
+        dump = dump_schema(isolated)
+    leaked = {name: text for name, text in secrets.items() if tag in text and text.split(" ")[0] in dump}
+    assert not leaked, f"private text survived deletion: {sorted(leaked)}"
