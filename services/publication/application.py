@@ -323,9 +323,11 @@ class PublicationLog(Application[uuid.UUID]):
         else:
             self._take_snapshots(processing)
         self._positions[last.tracking.application_name] = last.offset
-        for key_name in unit.shred:
-            self.keyring.destroy(key_name)
-            log.info("conversation key destroyed", key=key_name if key_name.startswith("run:") else "conversation")
+        if unit.shred:
+            for key_name in unit.shred:
+                self.keyring.destroy(key_name)
+            unit.forget()  # the cache must not keep serving bodies whose key is gone
+            log.info("conversation keys destroyed", keys=len(unit.shred))
 
     def _save_failed(self, unit: UnitOfWork, error: str, emit: EmitMany) -> None:
         self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveFailed(
