@@ -17,6 +17,9 @@ class Inbound:
     """A decoded v1 contract model."""
     size: int = 0
     """Bytes of the original envelope (P3 transport cap)."""
+    raw: bytes = b""
+    """The original envelope, kept for a dead letter if processing refuses the message."""
+    key: bytes | None = None
 
     @property
     def tracking(self) -> Tracking:

@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from aiokafka import ConsumerRecord
+from aiokafka.errors import KafkaError
+from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 from pydantic import ValidationError
@@ -127,24 +129,58 @@ def decode_records(
             except (UnicodeDecodeError, ValueError) as error:
                 reason, detail = "unparseable", str(error)[:2000]
         if reason is None:
-            inbound.append(Inbound(record.topic, record.partition, record.offset, message, size=len(raw)))
+            inbound.append(Inbound(record.topic, record.partition, record.offset, message, size=len(raw),
+                                   raw=raw, key=record.key))
             continue
-        refused.append(
-            DeadLetter(
-                event_id=uuid.uuid5(DEADLETTER_NAMESPACE, f"{consumer}|{record.topic}|{record.partition}|{record.offset}"),
-                reason=reason,  # type: ignore[arg-type]
-                detail=detail,
-                consumer=consumer,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                key_b64=base64.b64encode(record.key).decode() if record.key else None,
-                original_b64=base64.b64encode(raw).decode(),
-            )
-        )
-        log.warning("message refused at intake", consumer=consumer, topic=record.topic,
-                    partition=record.partition, offset=record.offset, reason=reason)
+        refused.append(dead_letter(consumer, record.topic, record.partition, record.offset, record.key, raw,
+                                   reason, detail))
     return inbound, refused
+
+
+def dead_letter(
+    consumer: str, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes, reason: str, detail: str
+) -> DeadLetter:
+    """A typed refusal carrying the original bytes; its event_id is fixed by the position, so a
+    redelivered refusal is the same dead letter."""
+    log.warning("message refused", consumer=consumer, topic=topic, partition=partition, offset=offset, reason=reason)
+    return DeadLetter(
+        event_id=uuid.uuid5(DEADLETTER_NAMESPACE, f"{consumer}|{topic}|{partition}|{offset}"),
+        reason=reason,  # type: ignore[arg-type]
+        detail=detail[:2000],
+        consumer=consumer,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key_b64=base64.b64encode(key).decode() if key else None,
+        original_b64=base64.b64encode(raw).decode(),
+    )
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (PersistenceError, OSError, TimeoutError, KafkaError)
+"""Failures worth retrying the same batch for: the database or the broker, not the message."""
+
+
+async def _handle_isolating_poison(
+    handle: BatchHandler, inbound: list[Inbound], consumer: str
+) -> list[DeadLetter]:
+    """Apply the batch; if it fails for a non-transient reason, apply its messages one by
+    one and set aside (dead-letter) only those that fail on their own."""
+    try:
+        await handle(inbound)
+        return []
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception:
+        if len(inbound) == 1:
+            item = inbound[0]
+            log.exception("message could not be applied; dead-lettering it", consumer=consumer,
+                          topic=item.topic, partition=item.partition, offset=item.offset)
+            return [dead_letter(consumer, item.topic, item.partition, item.offset, item.key, item.raw,
+                                "processing_error", "applying the message raised a non-transient error")]
+    letters: list[DeadLetter] = []
+    for item in inbound:
+        letters.extend(await _handle_isolating_poison(handle, [item], consumer))
+    return letters
 
 
 BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
@@ -184,7 +220,9 @@ def subscribe_tracked(
             if refused:
                 await outbox.publish_many((Topic.DEADLETTER, letter) for letter in refused)
             if inbound:
-                await handle(inbound)
+                poisoned = await _handle_isolating_poison(handle, inbound, consumer)
+                if poisoned:
+                    await outbox.publish_many((Topic.DEADLETTER, letter) for letter in poisoned)
         except asyncio.CancelledError:
             raise
         except Exception:

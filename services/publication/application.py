@@ -62,8 +62,9 @@ EmitMany = Callable[[Sequence[tuple[Topic, Message]]], None]
 CANDIDATE_TYPES = frozenset({"answer.text", "answer.part", "model.frame", "model.reasoning", "router.result"})
 
 
-class SaveUnconfirmed(Exception):
-    """The commit's outcome could not be confirmed and the read-back found it missing."""
+class SaveUnconfirmed(OperationalError):
+    """The commit's outcome could not be confirmed and the read-back found it missing:
+    a transient persistence failure, so the poll is retried, never assumed."""
 
 
 @dataclass

@@ -7,7 +7,11 @@ from typing import Literal
 
 from imprint.contracts.base import Message
 
-DeadLetterReason = Literal["unparseable", "schema_invalid", "oversized", "not_a_candidate", "unknown_type"]
+DeadLetterReason = Literal[
+    "unparseable", "schema_invalid", "oversized", "not_a_candidate", "unknown_type", "processing_error"
+]
+"""``processing_error``: the message decoded, but applying it raised a non-transient error
+(a defect or an input no rule anticipated); it is set aside so the partition keeps moving."""
 
 
 class DeadLetter(Message):
