@@ -182,6 +182,8 @@ class LogFold:
             self.orphans.append(defect)
         else:
             ledger.defects.append(defect)
+            if log_position is not None:
+                ledger.version = max(ledger.version, log_position)
 
     def _ledger_for(self, event: Any) -> RunLedger | None:
         originator_id = getattr(event, "originator_id", None)

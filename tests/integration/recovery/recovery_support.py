@@ -1,0 +1,138 @@
+"""Writes a real Publication log (PostgreSQL, per-test schema) through
+``PublicationLog.process`` with ``Inbound`` records, as the consumer would, and runs
+the recovery commands against it."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from imprint.contracts.base import Message
+from imprint.contracts.registry import encode
+from imprint.contracts.runtime import (
+    AnswerPart,
+    AnswerText,
+    EvidenceGranted,
+    NumericIssued,
+    QuestionConditionSet,
+    RunAdmitted,
+)
+from imprint.contracts.sources import SourceRegistered
+from imprint.contracts.topics import Topic
+from imprint.publication import PublicationRun
+from imprint.settings import Settings
+from services.common.inbound import Inbound
+from services.publication.application import PublicationLog
+from services.recovery import cli
+
+ACCOUNT = "acct-1"
+OTHER = "acct-2"
+PUBLIC = "src:public:annual-report-2024"
+PRIVATE_OWN = "src:private:acct-1:memo"
+
+Emit = Callable[[Sequence[tuple[Topic, Message]]], None]
+
+
+class Feeder:
+    """Hands messages to ``PublicationLog.process`` as one consumer poll each call,
+    with increasing offsets per topic (partition 0)."""
+
+    def __init__(self, app: PublicationLog) -> None:
+        self.app = app
+        self.offsets: dict[Topic, int] = {}
+        self.emitted: list[tuple[Topic, Message]] = []
+
+    def inbound(self, message: Message, topic: Topic) -> Inbound:
+        if topic not in self.offsets:  # continue after what the log already committed, as a consumer would
+            self.offsets[topic] = self.app.position(f"{topic.value}#0") + 1
+        offset = self.offsets[topic]
+        self.offsets[topic] += 1
+        return Inbound(topic.value, 0, offset, message, size=len(encode(message)))
+
+    def __call__(self, *messages: Message, topic: Topic = Topic.RUNTIME, emit: Emit | None = None) -> None:
+        self.poll([self.inbound(m, topic) for m in messages], emit)
+
+    def poll(self, batch: list[Inbound], emit: Emit | None = None) -> None:
+        self.app.process(batch, emit or self.emitted.extend)
+
+
+def admitted(run_id: str, account: str = ACCOUNT) -> RunAdmitted:
+    return RunAdmitted(run_id=run_id, account_id=account, conversation_id=f"conv-{run_id}", message_id=f"m-{run_id}",
+                       question="What changed?", qcs=QuestionConditionSet(qcs_id=f"qcs-{run_id}"))
+
+
+def granted(run_id: str, source_id: str = PUBLIC, scope: str = "public", owner: str = "publisher") -> EvidenceGranted:
+    return EvidenceGranted(run_id=run_id, source_id=source_id, scope=scope, owner_account_id=owner, title=source_id)
+
+
+def registered(source_id: str = PUBLIC, scope: str = "public", owner: str = "publisher") -> SourceRegistered:
+    return SourceRegistered(source_id=source_id, scope=scope, owner_account_id=owner, title=source_id)
+
+
+def numeric(run_id: str, value: str, version: int, handle: str = "num-weight") -> NumericIssued:
+    return NumericIssued(run_id=run_id, handle_id=handle, value=value, unit="%", version=version, source_id=PUBLIC)
+
+
+def part(run_id: str, call: str, markdown: str, **arguments: Any) -> AnswerPart:
+    return AnswerPart(run_id=run_id, turn_id="turn-1", tool_call_id=call, sealed=True,
+                      arguments={"markdown": markdown, **arguments})
+
+
+def text(run_id: str, body: str, segment: int = 0, turn: str = "turn-1") -> AnswerText:
+    return AnswerText(run_id=run_id, turn_id=turn, segment=segment, text=body)
+
+
+def run_cli(command: Callable[..., int], settings: Settings, *args: Any, **kwargs: Any) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = command(settings, *args, out=out, err=err, **kwargs)
+    return code, out.getvalue(), err.getvalue()
+
+
+def replay_lines(settings: Settings, run_id: str | None = None, verify: bool = False) -> tuple[int, list[dict]]:
+    code, out, _ = run_cli(cli.replay, settings, run_id, verify)
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def views(lines: list[dict]) -> dict[str, dict]:
+    return {line["run_id"]: line for line in lines if "run_id" in line}
+
+
+def block_ids(view_line: dict) -> list[str]:
+    return [b["block_id"] for b in view_line["view"]["blocks"]]
+
+
+def events_table(settings: Settings) -> sql.Composed:
+    assert settings.database_schema
+    return sql.SQL("{}").format(sql.Identifier(settings.database_schema, "publication_events"))
+
+
+def stored_state(settings: Settings, run_id: str, version: int) -> dict[str, Any]:
+    with psycopg.connect(settings.database_url) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT state FROM {} WHERE originator_id = %s AND originator_version = %s").format(
+                events_table(settings)), (PublicationRun.id_for(run_id), version)).fetchone()
+    assert row is not None
+    return json.loads(bytes(row[0]))
+
+
+def overwrite_state(settings: Settings, run_id: str, version: int, state: bytes) -> None:
+    """Damage one stored event row, as disk corruption or a stray manual edit would."""
+    with psycopg.connect(settings.database_url) as conn:
+        updated = conn.execute(
+            sql.SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = %s").format(
+                events_table(settings)), (state, PublicationRun.id_for(run_id), version)).rowcount
+        conn.commit()
+    assert updated == 1
+
+
+def table_exists(settings: Settings, table: str) -> bool:
+    with psycopg.connect(settings.database_url) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+            (settings.database_schema, table)).fetchone()
+    return row is not None

@@ -1,0 +1,301 @@
+"""Recovery tooling over a real Publication log in PostgreSQL (R1–R7, P15, P19, P21).
+
+The log is written by ``PublicationLog.process`` from ``Inbound`` records, exactly as
+the Publication consumer writes it; the commands then run as a later process would:
+a fresh ``open_log`` over the same schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imprint.contracts.sources import SourceRevoked
+from imprint.contracts.topics import Topic
+from imprint.publication import PublicationRun
+from imprint.settings import Settings
+from services.publication.service import open_log
+from services.recovery import cli
+from tests.integration.recovery.recovery_support import (
+    ACCOUNT,
+    OTHER,
+    PRIVATE_OWN,
+    PUBLIC,
+    Feeder,
+    admitted,
+    block_ids,
+    granted,
+    numeric,
+    overwrite_state,
+    part,
+    registered,
+    replay_lines,
+    run_cli,
+    stored_state,
+    table_exists,
+    text,
+    views,
+)
+from tests.support.stack import environment
+
+pytestmark = pytest.mark.integration
+
+
+def write_run(settings: Settings, run_id: str = "run-1") -> dict[str, str]:
+    """A run with three committed blocks (tool, tool with a number, entry-A text), in one
+    consumer process that then exits. Nothing is emitted anywhere: no journal sees it."""
+    app = open_log(settings)
+    try:
+        feed = Feeder(app)
+        feed(registered(), registered(PRIVATE_OWN, "private", ACCOUNT), topic=Topic.SOURCES)
+        feed(admitted(run_id), granted(run_id), granted(run_id, PRIVATE_OWN, "private", ACCOUNT),
+             numeric(run_id, "12.5", 1))
+        feed(part(run_id, "call-a", f"A cites [[cite:{PUBLIC}]]"),
+             part(run_id, "call-b", "B weighs [[num:num-weight]]"),
+             text(run_id, f"C, from entry A, cites [[cite:{PRIVATE_OWN}]]"))
+        run = app.run(run_id)
+        assert run is not None
+        return {r.candidate_id: r.block_id for r in run.live_blocks()}
+    finally:
+        app.close()
+
+
+def version_of(settings: Settings, run_id: str, block_id: str) -> int:
+    app = open_log(settings)
+    try:
+        run = app.run(run_id)
+        assert run is not None
+        return int(run.blocks[block_id]["receipt"]["log_position"])
+    finally:
+        app.close()
+
+
+@pytest.mark.rule("R2", "R5")
+def test_a_block_no_journal_saw_is_in_the_answer_view_after_a_restart(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    assert not table_exists(isolated, "journal_events")  # no journal ever ran against this deployment
+    code, lines = replay_lines(isolated, "run-1")  # a new process, reading the log alone
+    assert code == 0
+    (line,) = lines
+    assert block_ids(line) == [blocks["tool:call-a"], blocks["tool:call-b"], blocks["text:turn-1:0"]]
+    assert line["view"]["withheld"] == []
+
+    code, out, _ = run_cli(cli.recover, isolated, "run-1", journaled={"run-1": set()})
+    (report,) = json.loads(out)["runs"]
+    assert code == 0 and report["committed_unjournaled"]["journal_consulted"] is True
+    assert {b["block_id"] for b in report["committed_unjournaled"]["blocks"]} == set(blocks.values())
+
+
+@pytest.mark.rule("R1")
+def test_replay_verify_agrees_across_processes_and_with_snapshotted_aggregates(isolated: Settings) -> None:
+    write_run(isolated)
+    app = open_log(isolated)
+    try:  # enough commits on one run for the repository to snapshot it (interval 100)
+        feed = Feeder(app)
+        feed(admitted("run-long"))
+        feed(*(text("run-long", f"segment {i}", segment=i) for i in range(105)))
+    finally:
+        app.close()
+    first_code, first = replay_lines(isolated, verify=True)
+    second_code, second = replay_lines(isolated)
+    assert first_code == second_code == 0
+    verdict = first[-1]["verify"]
+    assert verdict["verified"] and verdict["replays_agree"] and verdict["aggregates_agree"] and verdict["runs"] == 2
+    assert {r: v["sha256"] for r, v in views(first[:-1]).items()} == {r: v["sha256"] for r, v in views(second).items()}
+    assert len(views(second)["run-long"]["view"]["blocks"]) == 105
+    code, one = replay_lines(isolated, "run-1", verify=True)
+    assert code == 0 and one[0]["sha256"] == views(second)["run-1"]["sha256"] and one[-1]["verify"]["verified"]
+
+
+@pytest.mark.rule("R4")
+def test_one_corrupt_row_is_withheld_alone_and_an_undecodable_one_fails_verification(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    a, b, c = blocks["tool:call-a"], blocks["tool:call-b"], blocks["text:turn-1:0"]
+    version = version_of(isolated, "run-1", b)
+    state = stored_state(isolated, "run-1", version)
+    state["block"]["content"]["markdown"] = "B weighs 99 %"  # the hash no longer matches
+    overwrite_state(isolated, "run-1", version, json.dumps(state).encode())
+
+    code, lines = replay_lines(isolated, "run-1", verify=True)
+    view = lines[0]["view"]
+    assert code == 0 and lines[-1]["verify"]["verified"]
+    assert block_ids(lines[0]) == [a, c]
+    assert view["withheld"] == [{"block_id": b, "revision": 1, "delivery_ordinal": 2, "reason": "corrupt_body"}]
+    assert "99 %" not in json.dumps(view)
+
+    app = open_log(isolated)
+    try:
+        run = app.run("run-1")
+        assert run is not None
+        receipts = {k: run.blocks[k]["receipt"]["receipt_id"] for k in (a, b, c)}
+        assert cli.read_block_from(app, "run-1", b, receipts[b], ACCOUNT).reason == "corrupt_body"
+        assert cli.read_block_from(app, "run-1", a, receipts[a], ACCOUNT).served
+        assert cli.read_block_from(app, "run-1", c, receipts[c], ACCOUNT).served
+    finally:
+        app.close()
+    code, out, _ = run_cli(cli.export, isolated, "run-1")
+    exported = {x["block_id"]: x for x in json.loads(out)["blocks"]}
+    assert exported[b]["revisions"][0]["integrity"] == "corrupt_body"
+
+    overwrite_state(isolated, "run-1", version_of(isolated, "run-1", c) - 0, b"\x00not json")
+    code, lines = replay_lines(isolated, "run-1", verify=True)
+    assert block_ids(lines[0]) == [a]
+    assert {w["reason"] for w in lines[0]["view"]["withheld"]} == {"corrupt_body", "undecodable_event"}
+    assert code == 1 and not lines[-1]["verify"]["aggregates_agree"]  # the run aggregate cannot be rebuilt
+
+
+@pytest.mark.rule("R3", "R6")
+def test_the_protected_read_rechecks_account_and_sources_and_keeps_commit_time_numbers(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    a, b, c = blocks["tool:call-a"], blocks["tool:call-b"], blocks["text:turn-1:0"]
+    app = open_log(isolated)
+    try:
+        feed = Feeder(app)
+        feed(numeric("run-1", "99.9", 2))  # today's value differs from the rendered one
+        run = app.run("run-1")
+        assert run is not None
+        receipts = {k: run.blocks[k]["receipt"]["receipt_id"] for k in (a, b, c)}
+        served = cli.read_block_from(app, "run-1", b, receipts[b], ACCOUNT)
+        assert served.served and served.block is not None
+        assert served.block["content"]["markdown"] == "B weighs 12.5 %"
+        assert served.block["numbers"] == [{"handle_id": "num-weight", "rendered": "12.5 %", "version": 1}]
+        assert cli.read_block_from(app, "run-1", c, receipts[c], OTHER).reason == "account_mismatch"
+        assert cli.read_block_from(app, "run-1", c, receipts[b], ACCOUNT).reason == "receipt_mismatch"
+        feed(SourceRevoked(source_id=PRIVATE_OWN, account_id=ACCOUNT, reason="owner withdrew it"), topic=Topic.SOURCES)
+        assert cli.read_block_from(app, "run-1", c, receipts[c], ACCOUNT).reason == "withdrawn"
+        assert cli.read_block_from(app, "run-1", a, receipts[a], ACCOUNT).served  # the others still are
+    finally:
+        app.close()
+    code, lines = replay_lines(isolated, "run-1")
+    assert block_ids(lines[0]) == [a, b]
+    assert "99.9" not in json.dumps(lines[0])
+
+
+@pytest.mark.rule("P21")
+def test_export_keeps_a_withdrawn_blocks_committed_history(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    a = blocks["tool:call-a"]
+    app = open_log(isolated)
+    try:
+        feed = Feeder(app)
+        feed(part("run-1", "call-a2", f"A, second revision, cites [[cite:{PUBLIC}]]", replaces=a))
+        feed(SourceRevoked(source_id=PUBLIC, reason="retracted"), topic=Topic.SOURCES)
+    finally:
+        app.close()
+    code, lines = replay_lines(isolated, "run-1")
+    assert a not in block_ids(lines[0]) and blocks["tool:call-b"] not in block_ids(lines[0])  # B's number stood on it
+
+    code, out, err = run_cli(cli.export, isolated, "run-1")
+    assert code == 0, err
+    export = json.loads(out)
+    withdrawn = next(x for x in export["blocks"] if x["block_id"] == a)
+    assert withdrawn["status"] == "withdrawn"
+    assert withdrawn["withdrawn"]["cause"] == "source_revoked" and withdrawn["withdrawn"]["source_id"] == PUBLIC
+    assert [r["revision"] for r in withdrawn["revisions"]] == [1, 2]
+    assert withdrawn["revisions"][1]["block"]["content"]["markdown"].startswith("A, second revision")
+    assert [e["type"] for e in export["trail"]].count("BlockWithdrawn") == 2
+    assert run_cli(cli.export, isolated, "no-such-run")[0] == 2
+
+
+@pytest.mark.rule("R7", "P15", "P19", "P13")
+def test_recover_reports_and_apply_appends_findings_once(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    a = blocks["tool:call-a"]
+    app = open_log(isolated)
+    try:
+        feed = Feeder(app)
+
+        # a previewed modification whose process died between the preview and the commit
+        def crash(_: object) -> None:
+            raise ConnectionError("process died after showing the preview")
+
+        lost = feed.inbound(part("run-1", "call-lost", "A, previewed, never saved", replaces=a), Topic.RUNTIME)
+        with pytest.raises(ConnectionError):
+            feed.poll([lost], emit=crash)
+
+        # a commit refused by the database (another writer moved the run): a failure fact
+        other = open_log(isolated)
+
+        def race(_: object) -> None:
+            run = other.run("run-1")
+            assert run is not None
+            run.grant_evidence("src:public:late-grant", "public", "publisher")
+            other.save(run)
+
+        refused = feed.inbound(part("run-1", "call-refused", "D, refused once"), Topic.RUNTIME)
+        with pytest.raises(Exception):
+            feed.poll([refused], emit=race)
+        other.close()
+    finally:
+        app.close()
+
+    code, out, _ = run_cli(cli.recover, isolated, "run-1")
+    (report,) = json.loads(out)["runs"]
+    assert code == 0
+    assert [p["candidate_id"] for p in report["previews_never_committed"]["previews"]] == ["tool:call-lost"]
+    assert [(u["fact"], u["candidate_id"]) for u in report["save_unknowns"]["unresolved"]] == [
+        ("save_failed", "tool:call-refused")]
+    assert {e["tool_call_id"] for e in report["missing_tool_receipts"]["effects"]} == {"call-a", "call-b"}
+    assert report["committed_unjournaled"]["journal_consulted"] is False
+    before = replay_lines(isolated, "run-1")[1][0]["sha256"]
+
+    code, out, _ = run_cli(cli.recover, isolated, "run-1", True)
+    applied = json.loads(out)
+    assert code == 0 and sorted(x["kind"] for x in applied["applied"] if x["appended"]) == [
+        "effect_confirmed", "effect_confirmed", "preview_not_committed", "save_not_committed"]
+    (after,) = applied["runs"]
+    assert len(after["reconciled"]) == 4
+    assert run_cli(cli.recover, isolated, "run-1", True)[1].count('"appended": true') == 0  # idempotent
+    assert replay_lines(isolated, "run-1")[1][0]["sha256"] == before  # nothing in the answer moved
+
+    app = open_log(isolated)
+    try:
+        run = app.run("run-1")
+        assert run is not None
+        assert run.settled("tool:call-lost") is None  # never promoted
+        assert run.blocks[a]["revision"] == 1
+        feed = Feeder(app)
+        feed.poll([lost, refused])  # the redelivered poll settles both for real
+        run = app.run("run-1")
+        assert run is not None and run.blocks[a]["revision"] == 2
+        assert run.settled("tool:call-refused") is not None
+    finally:
+        app.close()
+    (report,) = json.loads(run_cli(cli.recover, isolated, "run-1")[1])["runs"]
+    assert report["previews_never_committed"]["previews"] == []
+    assert [r["candidate_id"] for r in report["save_unknowns"]["resolved"]] == ["tool:call-refused"]
+    assert report["save_unknowns"]["unresolved"] == []
+
+
+@pytest.mark.rule("R1", "R7", "P21")
+def test_the_imprint_console_script(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    script = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "imprint"
+    if not script.exists():
+        script = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "imprint"
+    env = environment(isolated)
+
+    def imprint(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=120,
+                              cwd=str(isolated.state_dir.parent))
+
+    replayed = imprint("replay", "--run", "run-1", "--verify")
+    assert replayed.returncode == 0, replayed.stderr
+    lines = [json.loads(line) for line in replayed.stdout.splitlines()]
+    assert block_ids(lines[0]) == list(blocks.values()) and lines[-1]["verify"]["verified"]
+    assert lines[0]["sha256"] == replay_lines(isolated, "run-1")[1][0]["sha256"]  # same hash in-process
+
+    recovered = imprint("recover", "--run", "run-1", "--apply")
+    assert recovered.returncode == 0, recovered.stderr
+    report = json.loads(recovered.stdout)
+    assert report["apply"] is True and {x["kind"] for x in report["applied"]} == {"effect_confirmed"}
+
+    exported = imprint("export", "--run", "run-1")
+    assert exported.returncode == 0, exported.stderr
+    assert [x["block_id"] for x in json.loads(exported.stdout)["blocks"]] == list(blocks.values())
+    assert imprint("export", "--run", "missing").returncode == 2
+    assert imprint("replay", "--run", "missing").returncode == 2
+    assert PublicationRun.id_for("run-1")  # the console script read the same schema
