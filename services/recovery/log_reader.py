@@ -134,6 +134,11 @@ def apply_reconciliations(app: PublicationLog, run_id: str, findings: list[Recon
             run: PublicationRun = app.repository.get(PublicationRun.id_for(run_id))
         except AggregateNotFoundError:
             return [_applied(f, False, "run not found") for f in findings]
+        except Exception as error:  # noqa: BLE001 — e.g. an undecodable record: report, append nothing
+            log.warning("run aggregate could not be rebuilt; nothing appended", run_id=run_id,
+                        error=type(error).__name__)
+            return [_applied(f, False, f"run aggregate could not be rebuilt: {type(error).__name__}")
+                    for f in findings]
         appended = [run.reconcile(f.kind, f.candidate_id, f.block_id, f.revision, f.detail) for f in findings]
         try:
             app.save(run)

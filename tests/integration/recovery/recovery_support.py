@@ -136,3 +136,13 @@ def table_exists(settings: Settings, table: str) -> bool:
             "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
             (settings.database_schema, table)).fetchone()
     return row is not None
+
+
+def snapshot_versions(settings: Settings, run_id: str) -> list[int]:
+    assert settings.database_schema
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT originator_version FROM {} WHERE originator_id = %s ORDER BY 1").format(
+                sql.Identifier(settings.database_schema, "publication_snapshots")),
+            (PublicationRun.id_for(run_id),)).fetchall()
+    return [int(version) for (version,) in rows]

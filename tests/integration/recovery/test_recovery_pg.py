@@ -15,7 +15,6 @@ import pytest
 
 from imprint.contracts.sources import SourceRevoked
 from imprint.contracts.topics import Topic
-from imprint.publication import PublicationRun
 from imprint.settings import Settings
 from services.publication.service import open_log
 from services.recovery import cli
@@ -34,6 +33,7 @@ from tests.integration.recovery.recovery_support import (
     registered,
     replay_lines,
     run_cli,
+    snapshot_versions,
     stored_state,
     table_exists,
     text,
@@ -99,6 +99,7 @@ def test_replay_verify_agrees_across_processes_and_with_snapshotted_aggregates(i
         feed(*(text("run-long", f"segment {i}", segment=i) for i in range(105)))
     finally:
         app.close()
+    assert snapshot_versions(isolated, "run-long") == [100]  # the aggregate is rebuilt from a snapshot
     first_code, first = replay_lines(isolated, verify=True)
     second_code, second = replay_lines(isolated)
     assert first_code == second_code == 0
@@ -145,6 +146,11 @@ def test_one_corrupt_row_is_withheld_alone_and_an_undecodable_one_fails_verifica
     assert block_ids(lines[0]) == [a]
     assert {w["reason"] for w in lines[0]["view"]["withheld"]} == {"corrupt_body", "undecodable_event"}
     assert code == 1 and not lines[-1]["verify"]["aggregates_agree"]  # the run aggregate cannot be rebuilt
+    code, out, _ = run_cli(cli.recover, isolated, "run-1", True)
+    recovered = json.loads(out)
+    assert code == 0 and recovered["applied"] and not any(x["appended"] for x in recovered["applied"])
+    assert all(x["error"].startswith("run aggregate could not be rebuilt") for x in recovered["applied"])
+    assert [d["reason"] for d in recovered["runs"][0]["defects"]] == ["undecodable_event"]
 
 
 @pytest.mark.rule("R3", "R6")
@@ -298,4 +304,3 @@ def test_the_imprint_console_script(isolated: Settings) -> None:
     assert [x["block_id"] for x in json.loads(exported.stdout)["blocks"]] == list(blocks.values())
     assert imprint("export", "--run", "missing").returncode == 2
     assert imprint("replay", "--run", "missing").returncode == 2
-    assert PublicationRun.id_for("run-1")  # the console script read the same schema
