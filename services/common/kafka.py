@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -28,7 +30,7 @@ from faststream.middlewares import AckPolicy
 from pydantic import ValidationError
 
 from imprint.contracts.base import Message
-from imprint.contracts.deadletter import DeadLetter
+from imprint.contracts.deadletter import ORIGINAL_CAP_BYTES, DeadLetter
 from imprint.contracts.registry import TRANSPORT_CAP_BYTES, decode, encode
 from imprint.contracts.topics import Topic
 from imprint.observability import get_logger
@@ -143,6 +145,7 @@ def dead_letter(
     """A typed refusal carrying the original bytes; its event_id is fixed by the position, so a
     redelivered refusal is the same dead letter."""
     log.warning("message refused", consumer=consumer, topic=topic, partition=partition, offset=offset, reason=reason)
+    kept = raw[:ORIGINAL_CAP_BYTES]
     return DeadLetter(
         event_id=uuid.uuid5(DEADLETTER_NAMESPACE, f"{consumer}|{topic}|{partition}|{offset}"),
         reason=reason,  # type: ignore[arg-type]
@@ -152,7 +155,10 @@ def dead_letter(
         partition=partition,
         offset=offset,
         key_b64=base64.b64encode(key).decode() if key else None,
-        original_b64=base64.b64encode(raw).decode(),
+        original_b64=base64.b64encode(kept).decode(),
+        original_size=len(raw),
+        original_sha256=hashlib.sha256(raw).hexdigest(),
+        original_truncated=len(kept) < len(raw),
     )
 
 
@@ -186,6 +192,25 @@ async def _handle_isolating_poison(
 BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
 
 
+async def _raw_bodies(message: Any) -> Any:
+    """FastStream decoder: hand over the raw bytes. Decoding is intake's job, where a
+    failure becomes a dead letter; FastStream's own JSON decoding would fail the
+    whole poll before the handler ran (e.g. RecursionError on deep nesting)."""
+    return message.body
+
+
+async def _tolerant_parser(records: Any, original: Callable[[Any], Awaitable[Any]]) -> Any:
+    """FastStream parser: header values that are not UTF-8 must not sink the poll
+    (the value is still dead-lettered or processed on its own merits)."""
+    try:
+        return await original(records)
+    except UnicodeDecodeError:
+        batch = records if isinstance(records, tuple) else (records,)
+        safe = tuple(dataclasses.replace(r, headers=[(k, v.decode("utf-8", "replace").encode()) for k, v in r.headers])
+                     for r in batch)
+        return await original(safe if isinstance(records, tuple) else safe[0])
+
+
 def subscribe_tracked(
     broker: KafkaBroker,
     settings: Settings,
@@ -212,6 +237,8 @@ def subscribe_tracked(
         batch_timeout_ms=50,
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
+        decoder=_raw_bodies,
+        parser=_tolerant_parser,
     )
     async def on_batch(msg: KafkaMessage) -> None:
         records = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)

@@ -14,6 +14,11 @@ DeadLetterReason = Literal[
 (a defect or an input no rule anticipated); it is set aside so the partition keeps moving."""
 
 
+ORIGINAL_CAP_BYTES = 512 * 1024
+"""A dead letter carries at most this much of the original value, so that it always fits a
+Kafka record (base64 grows it by a third) whatever was refused."""
+
+
 class DeadLetter(Message):
     type: Literal["deadletter"] = "deadletter"
     reason: DeadLetterReason
@@ -24,6 +29,11 @@ class DeadLetter(Message):
     offset: int
     key_b64: str | None = None
     original_b64: str
+    """The original value, base64; only its first ``ORIGINAL_CAP_BYTES`` when ``original_truncated``
+    (the whole value stays on the source topic at topic/partition/offset)."""
+    original_size: int = 0
+    original_sha256: str = ""
+    original_truncated: bool = False
 
     @property
     def original(self) -> bytes:
