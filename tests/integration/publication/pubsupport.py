@@ -101,6 +101,33 @@ def send(settings: Settings, *messages: Message) -> None:
         asyncio.run(go())
 
 
+async def committed_offset(settings: Settings, consumer: str, topic: Topic, partition: int = 0) -> int:
+    """The next offset the consumer group has committed on ``topic`` (-1: nothing committed)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        tp = TopicPartition(settings.topic(topic), partition)
+        offsets = await admin.list_consumer_group_offsets(f"{settings.group_prefix}.{consumer}", partitions=[tp])
+        found = offsets.get(tp)
+        return -1 if found is None else found.offset
+    finally:
+        await admin.close()
+
+
+def wait_committed(settings: Settings, consumer: str, topic: Topic, past: int, timeout: float = 20.0) -> int:
+    """Wait until the group's committed offset is beyond ``past`` (the consumer is done with it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        committed = asyncio.run(committed_offset(settings, consumer, topic))
+        if committed > past:
+            return committed
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{consumer} never committed past offset {past} of {topic} (at {committed})")
+        time.sleep(0.2)
+
+
 def of_run(values: Values, run: str) -> Values:
     return [v for v in values if v.get("run_id") == run]
 
