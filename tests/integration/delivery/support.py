@@ -180,9 +180,17 @@ def read_stream(base_url: str, run_id: str, token: str, *, last_event_id: int | 
             stopped = True
         return stopped
 
+    deadline = time.monotonic() + timeout
+
+    def lines(response: httpx.Response) -> Iterator[str]:
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stream read timed out; frames so far: {[(f.id, f.event) for f in frames]}")
+            yield line
+
     with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(timeout, connect=5)) as response:
         assert response.status_code == 200, (response.status_code, response.read())
-        parse_sse(response.iter_lines(), on_frame, comments)
+        parse_sse(lines(response), on_frame, comments)
     return frames, not stopped
 
 
