@@ -1,0 +1,34 @@
+"""``python -m tests.fault.crash_publication``: the real ``imprint serve publication``,
+except that the process SIGKILLs itself right after the N-th tracked commit that settled
+a candidate (``IMPRINT_TEST_KILL_AFTER_COMMITS``, default 1) — after PostgreSQL committed
+the poll with its tracking record, before the consumer acknowledged the offsets to Kafka."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from services.publication import application
+
+AFTER = int(os.environ.get("IMPRINT_TEST_KILL_AFTER_COMMITS", "1"))
+_commit = application.PublicationLog._commit
+_seen = 0
+
+
+def _commit_then_die(self, unit, last, emit):  # type: ignore[no-untyped-def]
+    global _seen
+    _commit(self, unit, last, emit)
+    if unit.candidates:
+        _seen += 1
+        if _seen >= AFTER:
+            print(f"fault: SIGKILL after the commit through {last.tracking.application_name}@{last.offset}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+application.PublicationLog._commit = _commit_then_die  # type: ignore[method-assign]
+
+if __name__ == "__main__":
+    from services.cli import main
+
+    sys.exit(main(["serve", "publication"]))

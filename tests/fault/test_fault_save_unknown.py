@@ -1,0 +1,119 @@
+"""P15 save-unknown, for real: the ``publication`` process talks to PostgreSQL through a
+TCP proxy that cuts the connection right around the COMMIT of the tracked transaction
+(and cuts the store's own retries, so they cannot find out either). The relay talks to PostgreSQL directly.
+
+* COMMIT executed, reply withheld → ``answer.save_unknown``, then the read-back finds the
+  candidate committed: it is relayed once, never re-applied.
+* COMMIT never reached the server → ``answer.save_unknown``, then the read-back finds
+  nothing: the poll is retried and commits once. Never assumed either way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlparse, urlunparse
+
+import pytest
+
+from imprint.settings import Settings
+from tests.fault.faultsupport import FaultStack
+from tests.fault.pgproxy import PgProxy
+from tests.integration.publication.pubsupport import (
+    admitted,
+    dedupe,
+    has_published,
+    of_type,
+    part,
+    published,
+    run_events,
+    send,
+    wait_run,
+)
+
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
+
+
+@contextmanager
+def proxied(settings: Settings) -> Iterator[tuple[PgProxy, Settings]]:
+    assert settings.database_url
+    url = urlparse(settings.database_url)
+    proxy = PgProxy(url.hostname or "127.0.0.1", url.port or 5432)
+    port = proxy.start()
+    netloc = url.netloc.rsplit("@", 1)
+    through = urlunparse(url._replace(netloc=f"{netloc[0]}@127.0.0.1:{port}" if len(netloc) == 2 else f"127.0.0.1:{port}"))
+    try:
+        yield proxy, settings.model_copy(update={"database_url": through})
+    finally:
+        proxy.close()
+
+
+@pytest.mark.rule("P15", "P19")
+@pytest.mark.parametrize("mode", ["after_commit", "before_commit"])
+def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated: Settings, mode: str) -> None:
+    s, run = isolated, f"run-unknown-{mode}"
+    stack = FaultStack(s, parts=())
+    with proxied(s) as (proxy, through_proxy):
+        try:
+            stack.serve("relay")
+            stack.serve("publication", settings=through_proxy)
+            send(s, admitted(run), part(run, "warm", "Warm-up."))
+            wait_run(s, run, has_published("Warm-up."), timeout=45)
+
+            # the tracked transaction's COMMIT; then the store's 9 retries are cut too (10 attempts in all)
+            proxy.arm(mode, then_refuse=9, watch="publication_tracking")
+            send(s, part(run, "u-1", "Saved or not?"))
+            # (after a durable COMMIT the relay may announce it before the consumer, still busy
+            # with its cut retries, says save_unknown: wait for both)
+            values = wait_run(s, run, lambda vs: has_published("Saved or not?")(vs) and any(
+                v["type"] == "answer.save_unknown" for v in vs), timeout=45)
+            publication_log = stack.log("publication")
+        finally:
+            stack.__exit__(None, None, None)
+
+    assert not proxy.armed, "every armed fault was used"
+    expected_first = ("server replied COMMIT; reply withheld, connection cut" if mode == "after_commit"
+                      else "commit dropped before the server saw it")
+    assert proxy.log.events == [expected_first] + ["attempt refused"] * 9
+    unknown = [v for v in of_type(values, "answer.save_unknown") if v["candidate_id"] == "tool:u-1"]
+    assert unknown, "the unconfirmed commit was announced as unknown"
+    kinds = [v["type"] for v in values if v.get("candidate_id") == "tool:u-1"
+             or v.get("block", {}).get("candidate_id") == "tool:u-1"]
+    assert kinds.index("answer.preview") < kinds.index("answer.save_unknown"), "preview, then save_unknown"
+    mine = [v for v in dedupe(published(values)) if v["block"]["candidate_id"] == "tool:u-1"]
+    assert [v["block"]["revision"] for v in mine] == [1], "exactly one committed revision, relayed once"
+    commits = [e for e in run_events(s, run)
+               if type(e).__name__ == "BlockRevisionCommitted" and e.candidate_id == "tool:u-1"]
+    assert len(commits) == 1
+    assert "commit outcome unknown; reading back" in publication_log
+    if mode == "after_commit":  # the read-back found it: nothing re-applied
+        assert "batch failed" not in publication_log
+    else:  # the read-back found nothing: the poll was retried, not dead-lettered, not assumed
+        assert "batch failed; rewinding for redelivery" in publication_log
+        assert "dead-lettering" not in publication_log
+
+
+@pytest.mark.rule("P15")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "BUG (services/common/keyring.py + services/common/kafka.py, not Publication): PostgresKeyring raises raw "
+    "psycopg errors, and the consumer's TRANSIENT_ERRORS (eventsourcing PersistenceError, OSError, TimeoutError, "
+    "KafkaError) does not include psycopg.Error, so one lost connection during a key lookup is taken for a poison "
+    "message: the valid candidate is dead-lettered (processing_error) and never committed. Fix: treat "
+    "psycopg.OperationalError/InterfaceError (or psycopg.Error) as transient, or wrap keyring errors."))
+def test_a_connection_lost_while_reading_a_key_is_retried_not_dead_lettered(isolated: Settings) -> None:
+    s, run = isolated, "run-unknown-key"
+    stack = FaultStack(s, parts=())
+    with proxied(s) as (proxy, through_proxy):
+        try:
+            stack.serve("relay")
+            stack.serve("publication", settings=through_proxy)
+            send(s, admitted(run), part(run, "warm", "Warm-up."))
+            wait_run(s, run, has_published("Warm-up."), timeout=45)
+            proxy.cut_statements("data_key", times=1)
+            send(s, part(run, "k-1", "Needs the conversation key."), part(run, "k-2", "Marker behind it."))
+            values = wait_run(s, run, has_published("Marker behind it."), timeout=20)
+            publication_log = stack.log("publication")
+        finally:
+            stack.__exit__(None, None, None)
+    assert proxy.log.events == ["attempt refused"]
+    assert [v["block"]["revision"] for v in dedupe(published(values)) if v["block"]["candidate_id"] == "tool:k-1"] == [1]
+    assert "dead-lettering" not in publication_log
