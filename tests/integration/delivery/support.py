@@ -9,12 +9,13 @@ import asyncio
 import itertools
 import json
 import socket
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -25,10 +26,13 @@ from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
 from imprint.settings import Settings
 from services.common.inbound import Inbound
-from services.delivery.app import topic_for
+from services.delivery.app import create_app, topic_for
+from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
 from tests.unit.delivery.delivery_builders import block, closed, preview, published, running  # noqa: F401
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -244,8 +248,12 @@ class KillableProxy:
         with self.lock:
             victims, self.connections = self.connections, []
         for s in victims:
+            try:  # linger 0: reset, not a graceful close; shutdown wakes the pipe threads' recv
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 s.close()
             except OSError:
                 pass
@@ -257,7 +265,41 @@ class KillableProxy:
         self.kill_all()
 
 
-@contextmanager
-def serving(app: Any) -> Iterator[LiveServer]:
-    with LiveServer(app) as server:
-        yield server
+def off_thread(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a fresh loop in another thread (Playwright's sync API keeps a
+    loop on the test thread, so ``asyncio.run`` is not available there)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+# ----------------------------------------------------------------------- a running Delivery
+
+@dataclass
+class Delivery:
+    settings: Settings
+    store: ViewStore
+    notifier: Notifier
+    publish: KafkaPublish
+    feeder: Feeder
+    server: LiveServer
+    app: Any
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    def token(self, account: str = "acct-1", ttl: float | None = None) -> str:
+        return mint_token(self.settings, account, ttl)
+
+
+def start_delivery(settings: Settings, **app_options: Any) -> Iterator[Delivery]:
+    store = ViewStore(settings)
+    notifier = Notifier()
+    publish = KafkaPublish(settings)
+    app = create_app(settings, store, publish, notifier=notifier, poll_interval=0.5, **app_options)
+    try:
+        with LiveServer(app) as server:
+            yield Delivery(settings, store, notifier, publish, Feeder(store, notifier), server, app)
+            publish.close()
+    finally:
+        store.close()

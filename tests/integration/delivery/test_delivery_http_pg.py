@@ -14,7 +14,7 @@ import pytest
 from imprint.contracts.topics import Topic
 from imprint.delivery.summary import validate_stream
 from services.delivery.view_store import ViewStore
-from tests.integration.delivery.conftest import Delivery, start_delivery
+from tests.integration.delivery.support import Delivery, start_delivery
 from tests.integration.delivery.support import SSE, read_stream
 from tests.support.kafka import read_topic
 from tests.unit.delivery.delivery_builders import (
