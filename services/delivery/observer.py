@@ -86,6 +86,11 @@ class DeliveryObserver:
             kind = message["type"]
             if kind == "http.response.start":
                 tap.status = message["status"]
+            final = kind == "http.response.body" and not message.get("more_body", False)
+            if final and tap.run_id is not None:
+                # uvicorn drops writes after a disconnect without raising; give a pending
+                # disconnect notice the chance to arrive before this counts as finished.
+                await asyncio.sleep(0)
             await send(message)
             if kind != "http.response.body" or tap.run_id is None:
                 return

@@ -205,6 +205,10 @@ class ViewStore:
             conflicts: list[merge.Conflict] = []
             touched: dict[str, None] = {}
             cache: dict[str, _Loaded] = {}
+            # Lock every run of the batch up front, in one order, so two consumers
+            # sharing runs (publication and runs partitions) cannot deadlock.
+            for run_id in sorted({r for r in (getattr(i.message, "run_id", None) for i in ordered) if r}):
+                cache[run_id] = self._load(c, run_id, lock=True)
             for item in ordered:
                 run_id = getattr(item.message, "run_id", None)
                 if not run_id:
