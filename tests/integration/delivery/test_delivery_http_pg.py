@@ -254,6 +254,8 @@ def test_delete_is_requested_by_the_owner_and_deletion_purges_the_views(delivery
     assert "private words" not in json.dumps([f.data for f in delivery.store.frames_after(run, 0)])
 
 
+@pytest.mark.rule("P17")
+@pytest.mark.rule("D4")
 def test_health_ready_and_metrics(delivery: Delivery) -> None:
     assert httpx.get(f"{delivery.url}/healthz").status_code == 200
     assert httpx.get(f"{delivery.url}/readyz").json()["ready"] is True
@@ -266,6 +268,8 @@ def test_health_ready_and_metrics(delivery: Delivery) -> None:
     assert "imprint_delivery_completions_total 1.0" in text
 
 
+@pytest.mark.rule("D2")
+@pytest.mark.rule("D4")
 def test_a_hopelessly_slow_client_is_dropped_not_the_process(isolated) -> None:  # type: ignore[no-untyped-def]
     settings = isolated.model_copy(update={"sse_client_queue": 2, "sse_keepalive_seconds": 60})
     for delivery in start_delivery(settings, slow_client_timeout=0.5):

@@ -197,6 +197,7 @@ async def test_delete_conversation_is_owner_only_and_publishes_the_request(
     assert (message.conversation_id, message.account_id, message.reason) == ("conv-9", "acct-1", "user")  # type: ignore[attr-defined]
 
 
+@pytest.mark.rule("D6")
 async def test_request_size_limit_and_rate_limit(client: httpx.AsyncClient, store: ViewStore,
                                                  settings: Settings) -> None:
     store.feed(running(RUN))  # type: ignore[attr-defined]
@@ -215,6 +216,7 @@ async def test_request_size_limit_and_rate_limit(client: httpx.AsyncClient, stor
     assert statuses[-1] == 429, statuses
 
 
+@pytest.mark.rule("D6")
 def test_rate_limiter_refills() -> None:
     limiter = RateLimiter(rate=2, per=0.2)
     assert limiter.allow("a")[0] and limiter.allow("a")[0]
@@ -225,6 +227,7 @@ def test_rate_limiter_refills() -> None:
     assert limiter.allow("a")[0]
 
 
+@pytest.mark.rule("D4")
 async def test_health_ready_metrics_and_the_web_client(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
@@ -332,6 +335,7 @@ async def test_observer_a_disconnect_before_the_end_is_an_interruption_never_a_c
 # ---------------------------------------------------------------------- notifier
 
 
+@pytest.mark.rule("D1")
 async def test_notifier_wakes_waiters_and_never_loses_a_poke() -> None:
     notifier = Notifier()
     notifier.bind()
