@@ -28,12 +28,14 @@ async def serve(settings: Settings) -> None:
     async def publish(message: Message) -> None:
         await outbox.publish(topic_for(message), message)
 
-    app = create_app(settings, store, publish, notifier=notifier)
+    started = asyncio.Event()
+    app = create_app(settings, store, publish, notifier=notifier, caught_up=started.is_set)
     server = uvicorn.Server(uvicorn.Config(
         app, host=settings.http_host, port=settings.http_port, log_config=None, access_log=False,
         lifespan="off", timeout_graceful_shutdown=5,
     ))
     await broker.start()
+    started.set()
     try:
         await server.serve()  # owns SIGINT/SIGTERM: stops accepting, then returns
     finally:
