@@ -111,7 +111,7 @@ def test_a_relay_killed_mid_stream_loses_nothing_and_keeps_the_log_order(isolate
 
         # 2. Killed from outside at an arbitrary moment while it streams (small, paced batches).
         stack.launch("relay", "tests.fault.crash_relay",
-                     env={"IMPRINT_TEST_RELAY_BATCH": "5", "IMPRINT_TEST_RELAY_PAUSE": "0.05"})
+                     env={"IMPRINT_TEST_RELAY_BATCH": "5", "IMPRINT_TEST_RELAY_PAUSE": "0.1"})
         wait_until(lambda: relay_position(s) > 40, timeout=60, what="the relay to make progress")
         stack.kill9("relay")
         mid = relay_position(s)
