@@ -18,10 +18,12 @@ import asyncio
 import base64
 import dataclasses
 import hashlib
+import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+import psycopg
 from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError
 from eventsourcing.persistence import PersistenceError
@@ -162,7 +164,15 @@ def dead_letter(
     )
 
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (PersistenceError, OSError, TimeoutError, KafkaError)
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    PersistenceError,  # eventsourcing's wrapper of every recorder failure
+    psycopg.OperationalError,  # raw psycopg, e.g. the key store and the delivery view store
+    psycopg.InterfaceError,
+    sqlite3.OperationalError,  # "database is locked" and friends
+    OSError,
+    TimeoutError,
+    KafkaError,
+)
 """Failures worth retrying the same batch for: the database or the broker, not the message."""
 
 

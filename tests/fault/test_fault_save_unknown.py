@@ -93,12 +93,6 @@ def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated:
 
 
 @pytest.mark.rule("P15")
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "BUG (services/common/keyring.py + services/common/kafka.py, not Publication): PostgresKeyring raises raw "
-    "psycopg errors, and the consumer's TRANSIENT_ERRORS (eventsourcing PersistenceError, OSError, TimeoutError, "
-    "KafkaError) does not include psycopg.Error, so one lost connection during a key lookup is taken for a poison "
-    "message: the valid candidate is dead-lettered (processing_error) and never committed. Fix: treat "
-    "psycopg.OperationalError/InterfaceError (or psycopg.Error) as transient, or wrap keyring errors."))
 def test_a_connection_lost_while_reading_a_key_is_retried_not_dead_lettered(isolated: Settings) -> None:
     s, run = isolated, "run-unknown-key"
     stack = FaultStack(s, parts=())
