@@ -54,7 +54,7 @@ from imprint.publication import (
     sources_to_check,
 )
 from services.common.inbound import Inbound
-from services.publication.sealing import SealingMapper, key_name_for
+from services.publication.sealing import RecentKeys, SealingMapper, key_name_for
 
 log = get_logger(__name__)
 
@@ -138,7 +138,7 @@ class PublicationLog(Application[uuid.UUID]):
     env = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
 
     def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
-        self.keyring = keyring
+        self.keyring = RecentKeys(keyring)
         super().__init__(env)
         self.policy = policy or Policy()
         self._positions: dict[str, int] = {}
@@ -148,7 +148,8 @@ class PublicationLog(Application[uuid.UUID]):
 
     def construct_mapper(self) -> SealingMapper:
         """Block bodies are sealed under their conversation's key before they reach the log (X8)."""
-        return SealingMapper(self.construct_transcoder(), FieldSealer(self.keyring, purpose="publication"))
+        sealer = FieldSealer(self.keyring, purpose="publication")
+        return SealingMapper(self.construct_transcoder(), sealer)
 
     @property
     def process_recorder(self) -> ProcessRecorder:
@@ -331,16 +332,19 @@ class PublicationLog(Application[uuid.UUID]):
             log.info("conversation keys destroyed", keys=len(unit.shred))
 
     def _save_failed(self, unit: UnitOfWork, error: str, emit: EmitMany) -> None:
-        self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveFailed(
-            run_id=run_id, candidate_id=cid, block_ids=blocks, error=error))
+        """P15: a refused commit leaves a failure fact. Recorded in the log when the log
+        is writable (the relay then announces it, once, with a deterministic id);
+        published straight to the topic only when it is not."""
         unit.forget()
         try:
             retry = UnitOfWork(self)
-            for run_id, candidate_id, _ in unit.candidates:
-                retry.run(run_id).record_save_failure(candidate_id, error)
+            for run_id, candidate_id, blocks in unit.candidates:
+                retry.run(run_id).record_save_failure(candidate_id, error, blocks)
             self._flush(retry)
-        except Exception:  # the failure fact is on the topic; the log may be unwritable now
-            log.warning("could not record the save failure in the log")
+        except Exception:
+            log.warning("could not record the save failure in the log; announcing it directly")
+            self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveFailed(
+                run_id=run_id, candidate_id=cid, block_ids=blocks, error=error))
 
     def _save_unknown(self, unit: UnitOfWork, last: Inbound, error: Exception, emit: EmitMany) -> None:
         log.warning("commit outcome unknown; reading back", error=type(error).__name__)

@@ -14,13 +14,14 @@ for the crypto)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from imprint.journal.shredding import FieldSealer, Shredded
+from imprint.journal.shredding import FieldSealer, Keyring, Shredded
 
 PRIVATE_FIELDS = frozenset({"markdown"})
 SEALED, KEY = "__sealed__", "__key__"
@@ -81,3 +82,34 @@ class SealingMapper(Mapper[uuid.UUID]):
         if isinstance(value, list):
             return [self._open(v, scope, field) for v in value]
         return value
+
+
+class RecentKeys:
+    """A keyring in front of the key table that remembers found keys for ``max_age``
+    seconds: sealing a poll's bodies costs one lookup per conversation, not one per
+    body. A key destroyed here is forgotten at once; one destroyed by another process
+    may still be used here for at most ``max_age`` seconds."""
+
+    def __init__(self, keyring: Keyring, max_age: float = 1.0) -> None:
+        self._keyring = keyring
+        self._max_age = max_age
+        self._keys: dict[str, tuple[float, bytes]] = {}
+
+    def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
+        now = time.monotonic()
+        found = self._keys.get(conversation_id)
+        if found is not None and now - found[0] < self._max_age:
+            return found[1]
+        key = self._keyring.key_for(conversation_id, create)
+        if key is not None:
+            self._keys[conversation_id] = (now, key)
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+        return key
+
+    def destroy(self, conversation_id: str) -> None:
+        self._keys.pop(conversation_id, None)
+        self._keyring.destroy(conversation_id)
+
+    def is_destroyed(self, conversation_id: str) -> bool:
+        return self._keyring.is_destroyed(conversation_id)
