@@ -7,7 +7,8 @@ Journal and Delivery never share a table."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote, urlparse
@@ -60,19 +61,41 @@ def ensure_schema(settings: Settings) -> None:
         connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.database_schema)))
 
 
-def open_application(construct: Callable[[], T], attempts: int = 5) -> T:
-    """Construct an eventsourcing application, retrying the race of processes creating
-    the same tables at once (PostgreSQL reports it as a duplicate type, or as a
-    catalog tuple concurrently updated)."""
+def open_application(settings: Settings, construct: Callable[[], T], attempts: int = 5) -> T:
+    """Construct an eventsourcing application. Processes starting together would race
+    to create the same tables (PostgreSQL reports a duplicate type or table, or a
+    catalog tuple concurrently updated), so on PostgreSQL construction holds an
+    advisory lock; a few retries remain as a second line."""
     import time
 
-    from eventsourcing.persistence import IntegrityError, InternalError
+    from eventsourcing.persistence import IntegrityError, InternalError, ProgrammingError
 
     for attempt in range(attempts):
         try:
-            return construct()
-        except (IntegrityError, InternalError):
+            with _creation_lock(settings):
+                return construct()
+        except (IntegrityError, InternalError, ProgrammingError):
             if attempt == attempts - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def _creation_lock(settings: Settings) -> Iterator[None]:
+    if not settings.uses_postgres:
+        yield
+        return
+    import psycopg
+
+    assert settings.database_url is not None
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        connection.execute("SELECT pg_advisory_lock(%s)", (CREATION_LOCK,))
+        try:
+            yield
+        finally:
+            connection.execute("SELECT pg_advisory_unlock(%s)", (CREATION_LOCK,))
+
+
+CREATION_LOCK = 0x1A9B_7C01
+"""The advisory lock id that serializes table creation of imprint's stores."""

@@ -8,7 +8,7 @@ import uvicorn
 
 from imprint.contracts.base import Message
 from imprint.settings import Settings
-from services.common.eventstore import ensure_schema
+from services.common.eventstore import ensure_schema, open_application
 from services.common.kafka import Outbox, make_broker
 from services.delivery import consumer
 from services.delivery.app import create_app, topic_for
@@ -18,7 +18,7 @@ from services.delivery.view_store import ViewStore
 
 async def serve(settings: Settings) -> None:
     ensure_schema(settings)
-    store = ViewStore(settings)
+    store = open_application(settings, lambda: ViewStore(settings))
     broker = make_broker(settings, "imprint-delivery")
     outbox = Outbox(broker, settings)
     notifier = Notifier()

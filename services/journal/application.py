@@ -37,7 +37,7 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, InternalError, ProcessRecorder, Tracking
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
 from eventsourcing.utils import get_topic
 
 from imprint.contracts.runs import RunsMessage
@@ -52,20 +52,6 @@ from services.common.inbound import Inbound
 from services.journal.announcements import announce
 
 A = TypeVar("A", bound=Aggregate)
-
-
-def _open_racing(construct: Callable[[], RuntimeJournal], attempts: int = 8) -> RuntimeJournal:
-    """Construct through the race of several processes creating the same tables: PostgreSQL reports
-    it as a duplicate type (IntegrityError) or, for eventsourcing's ``CREATE OR REPLACE FUNCTION``,
-    as "tuple concurrently updated" (InternalError). Both mean "someone else just created it"."""
-    for attempt in range(attempts):
-        try:
-            return construct()
-        except (IntegrityError, InternalError):
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.1 * (attempt + 1) + random.uniform(0, 0.05))
-    raise AssertionError("unreachable")
 
 
 class JournalConflict(RuntimeError):
@@ -129,7 +115,7 @@ class RuntimeJournal(Application[UUID]):
 
     @classmethod
     def from_settings(cls, settings: Settings, *, keyring: Keyring | None = None, name: str = "journal") -> RuntimeJournal:
-        from services.common.eventstore import ensure_schema, store_environment
+        from services.common.eventstore import ensure_schema, open_application, store_environment
         from services.common.keyring import open_keyring
         from services.journal.message_index import open_message_index
 
@@ -141,7 +127,7 @@ class RuntimeJournal(Application[UUID]):
         index = open_message_index(settings, name)
         owned.append(index)
         env = store_environment(settings, name)
-        journal = _open_racing(lambda: cls(env, keyring=keyring, message_index=index, name=name))
+        journal = open_application(settings, lambda: cls(env, keyring=keyring, message_index=index, name=name))
         journal._owned = owned
         return journal
 

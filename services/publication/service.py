@@ -26,7 +26,7 @@ def open_log(settings: Settings) -> PublicationLog:
     )
     env = store_environment(settings, PublicationLog.name)
     keyring = open_keyring(settings)
-    return open_application(lambda: PublicationLog(keyring, env=env, policy=policy))
+    return open_application(settings, lambda: PublicationLog(keyring, env=env, policy=policy))
 
 
 async def serve(settings: Settings) -> None:
