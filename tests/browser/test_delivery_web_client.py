@@ -147,7 +147,8 @@ def test_the_page_posts_received_and_rendered_receipts(page: Any, delivery: Deli
 
     def both(vs: list[dict]) -> bool:
         mine = [(v["type"], v.get("last_event_id")) for v in vs if v["run_id"] == run]
-        return ("client.rendered", last) in mine and ("client.received", last) in mine
+        completed = any(kind == "delivery.completed" for kind, _ in mine)  # published when the response ends
+        return ("client.rendered", last) in mine and ("client.received", last) in mine and completed
 
     values = off_thread(read_topic(delivery.settings, Topic.DELIVERY, until=both))
     rendered = [v for v in values if v["type"] == "client.rendered" and v["last_event_id"] == last]
