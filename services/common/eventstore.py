@@ -34,7 +34,9 @@ def store_environment(settings: Settings, application: str) -> dict[str, str]:
             POSTGRES_POOL_SIZE="4",
             POSTGRES_MAX_OVERFLOW="4",
             POSTGRES_CONNECT_TIMEOUT="5",
-            POSTGRES_PRE_PING="y",
+            # No pre-ping: it costs a round trip per checkout; a dead pooled connection
+            # surfaces as an OperationalError that eventsourcing retries and we treat as transient.
+            POSTGRES_PRE_PING="n",
         )
         if settings.database_schema:
             env["POSTGRES_SCHEMA"] = settings.database_schema

@@ -100,7 +100,9 @@ class UnitOfWork:
 
     def conversation(self, conversation_id: str, account_id: str | None = None) -> ConversationRuns | None:
         """The conversation's run index; created only when ``account_id`` is given (at admission)."""
-        if self.conversations.get(conversation_id) is None:
+        if conversation_id not in self.conversations or (
+            self.conversations[conversation_id] is None and account_id is not None
+        ):
             try:
                 self.conversations[conversation_id] = self.app.repository.get(ConversationRuns.id_for(conversation_id))
             except AggregateNotFoundError:
