@@ -40,7 +40,8 @@ from tests.support.kafka import read_topic
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(150)]
 
 
-@pytest.mark.rule("P15", "P14")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P14")
 def test_killed_between_the_database_commit_and_the_offset_commit_applies_nothing_twice(isolated: Settings) -> None:
     s, run, n = isolated, "run-kill-consumer", 40
     stack = FaultStack(s, parts=())

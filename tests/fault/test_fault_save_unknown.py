@@ -49,7 +49,8 @@ def proxied(settings: Settings) -> Iterator[tuple[PgProxy, Settings]]:
         proxy.close()
 
 
-@pytest.mark.rule("P15", "P19")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P19")
 @pytest.mark.parametrize("mode", ["after_commit", "before_commit"])
 def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated: Settings, mode: str) -> None:
     s, run = isolated, f"run-unknown-{mode}"

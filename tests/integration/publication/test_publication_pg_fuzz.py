@@ -134,7 +134,10 @@ def decodes(raw: bytes) -> Any:
         return None
 
 
-@pytest.mark.rule("P2", "P3", "P4", "P5")
+@pytest.mark.rule("P2")
+@pytest.mark.rule("P3")
+@pytest.mark.rule("P4")
+@pytest.mark.rule("P5")
 def test_every_hostile_envelope_ends_in_a_typed_outcome_and_committed_blocks_stay(
     isolated: Settings,
 ) -> None:

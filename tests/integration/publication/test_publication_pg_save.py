@@ -90,7 +90,9 @@ def assert_retry_commits_once(settings: Settings, driver: Driver, run: str, bloc
     assert outcome is not None and [b.kind for b in outcome.blocks] == ["committed"]
 
 
-@pytest.mark.rule("P13", "P14", "P15")
+@pytest.mark.rule("P13")
+@pytest.mark.rule("P14")
+@pytest.mark.rule("P15")
 def test_a_concurrent_write_fails_the_commit_after_the_preview(isolated: Settings, driver: Driver) -> None:
     run = "run-save-conflict"
     block_id = first_block(driver, run)
@@ -123,7 +125,9 @@ def test_a_concurrent_write_fails_the_commit_after_the_preview(isolated: Setting
     assert_retry_commits_once(isolated, driver, run, block_id)
 
 
-@pytest.mark.rule("P13", "P14", "P15")
+@pytest.mark.rule("P13")
+@pytest.mark.rule("P14")
+@pytest.mark.rule("P15")
 def test_a_refused_tracked_transaction_fails_the_commit_after_the_preview(isolated: Settings, driver: Driver) -> None:
     run = "run-save-privilege"
     block_id = first_block(driver, run)

@@ -73,7 +73,8 @@ def version_of(settings: Settings, run_id: str, block_id: str) -> int:
         app.close()
 
 
-@pytest.mark.rule("R2", "R5")
+@pytest.mark.rule("R2")
+@pytest.mark.rule("R5")
 def test_a_block_no_journal_saw_is_in_the_answer_view_after_a_restart(isolated: Settings) -> None:
     blocks = write_run(isolated)
     assert not table_exists(isolated, "journal_events")  # no journal ever ran against this deployment
@@ -153,7 +154,8 @@ def test_one_corrupt_row_is_withheld_alone_and_an_undecodable_one_fails_verifica
     assert [d["reason"] for d in recovered["runs"][0]["defects"]] == ["undecodable_event"]
 
 
-@pytest.mark.rule("R3", "R6")
+@pytest.mark.rule("R3")
+@pytest.mark.rule("R6")
 def test_the_protected_read_rechecks_account_and_sources_and_keeps_commit_time_numbers(isolated: Settings) -> None:
     blocks = write_run(isolated)
     a, b, c = blocks["tool:call-a"], blocks["tool:call-b"], blocks["text:turn-1:0"]
@@ -206,7 +208,10 @@ def test_export_keeps_a_withdrawn_blocks_committed_history(isolated: Settings) -
     assert run_cli(cli.export, isolated, "no-such-run")[0] == 2
 
 
-@pytest.mark.rule("R7", "P15", "P19", "P13")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P19")
+@pytest.mark.rule("P13")
 def test_recover_reports_and_apply_appends_findings_once(isolated: Settings) -> None:
     blocks = write_run(isolated)
     a = blocks["tool:call-a"]
@@ -276,7 +281,9 @@ def test_recover_reports_and_apply_appends_findings_once(isolated: Settings) -> 
     assert report["save_unknowns"]["unresolved"] == []
 
 
-@pytest.mark.rule("R1", "R7", "P21")
+@pytest.mark.rule("R1")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P21")
 def test_the_imprint_console_script(isolated: Settings) -> None:
     blocks = write_run(isolated)
     script = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "imprint"

@@ -27,7 +27,11 @@ from imprint.publication import (
 from imprint.publication.tokens import token
 
 
-@pytest.mark.rule("P14", "P11", "P12", "P8", "P21")
+@pytest.mark.rule("P14")
+@pytest.mark.rule("P11")
+@pytest.mark.rule("P12")
+@pytest.mark.rule("P8")
+@pytest.mark.rule("P21")
 def test_each_committed_event_announces_one_message() -> None:
     run = new_run()
     a = commit_one(run, f"A {token('cite', PUBLIC)}")
@@ -81,7 +85,8 @@ def test_rejections_carry_only_client_safe_codes() -> None:
     publication_messages.validate_json(wire)
 
 
-@pytest.mark.rule("P21", "P7")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("P7")
 def test_sources_to_check_and_relied_sources() -> None:
     run = new_run()
     a = commit_one(run, f"A {token('cite', PUBLIC)}")

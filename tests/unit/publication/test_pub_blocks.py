@@ -20,7 +20,9 @@ MISSPELLED_PUBLIC = "src:public:annual-reprot-2024"
 PRIVATE_REPORT = "src:private:acct-1:q3-portfolio-review"
 
 
-@pytest.mark.rule("P6", "P8", "P10")
+@pytest.mark.rule("P6")
+@pytest.mark.rule("P8")
+@pytest.mark.rule("P10")
 def test_seed_case_misspelled_public_citation_and_ungranted_private_report() -> None:
     """One proposal: A cites a public source with a typo, B cites a private report
     that was never granted. A is delivered with ``sources_unverified``; B is

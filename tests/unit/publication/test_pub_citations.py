@@ -31,7 +31,8 @@ def standing_with(*facts: SourceFacts) -> SourceStanding:
     return standing
 
 
-@pytest.mark.rule("P7", "P8")
+@pytest.mark.rule("P7")
+@pytest.mark.rule("P8")
 @pytest.mark.parametrize(
     ("source_id", "standing", "expected"),
     [

@@ -53,7 +53,8 @@ def test_the_receipt_is_the_commit_event(run: PublicationRun) -> None:
     uuid.UUID(record.receipt["receipt_id"])
 
 
-@pytest.mark.rule("P15", "P19")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P19")
 def test_save_unknown_is_resolved_by_reading_back_the_candidate(app: PublicationApp) -> None:
     run = new_run(pending=True)
     proposal = candidate(tool_call_id="call-unknown", markdown=f"body {token('cite', PUBLIC)}")
@@ -81,7 +82,8 @@ def test_an_unsaved_settlement_reads_back_as_not_settled(app: PublicationApp) ->
     assert read_back.live_blocks() == []
 
 
-@pytest.mark.rule("P15", "P14")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P14")
 def test_a_failed_save_leaves_a_failure_fact_and_no_promoted_preview(app: PublicationApp) -> None:
     run = new_run(pending=True)
     app.save(run)
@@ -98,7 +100,8 @@ def test_a_failed_save_leaves_a_failure_fact_and_no_promoted_preview(app: Public
     assert [type(m) for m in announce_all(stored)] == [AnswerSaveFailed]
 
 
-@pytest.mark.rule("P15", "P17")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P17")
 def test_concurrent_writers_conflict_instead_of_last_writer_wins(app: PublicationApp) -> None:
     run = new_run(pending=True)
     first = commit_one(run, "v1")

@@ -71,14 +71,16 @@ def test_numeric_sources_count_as_effective_sources(run: PublicationRun) -> None
     assert run.withdraw_for_source(PUBLIC, "source_revoked") == [n.block_id]
 
 
-@pytest.mark.rule("P21", "P8")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("P8")
 def test_a_dependency_that_resolves_to_nothing_is_dropped_with_a_hint(run: PublicationRun) -> None:
     commit = commit_one(run, f"see {token('ref', 'blk_0000000000000000000000000000beef')}", depends_on=["made-up"])
     assert commit.block.depends_on == [] and commit.block.hints == ["metadata_dropped"]
     assert commit.block.effective_sources == []
 
 
-@pytest.mark.rule("P21", "P8")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("P8")
 def test_building_on_a_withdrawn_block_is_rejected(run: PublicationRun) -> None:
     a = commit_one(run, f"A {token('cite', PUBLIC)}")
     run.withdraw_for_source(PUBLIC, "source_revoked")
@@ -86,7 +88,8 @@ def test_building_on_a_withdrawn_block_is_rejected(run: PublicationRun) -> None:
     assert isinstance(decision, Rejected) and decision.reason == "unauthorized_source"
 
 
-@pytest.mark.rule("P21", "P8")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("P8")
 def test_an_inherited_source_revoked_before_withdrawal_rejects_the_dependent(run: PublicationRun) -> None:
     a = commit_one(run, f"A {token('cite', PUBLIC)}")
     decision = run.settle(candidate(markdown="B", depends_on=[a.block_id]), registry().with_facts(REVOKED))[0]

@@ -20,7 +20,8 @@ BODY = f"The allocation must be read with the report date {token('cite', PUBLIC)
 REVOKED = SourceFacts(PUBLIC, registered=True, scope="public", owner_account_id="publisher", revoked_for_all=True)
 
 
-@pytest.mark.rule("P11", "P1")
+@pytest.mark.rule("P11")
+@pytest.mark.rule("P1")
 def test_redelivering_a_candidate_yields_one_revision(run: PublicationRun) -> None:
     proposal = candidate(tool_call_id="call-once", markdown=BODY)
     first = run.settle(proposal, registry())
@@ -47,7 +48,8 @@ def test_identical_modification_reuses_the_receipt(run: PublicationRun) -> None:
     assert [type(m) for m in messages] == [AnswerUnchanged]
 
 
-@pytest.mark.rule("P11", "P1")
+@pytest.mark.rule("P11")
+@pytest.mark.rule("P1")
 def test_the_same_text_through_both_entries_is_one_block(run: PublicationRun) -> None:
     original = run.settle(text_candidate(BODY), registry())[0]
     assert isinstance(original, Commit)
@@ -82,7 +84,8 @@ def test_changed_bindings_with_identical_text_are_not_duplicates(run: Publicatio
     assert isinstance(after_version, Commit) and after_version.block.revision == 3
 
 
-@pytest.mark.rule("P11", "P16")
+@pytest.mark.rule("P11")
+@pytest.mark.rule("P16")
 def test_after_a_revocation_an_identical_body_is_rechecked(run: PublicationRun) -> None:
     original = commit_one(run, BODY)
     standing = registry().with_facts(REVOKED)

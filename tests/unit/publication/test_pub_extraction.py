@@ -122,7 +122,8 @@ def test_role_and_labels_are_normalized() -> None:
     assert set(extracted.dropped) == {"role", "display.colour", "display.label"}
 
 
-@pytest.mark.rule("P4", "P8")
+@pytest.mark.rule("P4")
+@pytest.mark.rule("P8")
 def test_invalid_metadata_is_dropped_and_the_body_is_kept() -> None:
     run = new_run()
     decisions = run.settle(

@@ -88,7 +88,10 @@ def assert_typed(decisions: tuple, before: dict[str, tuple[int, int, str]], run:
     announce_all(run.collect_events())
 
 
-@pytest.mark.rule("P3", "P4", "P6", "P8")
+@pytest.mark.rule("P3")
+@pytest.mark.rule("P4")
+@pytest.mark.rule("P6")
+@pytest.mark.rule("P8")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_hostile_proposals_end_in_typed_outcomes(data: st.DataObject) -> None:
@@ -115,7 +118,8 @@ def test_hostile_proposals_end_in_typed_outcomes(data: st.DataObject) -> None:
     assert_typed(decisions, before, run)
 
 
-@pytest.mark.rule("P5", "P4")
+@pytest.mark.rule("P5")
+@pytest.mark.rule("P4")
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_bodies_up_to_two_megabytes(seed: int) -> None:
     rng = random.Random(seed)

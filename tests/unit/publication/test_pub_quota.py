@@ -70,7 +70,9 @@ def test_two_modifications_of_one_block_in_one_candidate_count_twice(run: Public
     assert [d.block.revision for d in decisions[:2]] == [2, 3]  # type: ignore[union-attr]
 
 
-@pytest.mark.rule("P13", "P14", "P15")
+@pytest.mark.rule("P13")
+@pytest.mark.rule("P14")
+@pytest.mark.rule("P15")
 def test_a_previewed_modification_consumed_quota_even_if_its_commit_failed(run: PublicationRun) -> None:
     block = commit_one(run, "v1").block_id
     proposal = candidate(tool_call_id="call-preview", markdown="v2", replaces=block)
@@ -99,7 +101,8 @@ def test_a_retried_candidate_is_counted_once(run: PublicationRun) -> None:
     assert run.block_modifications[block] == 2 and run.run_modifications == 2
 
 
-@pytest.mark.rule("P13", "P11")
+@pytest.mark.rule("P13")
+@pytest.mark.rule("P11")
 def test_an_unchanged_candidate_uses_no_quota(run: PublicationRun) -> None:
     block = commit_one(run, "same").block_id
     for _ in range(5):

@@ -12,7 +12,8 @@ from imprint.publication import Commit, PublicationRun, Rejected, RevisionReject
 from imprint.publication.block_ids import issue_block_id
 
 
-@pytest.mark.rule("P12", "P18")
+@pytest.mark.rule("P12")
+@pytest.mark.rule("P18")
 def test_a_revision_replaces_the_block_in_place(run: PublicationRun) -> None:
     first = commit_one(run, "version one")
     commit_one(run, "another block")

@@ -8,7 +8,8 @@ from pub_helpers import ACCOUNT, OTHER
 from imprint.publication import SourceRecord, standing_of
 
 
-@pytest.mark.rule("P8", "P21")
+@pytest.mark.rule("P8")
+@pytest.mark.rule("P21")
 def test_registry_facts_become_standing() -> None:
     record = SourceRecord(source_id="src:1")
     assert record.id == SourceRecord.id_for("src:1")

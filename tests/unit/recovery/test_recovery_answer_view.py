@@ -67,7 +67,8 @@ def test_a_replay_through_a_stored_log_equals_the_in_memory_one() -> None:
     assert replay(decoded) == replay(log.events)
 
 
-@pytest.mark.rule("R1", "P21")
+@pytest.mark.rule("R1")
+@pytest.mark.rule("P21")
 def test_withdrawn_blocks_are_omitted_and_the_hash_moves() -> None:
     log = Log()
     a, b, c = three_blocks(log)
@@ -101,7 +102,8 @@ def test_history_keeps_the_numbers_rendered_at_commit_time() -> None:
     assert "99.9" not in canonical_json(after[0])
 
 
-@pytest.mark.rule("R2", "R5")
+@pytest.mark.rule("R2")
+@pytest.mark.rule("R5")
 def test_the_view_is_built_from_the_publication_log_alone() -> None:
     """A block Publication committed is in the view; nothing about a journal is asked."""
     log = Log()
@@ -158,7 +160,8 @@ def test_a_receipt_that_binds_another_revision_is_no_proof() -> None:
     assert a not in {x["block_id"] for x in view["blocks"]}
 
 
-@pytest.mark.rule("R4", "R1")
+@pytest.mark.rule("R4")
+@pytest.mark.rule("R1")
 def test_an_unreadable_record_never_sinks_the_replay() -> None:
     log = Log()
     a, b, c = three_blocks(log)

@@ -32,7 +32,9 @@ def test_a_withdrawn_block_keeps_every_committed_revision_in_the_export() -> Non
     assert [x["block_id"] for x in export["blocks"]] == [a.block_id, b.block_id]  # delivery order
 
 
-@pytest.mark.rule("P21", "P2", "P12")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("P2")
+@pytest.mark.rule("P12")
 def test_the_trail_keeps_rejections_refusals_and_withdrawals_in_log_order() -> None:
     log = Log()
     a = log.commit(f"A cites {cite(PUBLIC)}")
@@ -56,7 +58,8 @@ def test_the_trail_keeps_rejections_refusals_and_withdrawals_in_log_order() -> N
     assert positions == sorted(positions) == list(range(1, len(trail) + 1))
 
 
-@pytest.mark.rule("P21", "X8")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("X8")
 def test_a_deleted_conversation_keeps_identities_not_bodies() -> None:
     log = Log()
     a = log.commit("private answer text")
@@ -69,7 +72,8 @@ def test_a_deleted_conversation_keeps_identities_not_bodies() -> None:
     assert revision["block"]["body_sha256"] == a.block.body_sha256
 
 
-@pytest.mark.rule("P21", "R4")
+@pytest.mark.rule("P21")
+@pytest.mark.rule("R4")
 def test_the_export_flags_a_tampered_revision() -> None:
     log = Log()
     a = log.commit("A")

@@ -111,7 +111,8 @@ def test_inherited_dependencies_are_rechecked_transitively() -> None:
     assert PUBLIC in sources_to_confirm(log.ledger(), c.block_id)
 
 
-@pytest.mark.rule("R3", "P21")
+@pytest.mark.rule("R3")
+@pytest.mark.rule("P21")
 def test_a_withdrawn_block_is_not_served_for_current_display() -> None:
     log = Log()
     a = log.commit(f"A cites {cite(PUBLIC)}")

@@ -19,7 +19,8 @@ def effects_by_call(report) -> dict:
     return {e["tool_call_id"]: e for e in report["missing_tool_receipts"]["effects"]}
 
 
-@pytest.mark.rule("R7", "R2")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("R2")
 def test_committed_blocks_and_the_unjournaled_ones_when_the_journal_is_supplied() -> None:
     log = Log()
     a = log.commit("A")
@@ -40,7 +41,8 @@ def test_committed_blocks_and_the_unjournaled_ones_when_the_journal_is_supplied(
     assert [x["block_id"] for x in known["committed_unjournaled"]["blocks"]] == [b.block_id, c.block_id]
 
 
-@pytest.mark.rule("R7", "P19")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P19")
 def test_settled_tool_effects_without_receipts() -> None:
     log = Log()
     for call in ("t-ok", "t-failed", "t-unknown", "t-missing"):
@@ -63,7 +65,8 @@ def test_settled_tool_effects_without_receipts() -> None:
     assert all(e["confirmed_by"].startswith("candidate identity") for e in effects_by_call(report).values())
 
 
-@pytest.mark.rule("R7", "P15")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P15")
 def test_save_failures_and_save_unknowns_are_resolved_only_by_reading_the_candidate_back() -> None:
     log = Log()
     log.run.record_save_failure("tool:lost", "integrity_error", ["blk_lost"])
@@ -92,7 +95,9 @@ def previewed(log: Log, target: str, call: str, markdown: str) -> tuple[Publicat
     return log.run, proposal
 
 
-@pytest.mark.rule("R7", "P13", "P14")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P13")
+@pytest.mark.rule("P14")
 def test_previews_never_committed() -> None:
     log = Log()
     a = log.commit(f"A cites {cite(PUBLIC)}")
@@ -111,7 +116,9 @@ def test_previews_never_committed() -> None:
     assert previews[1]["reason"] == "unauthorized_source"
 
 
-@pytest.mark.rule("R7", "P15", "P19")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P15")
+@pytest.mark.rule("P19")
 def test_apply_records_findings_only_and_is_idempotent() -> None:
     log = Log()
     a = log.commit("A")
@@ -169,7 +176,8 @@ def test_reconciliation_survives_snapshots_and_older_snapshots() -> None:
     assert not again.reconcile("save_not_committed", "tool:x")
 
 
-@pytest.mark.rule("R7", "R4")
+@pytest.mark.rule("R7")
+@pytest.mark.rule("R4")
 def test_defects_are_reported() -> None:
     log = Log()
     log.commit("A")
