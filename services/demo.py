@@ -7,7 +7,6 @@ completion. The revision names the block id the Host issued, learned from
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -16,7 +15,6 @@ import httpx
 from aiokafka import AIOKafkaConsumer
 
 from imprint.contracts.base import Message
-from imprint.contracts.registry import encode
 from imprint.contracts.runtime import (
     AnswerPart,
     AnswerText,

@@ -17,10 +17,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from imprint.contracts.registry import TRANSPORT_CAP_BYTES, decode, encode
+from imprint.contracts.registry import TRANSPORT_CAP_BYTES, decode
 from imprint.contracts.topics import Topic
 from imprint.publication import Candidate, IntakeRefusal, intake
 from imprint.publication.capacity import TRUNCATION_MARKER

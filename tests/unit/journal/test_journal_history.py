@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from journal_helpers import ACCOUNT, ANSWER, EXCERPT, OTHER, admitted, completed, to_running, tombstoned
+from journal_helpers import ACCOUNT, ANSWER, EXCERPT, OTHER, completed, to_running, tombstoned
 
 from imprint.journal.history import (
     BindingMismatch,
