@@ -15,6 +15,7 @@ from services.journal import consumer
 from services.journal.announcements import announce
 from services.journal.application import RuntimeJournal, open_journal
 from services.relay.relay import Relay
+from services.relay.wakeups import wakeups_for
 
 RELAY_NAME = "relay→imprint.runs.v1"
 
@@ -35,7 +36,7 @@ async def serve(settings: Settings) -> None:
     broker = make_broker(settings, "imprint-journal")
     outbox = Outbox(broker, settings)
     consumer.subscribe(broker, settings, outbox, journal)
-    relay = Relay(journal, announcer(journal), outbox, name=RELAY_NAME)
+    relay = Relay(journal, announcer(journal), outbox, name=RELAY_NAME, wakeups=wakeups_for(settings, journal))
     try:
         await run_until_stopped("journal", broker, relay.run())
     finally:

@@ -19,6 +19,7 @@ from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.observability import get_logger
 from services.common.kafka import Outbox
+from services.relay.wakeups import LogWakeups
 
 Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
 log = get_logger(__name__)
@@ -34,6 +35,7 @@ class Relay:
         name: str,
         batch_size: int = 500,
         idle_seconds: float = 0.05,
+        wakeups: LogWakeups | None = None,
     ) -> None:
         assert isinstance(app.recorder, ProcessRecorder), "the relay records its position beside the log"
         self._app = app
@@ -45,6 +47,8 @@ class Relay:
         self._idle_seconds = idle_seconds
         self.position = 0
         self._stopping = asyncio.Event()
+        self._wakeups = wakeups
+        self._wake = asyncio.Event()
 
     def recorded_position(self) -> int:
         return self._recorder.max_tracking_id(self.name) or 0
@@ -66,8 +70,13 @@ class Relay:
 
     async def run(self) -> None:
         self.position = await asyncio.to_thread(self.recorded_position)
-        log.info("relay resuming", relay=self.name, position=self.position)
+        log.info("relay resuming", relay=self.name, position=self.position, notified=self._wakeups is not None)
+        idle = self._idle_seconds
+        if self._wakeups is not None:
+            self._wakeups.start(asyncio.get_running_loop(), self._wake)
+            idle = 1.0  # woken by NOTIFY; the timeout is only a safety net
         while not self._stopping.is_set():
+            self._wake.clear()
             try:
                 if await self.relay_once():
                     continue
@@ -76,9 +85,12 @@ class Relay:
                 await asyncio.sleep(1.0)
                 continue
             try:
-                await asyncio.wait_for(self._stopping.wait(), self._idle_seconds)
+                await asyncio.wait_for(self._wake.wait(), idle)
             except TimeoutError:
                 pass
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
+        if self._wakeups is not None:
+            self._wakeups.stop()

@@ -13,6 +13,7 @@ from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
 from services.publication.service import open_log
 from services.relay.relay import Relay
+from services.relay.wakeups import wakeups_for
 
 RELAY_NAME = "relay→imprint.publication.v1"
 
@@ -25,7 +26,8 @@ def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
     broker = make_broker(settings, "imprint-relay")
-    relay = Relay(app, announce_publication, Outbox(broker, settings), name=RELAY_NAME)
+    relay = Relay(app, announce_publication, Outbox(broker, settings), name=RELAY_NAME,
+                  wakeups=wakeups_for(settings, app))
     try:
         await run_until_stopped("relay", broker, relay.run())
     finally:
