@@ -41,7 +41,9 @@ class Settings(BaseSettings):
     sse_keepalive_seconds: float = 15.0
     sse_client_queue: int = 1000
     max_request_bytes: int = 64 * 1024
-    retention_days: int = 30
+    retention_seconds: float = 30 * 24 * 3600
+    """X8: a conversation idle for longer than this is deleted by the retention sweeper."""
+    retention_sweep_seconds: float = 3600
 
     @property
     def uses_postgres(self) -> bool:

@@ -14,6 +14,7 @@ from services.common.lifecycle import run_until_stopped
 from services.journal import consumer
 from services.journal.announcements import announce
 from services.journal.application import RuntimeJournal, open_journal
+from services.journal.retention import sweep_forever
 from services.relay.relay import Relay
 from services.relay.wakeups import wakeups_for
 
@@ -38,7 +39,7 @@ async def serve(settings: Settings) -> None:
     consumer.subscribe(broker, settings, outbox, journal)
     relay = Relay(journal, announcer(journal), outbox, name=RELAY_NAME, wakeups=wakeups_for(settings, journal))
     try:
-        await run_until_stopped("journal", broker, relay.run())
+        await run_until_stopped("journal", broker, relay.run(), sweep_forever(journal, outbox, settings))
     finally:
         relay.stop()
         journal.close()

@@ -78,3 +78,33 @@ def test_deleting_a_conversation_leaves_no_private_text_in_any_store(isolated: S
         dump = dump_schema(isolated)
     leaked = {name: text for name, text in secrets.items() if tag in text and text.split(" ")[0] in dump}
     assert not leaked, f"private text survived deletion: {sorted(leaked)}"
+
+
+@pytest.mark.rule("X8")
+def test_retention_deletes_an_idle_conversation_everywhere(isolated: Settings) -> None:
+    tag = uuid.uuid4().hex[:12]
+    body, question = f"RETAINED-BODY-{tag}", f"RETAINED-QUESTION-{tag}"
+    run, conversation, account = f"run-ret-{tag}", f"conv-ret-{tag}", "acct-ret"
+    settings = isolated.model_copy(update={"retention_seconds": 6.0, "retention_sweep_seconds": 1.0})
+    token = mint_token(settings, account)
+    with Stack(settings) as stack:
+        asyncio.run(produce(settings, Topic.RUNTIME,
+            RunAdmitted(run_id=run, account_id=account, conversation_id=conversation, message_id=f"m-{tag}",
+                        question=question, qcs=QuestionConditionSet(qcs_id=f"qcs-{tag}")),
+            AnswerPart(run_id=run, turn_id="t1", tool_call_id="c1", sealed=True, arguments={"markdown": body})))
+        stack.wait_for_run(run, token)
+        # Idle past the retention age: the sweeper deletes it in the journal and asks the others.
+        values = asyncio.run(read_topic(settings, Topic.PUBLICATION, timeout=60, until=lambda vs: any(
+            v["type"] == "answer.withdrawn" and v["cause"] == "conversation_deleted" for v in vs)))
+        requests = asyncio.run(read_topic(settings, Topic.CONTROL, until=lambda vs: any(
+            v["conversation_id"] == conversation and v["reason"] == "retention" for v in vs)))
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{stack.base_url}/v1/runs/{run}",
+                        headers={"Authorization": f"Bearer {token}"}).status_code != 404:
+            assert time.monotonic() < deadline, "delivery never dropped the expired conversation"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        dump = dump_schema(settings)
+    assert any(v["run_id"] == run for v in values if v["type"] == "answer.withdrawn")
+    assert [r["account_id"] for r in requests if r["conversation_id"] == conversation] == [account]
+    assert body not in dump and question not in dump

@@ -29,6 +29,8 @@ def environment(settings: Settings) -> dict[str, str]:
         IMPRINT_HTTP_PORT=str(settings.http_port),
         IMPRINT_AUTH_SECRET=settings.auth_secret.get_secret_value(),
         IMPRINT_LOG_LEVEL="INFO",
+        IMPRINT_RETENTION_SECONDS=str(settings.retention_seconds),
+        IMPRINT_RETENTION_SWEEP_SECONDS=str(settings.retention_sweep_seconds),
     )
     if settings.database_url:
         env["IMPRINT_DATABASE_URL"] = settings.database_url
