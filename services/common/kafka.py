@@ -18,6 +18,7 @@ import asyncio
 import base64
 import dataclasses
 import hashlib
+import logging
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -50,7 +51,9 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
         client_id=client_id,
         enable_idempotence=True,
         linger_ms=2,
-        logger=None,
+        # FastStream's own logger stays on (WARNING and up, see observability): framework
+        # failures around a poll must be visible, never swallowed.
+        logger=logging.getLogger("faststream"),
     )
 
 
