@@ -142,9 +142,13 @@ def _summary(event: str, data: str) -> str:
         value = json.loads(data)
     except ValueError:
         return data[:100]
-    block = value.get("block", value) if isinstance(value, dict) else None
-    if isinstance(block, dict) and "block_id" in block:
+    if not isinstance(value, dict):
+        return data[:100]
+    if value.get("superseded") or ("block" in value and value["block"] is None):
+        return f"{value.get('block_id', '')} (superseded by a later frame)".strip()
+    block = value.get("block") or {}
+    if "block_id" in block:
         text = block.get("content", {}).get("markdown", "")
-        return (f"block {block.get('block_id')} r{block.get('revision')} #{block.get('delivery_ordinal')} "
-                f"{block.get('source_hint')}: {text[:70]}")
+        return (f"block {block['block_id'][:12]}… r{block.get('revision')} #{block.get('delivery_ordinal')} "
+                f"{value.get('status', '')} {block.get('source_hint')}: {text[:60]}")
     return data[:100]

@@ -36,7 +36,16 @@ from eventsourcing.persistence import (
 from imprint.contracts.base import Message
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown, WithdrawalCause
-from imprint.contracts.runtime import EvidenceGranted, NumericIssued, RunAdmitted
+from imprint.contracts.runtime import (
+    EvidenceGranted,
+    NumericIssued,
+    RunAdmitted,
+    RunCompleted,
+    RunFailed,
+    RunRejected,
+    RunStopped,
+    RunThrottled,
+)
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
 from imprint.observability import get_logger
@@ -219,6 +228,9 @@ class PublicationLog(Application[uuid.UUID]):
                 record = unit.source(message.source_id, create=True)
                 assert record is not None
                 record.register(message.scope, message.owner_account_id, message.title)
+            case RunCompleted() | RunStopped() | RunFailed() | RunThrottled() | RunRejected():
+                # Same partition as the run's proposals: everything before this is settled.
+                unit.run(message.run_id).end(message.type.removeprefix("run."))
             case SourceRevoked() | SourceTombstoned():
                 self._withdraw(unit, message)
             case _ if message.type in CANDIDATE_TYPES:

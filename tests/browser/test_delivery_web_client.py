@@ -11,7 +11,7 @@ import pytest
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import Delivery, KillableProxy, off_thread
 from tests.support.kafka import read_topic
-from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, preview, published, running
+from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, preview, published, running, settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 
@@ -93,7 +93,7 @@ def test_a_killed_connection_resumes_without_duplicates(page: Any, delivery: Del
         page.wait_for_function("() => window.imprintClient.lastId >= 4")
         assert proxy.kill_all() >= 1
         delivery.feeder.send(*[published(run, f"b{i}", 1, f"Block {i}.", i) for i in range(4, 7)])
-        delivery.feeder.send(closed(run, "All six blocks, closed."))
+        delivery.feeder.send(settled(run), closed(run, "All six blocks, closed."))
         try:
             page.wait_for_function("() => window.imprintClient.done", timeout=20_000)
         except Exception:
@@ -124,7 +124,7 @@ def test_script_and_onerror_payloads_render_as_text(page: Any, delivery: Deliver
     hostile = ('<script>window.__pwned = 1</script> and <img src=x onerror="window.__pwned = 2"> '
                'plus **<b onmouseover="window.__pwned=3">bold</b>** and [[cite:javascript:alert(1)]]')
     delivery.feeder.send(running(run), published(run, "b1", 1, hostile, 1),
-                         closed(run, "<svg onload=window.__pwned=4></svg>"))
+                         settled(run), closed(run, "<svg onload=window.__pwned=4></svg>"))
     open_run(page, delivery.url, run, delivery.token())
     page.wait_for_function("() => window.imprintClient.done")
     page.wait_for_selector("[data-block-id=b1]")
@@ -140,7 +140,7 @@ def test_script_and_onerror_payloads_render_as_text(page: Any, delivery: Deliver
 @pytest.mark.rule("D4")
 def test_the_page_posts_received_and_rendered_receipts(page: Any, delivery: Delivery) -> None:
     run = "run-b-receipts"
-    delivery.feeder.send(running(run), published(run, "b1", 1, "Shown.", 1), closed(run, "Closed."))
+    delivery.feeder.send(running(run), published(run, "b1", 1, "Shown.", 1), settled(run), closed(run, "Closed."))
     last = delivery.store.run(run).last_frame_id  # type: ignore[union-attr]
     open_run(page, delivery.url, run, delivery.token())
     page.wait_for_function("() => window.imprintClient.done && window.imprintClient.validated")

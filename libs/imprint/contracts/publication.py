@@ -136,6 +136,16 @@ class AnswerSaveFailed(RunMessage):
     error: str
 
 
+class AnswerSettled(RunMessage):
+    """Publication has settled every proposal the runtime made before the run's terminal
+    event (same partition, so nothing earlier is still pending), and this follows all of
+    the run's committed facts in the log. Delivery ends a stream only after this *and*
+    the journal's closed record, so ``done`` never overtakes a committed block."""
+
+    type: Literal["answer.settled"] = "answer.settled"
+    state: Literal["completed", "stopped", "failed", "throttled", "rejected"]
+
+
 PublicationMessage = Annotated[
     Union[
         AnswerPreview,
@@ -146,6 +156,7 @@ PublicationMessage = Annotated[
         AnswerWithdrawn,
         AnswerSaveUnknown,
         AnswerSaveFailed,
+        AnswerSettled,
     ],
     Field(discriminator="type"),
 ]

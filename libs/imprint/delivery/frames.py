@@ -35,6 +35,7 @@ from imprint.contracts.publication import (
     AnswerRevisionRejected,
     AnswerSaveFailed,
     AnswerSaveUnknown,
+    AnswerSettled,
     AnswerUnchanged,
     AnswerWithdrawn,
 )
@@ -133,6 +134,8 @@ class RunProjection(merge.Mutable):
     reason: str | None = None
     outcome: str | None = None
     closed: bool = False
+    publication_settled: bool = False
+    """``answer.settled`` arrived: every block committed before the run ended is in."""
     terminal: bool = False
     """``done`` was written: nothing is ever appended after it (D3)."""
     deleted: bool = False
@@ -197,6 +200,8 @@ def step(p: RunProjection, message: Any) -> Step:
         return out
     if isinstance(message, RunClosed):
         return _closed(p, message, out)
+    if isinstance(message, AnswerSettled):
+        return _settled(p, out)
     return _publication(p, message, out)
 
 
@@ -210,16 +215,32 @@ def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
     p.evidence = [i.model_dump(mode="json") for i in message.evidence]
     p.snapshot_id, p.knowledge_version = message.snapshot_id, message.knowledge_version
     out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
-    if message.state == "completed" and message.answer_text:
-        for seq, chunk in enumerate(chunk_text(message.answer_text)):
+    return _finish(p, out)
+
+
+def _settled(p: RunProjection, out: Step) -> Step:
+    """Publication has nothing more for this run before its end (``answer.settled``)."""
+    p.publication_settled = True
+    return _finish(p, out)
+
+
+def _finish(p: RunProjection, out: Step) -> Step:
+    """The terminal frames, once both facts are in: the journal's closed record (the
+    closed execution is persisted) and Publication's settlement (no committed block of
+    the run is still on its way). Either may arrive first; ``done`` never overtakes a block."""
+    if p.terminal or not (p.closed and p.publication_settled):
+        return out
+    if p.state == "completed" and p.answer_text:
+        for seq, chunk in enumerate(chunk_text(p.answer_text)):
             out.drafts.append(seal(CONTENT, {"seq": seq, "text": chunk}))
-    if message.state == "completed" and message.outcome != "generation_unavailable":  # X6
+    if p.state == "completed" and p.outcome != "generation_unavailable":  # X6
         items = [
-            {"source_id": i.source_id, "title": "" if i.redacted else i.title, "redacted": i.redacted}
-            for i in message.evidence
+            {"source_id": i["source_id"], "title": "" if i.get("redacted") else i.get("title", ""),
+             "redacted": bool(i.get("redacted"))}
+            for i in p.evidence
         ]
-        out.drafts.append(seal(EVIDENCE, {"items": items, "snapshot_id": message.snapshot_id,
-                                          "knowledge_version": message.knowledge_version}))
+        out.drafts.append(seal(EVIDENCE, {"items": items, "snapshot_id": p.snapshot_id,
+                                          "knowledge_version": p.knowledge_version}))
     p.terminal = True
     out.terminal = True
     return out

@@ -20,6 +20,7 @@ from imprint.contracts.publication import (
     AnswerRejected,
     AnswerRevisionRejected,
     AnswerSaveFailed,
+    AnswerSettled,
     AnswerSaveUnknown,
     AnswerUnchanged,
     AnswerWithdrawn,
@@ -71,6 +72,8 @@ def announce(event: Any) -> PublicationMessage | None:
             run_id=event.run_id, block_id=event.block_id, revision=event.revision,
             cause=event.cause, source_id=event.source_id, **common,  # type: ignore[arg-type]
         )
+    if isinstance(event, PublicationRun.Ended):
+        return AnswerSettled(run_id=event.run_id, state=event.state, **common)  # type: ignore[arg-type]
     if isinstance(event, PublicationRun.SaveFailed):
         return AnswerSaveFailed(
             run_id=event.run_id, candidate_id=event.candidate_id, block_ids=event.block_ids,

@@ -102,6 +102,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         self.next_ordinal = 1
         self.candidates: dict[str, list[dict[str, Any]]] = {}
         self.save_failures: dict[str, str] = {}
+        self.ended: str | None = None
         self.refusals = 0
 
     # ------------------------------------------------------------------ events
@@ -281,6 +282,16 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
 
         def apply(self, run: PublicationRun) -> None:
             run.save_failures[self.candidate_id] = self.error
+
+    class Ended(Aggregate.Event):
+        """The runtime's terminal event reached Publication: every earlier proposal of
+        the run is settled in the log before this."""
+
+        run_id: str
+        state: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run.ended = self.state
 
     class Reconciled(Aggregate.Event):
         """R7: a recovery finding, recorded as a fact of its own. It changes no
@@ -472,6 +483,13 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             self.trigger_event(self.BlockWithdrawn, run_id=self.run_id, block_id=block_id,
                                revision=self.blocks[block_id]["revision"], cause=cause, source_id=None)
         return withdrawn
+
+    def end(self, state: str) -> bool:
+        """Record that the run ended (``completed``, ``failed``, …). Once; later proposals are still settled."""
+        if getattr(self, "ended", None) is not None:  # getattr: snapshots taken before this field existed
+            return False
+        self.trigger_event(self.Ended, run_id=self.run_id, state=state)
+        return True
 
     def record_save_failure(self, candidate_id: str, error: str, block_ids: Iterable[str] = ()) -> None:
         """P15: the database refused the commit. Recorded as a fact of its own, on a

@@ -25,6 +25,7 @@ from tests.unit.delivery.delivery_builders import (
     preview,
     published,
     running,
+    settled,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -55,7 +56,7 @@ def test_resume_with_last_event_id_has_no_gap_and_no_duplicate(delivery: Deliver
     first, ended = read_stream(delivery.url, run, token, until=lambda fs: len(fs) >= 3)
     assert not ended and [f.id for f in first] == [1, 2, 3]
 
-    later(0.5, lambda: delivery.feeder.send(published(run, "b6", 1, "live block", 6), closed(run, "done text")))
+    later(0.5, lambda: delivery.feeder.send(published(run, "b6", 1, "live block", 6), settled(run), closed(run, "done text")))
     second, ended = read_stream(delivery.url, run, token, last_event_id=3)
     assert ended, "the server ends the stream after done"
     ids = [f.id for f in first] + [f.id for f in second]
@@ -121,7 +122,7 @@ def test_rejections_and_withdrawals_reach_the_client_without_revealing_the_sourc
         running(run), published(run, "b1", 1, "fine"),
         AnswerRejected(run_id=run, candidate_id="tool:c9", block_index=1, reason="unauthorized_source"),
         AnswerWithdrawn(run_id=run, block_id="b1", revision=1, cause="source_tombstoned", source_id="src-secret-42"),
-        closed(run, "ok"),
+        settled(run), closed(run, "ok"),
     )
     frames, ended = read_stream(delivery.url, run, token)
     assert ended
@@ -140,7 +141,7 @@ def test_completed_only_after_done_and_interrupted_when_the_client_drops(deliver
     auth = {"Authorization": f"Bearer {token}"}
     delivery.feeder.send(running("run-cut"), published("run-cut", "b1", 1, "partial"),
                          running("run-full"), published("run-full", "b1", 1, "whole"),
-                         closed("run-full", "The full answer."))
+                         settled("run-full"), closed("run-full", "The full answer."))
     # D5: completed but nobody received it yet: not shown as complete, outcome kept
     before = httpx.get(f"{delivery.url}/v1/runs/run-full", headers=auth).json()
     assert (before["display"], before["complete"], before["outcome"]) == ("delivery_pending", False, "answered")
@@ -163,7 +164,7 @@ def test_completed_only_after_done_and_interrupted_when_the_client_drops(deliver
     after = httpx.get(f"{delivery.url}/v1/runs/run-full", headers=auth).json()
     assert (after["display"], after["complete"]) == ("complete", True)
     # a completed execution whose delivery was interrupted is shown conservatively
-    delivery.feeder.send(closed("run-cut", "Closed while the client was away."))
+    delivery.feeder.send(settled("run-cut"), closed("run-cut", "Closed while the client was away."))
     cut_view = httpx.get(f"{delivery.url}/v1/runs/run-cut", headers=auth).json()
     assert (cut_view["display"], cut_view["complete"], cut_view["outcome"]) == \
         ("delivery_interrupted", False, "answered")
@@ -207,7 +208,7 @@ def test_content_only_after_the_closed_record_in_chunks_of_28_and_done_once_last
     text = "Water boils at 100 °C at sea level. 在高海拔地区沸点更低。 " * 4
     delivery.feeder.send(running(run), published(run, "b1", 1, "block"))
     comments: list[str] = []
-    later(1.5, lambda: delivery.feeder.send(closed(run, text)))
+    later(1.5, lambda: delivery.feeder.send(settled(run), closed(run, text)))
     frames, ended = read_stream(delivery.url, run, token, comments=comments)
     assert ended
     events = [f.event for f in frames]
@@ -260,7 +261,7 @@ def test_health_ready_and_metrics(delivery: Delivery) -> None:
     assert httpx.get(f"{delivery.url}/healthz").status_code == 200
     assert httpx.get(f"{delivery.url}/readyz").json()["ready"] is True
     run, token = "run-metrics", delivery.token()
-    delivery.feeder.send(running(run), published(run, "b1", 1, "A"), published(run, "b1", 1, "B"), closed(run))
+    delivery.feeder.send(running(run), published(run, "b1", 1, "A"), published(run, "b1", 1, "B"), settled(run), closed(run))
     read_stream(delivery.url, run, token)
     text = httpx.get(f"{delivery.url}/metrics").text
     assert 'imprint_delivery_frames_sent_total{event="done"} 1.0' in text

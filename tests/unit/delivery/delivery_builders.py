@@ -14,6 +14,7 @@ from imprint.contracts.publication import (
     AnswerRevisionRejected,
     AnswerSaveFailed,
     AnswerSaveUnknown,
+    AnswerSettled,
     AnswerUnchanged,
     AnswerWithdrawn,
     BlockView,
@@ -26,7 +27,7 @@ from imprint.contracts.runs import ConversationDeleted, RunClosed, RunProgress, 
 __all__ = [
     "AnswerRejected", "AnswerRevisionRejected", "AnswerSaveFailed", "AnswerSaveUnknown", "AnswerUnchanged",
     "AnswerWithdrawn", "ConversationDeleted", "RunProgress", "block", "closed", "preview", "published", "receipt",
-    "running",
+    "running", "settled",
 ]
 
 
@@ -60,6 +61,11 @@ def published(run_id: str, block_id: str, revision: int, markdown: str, ordinal:
 def running(run_id: str, account: str = "acct-1", conversation: str | None = None, sequence: int = 3) -> RunTransitioned:
     return RunTransitioned(run_id=run_id, account_id=account, conversation_id=conversation or f"conv-{run_id}",
                            state="running", previous="queued", sequence=sequence)
+
+
+def settled(run_id: str, state: str = "completed") -> AnswerSettled:
+    """Publication's word that everything before the run's end is committed (Delivery's ``done`` waits for it)."""
+    return AnswerSettled(run_id=run_id, state=state)  # type: ignore[arg-type]
 
 
 def closed(run_id: str, text: str | None = "The answer.", account: str = "acct-1", conversation: str | None = None,

@@ -31,6 +31,7 @@ from tests.unit.delivery.delivery_builders import (
     preview,
     published,
     running,
+    settled,
 )
 
 RUN = "run-f"
@@ -75,7 +76,7 @@ def test_a_closed_answer_streams_content_in_chunks_of_at_most_28_characters_then
     text = "Water boils at 100 °C at sea level; 沸点随海拔降低。" * 3
     run.feed(running(RUN), published(RUN, "b1", 1, "block"))
     assert "content" not in run.events()
-    run.feed(closed(RUN, text))
+    run.feed(settled(RUN), closed(RUN, text))
     events = run.events()
     contents = [d for _, e, d in run.frames if e == "content"]
     assert contents and all(len(d["text"]) <= CONTENT_CHUNK for d in contents)  # type: ignore[index]
@@ -101,7 +102,7 @@ def test_content_never_precedes_the_closed_record_even_if_the_run_transitioned_t
 @pytest.mark.rule("D3")
 def test_nothing_is_appended_after_done_and_a_second_close_is_ignored() -> None:
     run = Run()
-    run.feed(running(RUN), published(RUN, "b1", 1, "v1"), closed(RUN, "x"))
+    run.feed(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "x"))
     before = list(run.frames)
     assert run.feed(closed(RUN, "again"), published(RUN, "b2", 1, "late"),
                     RunProgress(run_id=RUN, account_id="acct-1", stage="late"), running(RUN, sequence=9)) == []
@@ -112,7 +113,7 @@ def test_nothing_is_appended_after_done_and_a_second_close_is_ignored() -> None:
 @pytest.mark.rule("D3")
 def test_a_withdrawal_after_done_strips_the_blocks_frames_instead_of_appending() -> None:
     run = Run()
-    run.feed(published(RUN, "b1", 1, "v1"), closed(RUN, "x"))
+    run.feed(published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "x"))
     result = step(run.projection, AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_tombstoned"))
     assert result.drafts == [] and result.hidden_after_terminal == ["b1"]
 
@@ -181,7 +182,7 @@ def test_a_message_naming_another_account_does_not_rebind_the_run() -> None:
 @pytest.mark.rule("D2")
 def test_generation_unavailable_gets_no_evidence_summary() -> None:
     run = Run()
-    run.feed(closed(RUN, None, outcome="generation_unavailable"))
+    run.feed(settled(RUN), closed(RUN, None, outcome="generation_unavailable"))
     assert "evidence-summary" not in run.events() and "content" not in run.events()
     assert run.events()[-2:] == ["stream-summary", "done"]
 
@@ -207,7 +208,7 @@ def test_sse_encoding_has_id_event_and_data() -> None:
 
 def good_stream() -> list[tuple[int, str, object]]:
     run = Run()
-    run.feed(running(RUN), published(RUN, "b1", 1, "v1"), closed(RUN, "x" * 40))
+    run.feed(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "x" * 40))
     return run.frames
 
 
@@ -279,3 +280,28 @@ def test_presentation_of_other_states() -> None:
     assert presentation(state="completed", outcome="answered", delivery="completed", closed=False)["complete"] is False
     stopped = presentation(state="stopped", outcome=None, delivery="completed", closed=True)
     assert stopped["display"] == "stopped" and stopped["complete"] is False
+
+
+@pytest.mark.rule("D3")
+@pytest.mark.rule("D4")
+def test_done_waits_for_publication_to_settle_so_it_never_overtakes_a_committed_block() -> None:
+    """The journal's closed record and Publication's relay race on two topics: a block
+    committed before the run ended may arrive after ``run.closed``. ``done`` waits for
+    ``answer.settled``, which the log orders after every such block."""
+    run = Run()
+    run.feed(running(RUN), closed(RUN, "The answer."))
+    assert [event for _, event, _ in run.frames] == ["run-status", "run-status"], "no content, no done yet"
+    run.feed(published(RUN, "b1", 1, "Committed before the end, relayed after the close."))
+    run.feed(settled(RUN))
+    events = [event for _, event, _ in run.frames]
+    assert events.index("answer-publication") < events.index("content") < events.index("done")
+    assert events[-2:] == ["stream-summary", "done"] and events.count("done") == 1
+
+
+@pytest.mark.rule("D3")
+def test_settlement_before_the_closed_record_also_ends_the_stream_once() -> None:
+    run = Run()
+    run.feed(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN))
+    assert "done" not in [event for _, event, _ in run.frames], "the closed execution is not persisted yet"
+    run.feed(closed(RUN, "x"), settled(RUN))
+    assert [event for _, event, _ in run.frames].count("done") == 1

@@ -24,7 +24,7 @@ from services.delivery.notifier import Notifier
 from services.delivery.observer import SCOPE_KEY, DeliveryObserver
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, parse_sse
-from tests.unit.delivery.delivery_builders import closed, published, running
+from tests.unit.delivery.delivery_builders import closed, published, running, settled
 
 RUN = "run-u"
 
@@ -180,7 +180,7 @@ async def test_cancel_publishes_run_cancel_requested_and_not_after_the_end(
     assert response.status_code == 202
     assert publish.types() == ["run.cancel_requested"]
     assert topic_for(publish.messages[0]) == "imprint.control.v1"
-    store.feed(closed(RUN))  # type: ignore[attr-defined]
+    store.feed(settled(RUN), closed(RUN))  # type: ignore[attr-defined]
     assert (await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings))).status_code == 409
     assert publish.types() == ["run.cancel_requested"]
 
@@ -247,7 +247,7 @@ async def test_health_ready_metrics_and_the_web_client(client: httpx.AsyncClient
 async def test_a_finished_run_streams_to_done_and_records_completed(
     client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,
 ) -> None:
-    store.feed(running(RUN), published(RUN, "b1", 1, "v1"), closed(RUN, "z" * 60))  # type: ignore[attr-defined]
+    store.feed(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "z" * 60))  # type: ignore[attr-defined]
     response = await client.get(f"/v1/runs/{RUN}/events", headers=auth(settings))
     assert response.headers["content-type"].startswith("text/event-stream")
     frames: list[SSE] = []

@@ -20,6 +20,7 @@ from tests.unit.delivery.delivery_builders import (
     preview,
     published,
     running,
+    settled,
 )
 
 RUN = "run-s"
@@ -112,7 +113,7 @@ def test_a_new_client_replaying_from_zero_sees_only_current_bodies(store: ViewSt
 
 @pytest.mark.rule("D3")
 def test_the_terminal_written_by_the_store_validates(store: ViewStore) -> None:
-    store.process(Feed()(running(RUN), published(RUN, "b1", 1, "v1"), closed(RUN, "y" * 30)))
+    store.process(Feed()(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "y" * 30)))
     assert validate_stream(held(store)).ok
     assert store.run(RUN).terminal  # type: ignore[union-attr]
 
@@ -121,7 +122,7 @@ def test_the_terminal_written_by_the_store_validates(store: ViewStore) -> None:
 @pytest.mark.rule("P21")
 def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store: ViewStore) -> None:
     feed = Feed()
-    store.process(feed(running(RUN), published(RUN, "b1", 1, "soon revoked"), closed(RUN, "t")))
+    store.process(feed(running(RUN), published(RUN, "b1", 1, "soon revoked"), settled(RUN), closed(RUN, "t")))
     count = len(held(store))
     assert store.process(feed(AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_revoked"))) == []
     frames = held(store)
@@ -134,7 +135,7 @@ def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store:
 def test_conversation_deletion_purges_private_bodies(store: ViewStore) -> None:
     feed = Feed()
     store.process(feed(running(RUN, conversation="conv-1"), published(RUN, "b1", 1, "secret body"),
-                       closed(RUN, "secret answer", conversation="conv-1"),
+                       settled(RUN), closed(RUN, "secret answer", conversation="conv-1"),
                        running("run-other", account="acct-2", conversation="conv-1")))
     store.process(feed(ConversationDeleted(run_id=RUN, account_id="acct-1", conversation_id="conv-1")))
     record = store.run(RUN)
