@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from imprint.journal.shredding import KeyDestroyed, Keyring, new_data_key
+from imprint.shredding import KeyDestroyed, Keyring, new_data_key
 from imprint.settings import Settings
 
 __all__ = ["InMemoryKeyring", "KeyDestroyed", "Keyring", "PostgresKeyring", "SqliteKeyring", "open_keyring"]

@@ -39,7 +39,7 @@ from imprint.journal.execution import (
     CompletionRecord,
     title_field,
 )
-from imprint.journal.shredding import FieldSealer, Keyring
+from imprint.shredding import FieldSealer, Keyring
 
 
 def _sealer(keyring_or_sealer: Keyring | FieldSealer) -> FieldSealer:

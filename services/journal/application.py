@@ -46,7 +46,7 @@ from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.intake import IndexIntent, Intake, MemoryWorkspace, retention_event_id
-from imprint.journal.shredding import Keyring
+from imprint.shredding import Keyring
 from imprint.settings import Settings
 from services.common.inbound import Inbound
 from services.journal.announcements import announce

@@ -19,7 +19,7 @@ from imprint.journal.history import (
     project_execution,
     resolve_execution,
 )
-from imprint.journal.shredding import FieldSealer, ScopedKeyring
+from imprint.shredding import FieldSealer, ScopedKeyring
 from imprint.journal.views import ConversationHistory, DeliveryState, ExecutionView, HistoryItem
 from services.journal.application import RuntimeJournal
 

@@ -49,7 +49,7 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
 from imprint.observability import get_logger
-from imprint.journal.shredding import FieldSealer, Keyring
+from imprint.shredding import FieldSealer, Keyring
 from imprint.publication import (
     Commit,
     ConversationRuns,

@@ -9,7 +9,7 @@ body reads as :data:`REMOVED` and everything else in the log — ids, revisions,
 hashes, receipts, withdrawals — stays readable and auditable.
 
 The keys are the shared per-conversation keys of ``services.common.keyring``; the
-cipher is the journal's :class:`~imprint.journal.shredding.FieldSealer` (one home
+cipher is the journal's :class:`~imprint.shredding.FieldSealer` (one home
 for the crypto)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from imprint.journal.shredding import FieldSealer, Keyring, Shredded
+from imprint.shredding import FieldSealer, Keyring, Shredded
 
 PRIVATE_FIELDS = frozenset({"markdown"})
 SEALED, KEY = "__sealed__", "__key__"

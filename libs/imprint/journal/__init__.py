@@ -9,11 +9,11 @@ One home per rule:
 ``conversation``   X3 binding list, X8 deletion tombstone (serializes admission vs deletion)
 ``history``        X4, X5, X6, D5 — projection without recomputation, verified lookup index
 ``redaction``      X7 — source tombstones, redaction serialized with completion
-``shredding``      X8 — per-conversation AES-GCM sealing and the ``Keyring`` protocol
 ``diagnostics``    X9 — bounded traces of codes, ids, counts and timings
 ``intake``         which message touches which aggregate (storage-agnostic)
 ``views``          read models returned by ``services.journal.queries``
 =================  =====================================================================
 
-Nothing here opens a socket or a database connection.
+X8's field sealing and the ``Keyring`` protocol live in ``imprint.shredding``, shared
+with Publication. Nothing here opens a socket or a database connection.
 """

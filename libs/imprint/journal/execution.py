@@ -19,7 +19,7 @@ Id: ``uuid5(JOURNAL_NAMESPACE, "run:" + run_id)`` (:func:`imprint.journal.ids.ex
 * **X8** ``Erased`` marks the execution of a deleted conversation; its private
   fields were sealed under the conversation key, which is destroyed.
 
-Private fields are stored only as sealed strings (:mod:`imprint.journal.shredding`);
+Private fields are stored only as sealed strings (:mod:`imprint.shredding`);
 this module never sees plaintext.
 """
 

@@ -40,7 +40,7 @@ from imprint.journal.execution import (
 )
 from imprint.journal.lifecycle import LIVE, State
 from imprint.journal.redaction import redact_items
-from imprint.journal.shredding import FieldSealer, Revealed, Shredded, Withheld
+from imprint.shredding import FieldSealer, Revealed, Shredded, Withheld
 from imprint.journal.views import (
     DeliveryState,
     Display,

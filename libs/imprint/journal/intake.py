@@ -71,7 +71,7 @@ from imprint.journal.execution import (
 from imprint.journal.lifecycle import MESSAGE_TARGETS, State
 from imprint.journal.redaction import SourceStanding
 from imprint.journal.refusals import Refusal, RefusalCode
-from imprint.journal.shredding import FieldSealer, KeyDestroyed, Keyring, ScopedKeyring
+from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, ScopedKeyring
 
 A = TypeVar("A", bound=Aggregate)
 

@@ -222,7 +222,7 @@ def test_retention_sweep_on_postgres(open_journal, sql_rows) -> None:
 
 @pytest.mark.rule("X8")
 def test_postgres_keyring_contract(pg_settings) -> None:
-    from imprint.journal.shredding import KeyDestroyed
+    from imprint.shredding import KeyDestroyed
     from services.common.keyring import open_keyring
 
     ring = open_keyring(pg_settings)

@@ -157,7 +157,7 @@ def test_history_is_a_projection_of_stored_facts_only(feed, journal, queries, mo
     # Later facts about *other* sources, and a later run, do not change what this execution shows;
     # the projection has no retrieval or provider to call — prove no sealing (new work) happens either.
     feed(tombstoned("src-unrelated"))
-    from imprint.journal.shredding import FieldSealer
+    from imprint.shredding import FieldSealer
 
     monkeypatch.setattr(FieldSealer, "seal", lambda *a, **k: pytest.fail("history must not compute new private content"))
     monkeypatch.setattr(FieldSealer, "fingerprint", lambda *a, **k: pytest.fail("history must not recompute"))

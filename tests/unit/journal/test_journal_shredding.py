@@ -9,7 +9,7 @@ import pytest
 from journal_helpers import ACCOUNT, ANSWER, OTHER, QUESTION, admitted, completed, delete_requested, stored_payloads, to_running
 
 from imprint.contracts.runtime import RunStage
-from imprint.journal.shredding import FieldSealer, KeyDestroyed, Shredded, Unreadable
+from imprint.shredding import FieldSealer, KeyDestroyed, Shredded, Unreadable
 from services.common.keyring import InMemoryKeyring, SqliteKeyring
 from services.journal.application import RuntimeJournal
 
@@ -250,7 +250,7 @@ def test_in_memory_keyring_contract() -> None:
 
 @pytest.mark.rule("X8")
 def test_scoped_keyring_caches_existing_keys_only_and_evicts_on_destroy() -> None:
-    from imprint.journal.shredding import ScopedKeyring
+    from imprint.shredding import ScopedKeyring
 
     inner = InMemoryKeyring()
     scoped = ScopedKeyring(inner)

@@ -1,4 +1,4 @@
-"""X8 — crypto-shredding of private fields in an append-only log.
+"""X8 — crypto-shredding of private fields in an append-only log (shared by the Journal and Publication).
 
 Private fields (question, normalized question, QCS conditions, answer text,
 evidence excerpts, free-text failure/progress details) enter events **only** as
