@@ -9,7 +9,7 @@ body reads as :data:`REMOVED` and everything else in the log — ids, revisions,
 hashes, receipts, withdrawals — stays readable and auditable.
 
 The keys are the shared per-conversation keys of ``services.common.keyring``; the
-cipher is the journal's :class:`~imprint.shredding.FieldSealer` (one home
+cipher is :class:`~imprint.shredding.FieldSealer` (one home
 for the crypto)."""
 
 from __future__ import annotations
