@@ -289,10 +289,8 @@ class PublicationLog(Application[uuid.UUID]):
 
     def _delete_conversation(self, unit: UnitOfWork, message: ConversationDeleteRequested) -> None:
         """X8: withdraw every block of the conversation's runs, then (after commit) destroy their keys."""
-        conversation = unit.conversation(message.conversation_id)
-        if conversation is None:
-            unit.shred.add(message.conversation_id)
-            return
+        conversation = unit.conversation(message.conversation_id, message.account_id)
+        assert conversation is not None
         if conversation.account_id != message.account_id:
             log.warning("conversation delete refused: not the owner", conversation_id=message.conversation_id)
             return

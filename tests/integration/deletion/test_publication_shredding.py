@@ -88,3 +88,21 @@ def test_only_the_owner_can_delete_a_conversation(isolated: Settings) -> None:
         assert [b.view["content"]["markdown"] for b in log.run("r1").live_blocks()] == ["mine"]
     finally:
         log.close()
+
+
+@pytest.mark.rule("X8")
+def test_a_deletion_that_arrives_before_the_admission_still_wins(isolated: Settings) -> None:
+    """Deleted first (e.g. the runtime topic lags): the conversation is remembered as
+    deleted, so a late admission into it never gets a body committed."""
+    log, feed = open_log(isolated), Feed()
+    try:
+        log.process(feed(Topic.CONTROL, ConversationDeleteRequested(conversation_id="c-early", account_id="acct")),
+                    feed.emit)
+        log.process(feed(Topic.RUNTIME, admitted("r-late", "c-early"), part("r-late", "k1", "never stored")),
+                    feed.emit)
+        run = log.run("r-late")
+        assert run is not None and run.live_blocks() == []
+        assert run.settled("tool:k1") is None
+        assert "never stored" not in dump_schema(isolated)
+    finally:
+        log.close()
