@@ -122,23 +122,16 @@ class PostgresKeyring:
 
     def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
         sql = self._sql
+        select = sql.SQL("SELECT data_key, destroyed_at FROM {} WHERE conversation_id = %s").format(self._table)
         with self._pool.connection() as conn:
-            if create:
+            row = conn.execute(select, (conversation_id,)).fetchone()
+            if row is None and create:  # the write happens once per conversation, not per lookup
                 conn.execute(
                     sql.SQL("INSERT INTO {} (conversation_id, data_key) VALUES (%s, %s) ON CONFLICT (conversation_id) DO NOTHING").format(self._table),
                     (conversation_id, new_data_key()),
                 )
-            row = conn.execute(
-                sql.SQL("SELECT data_key, destroyed_at FROM {} WHERE conversation_id = %s").format(self._table), (conversation_id,)
-            ).fetchone()
-        if row is None:
-            return None
-        key, destroyed_at = row
-        if destroyed_at is not None or key is None:
-            if create:
-                raise KeyDestroyed(conversation_id)
-            return None
-        return bytes(key)
+                row = conn.execute(select, (conversation_id,)).fetchone()
+        return _usable_key(conversation_id, row, create)
 
     def destroy(self, conversation_id: str) -> None:
         sql = self._sql
@@ -205,25 +198,21 @@ class SqliteKeyring:
         with self._lock:
             cur = self._conn.cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")
-                if create:
+                select = f"SELECT data_key, destroyed_at FROM {self._table} WHERE conversation_id = ?"
+                row: Any = cur.execute(select, (conversation_id,)).fetchone()
+                if row is None and create:  # the write lock is taken only to create the key
+                    cur.execute("BEGIN IMMEDIATE")
                     cur.execute(
                         f"INSERT INTO {self._table} (conversation_id, data_key, created_at) VALUES (?, ?, ?) ON CONFLICT (conversation_id) DO NOTHING",
                         (conversation_id, new_data_key(), self._now()),
                     )
-                row: Any = cur.execute(f"SELECT data_key, destroyed_at FROM {self._table} WHERE conversation_id = ?", (conversation_id,)).fetchone()
-                cur.execute("COMMIT")
+                    row = cur.execute(select, (conversation_id,)).fetchone()
+                    cur.execute("COMMIT")
             except BaseException:
-                cur.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    cur.execute("ROLLBACK")
                 raise
-        if row is None:
-            return None
-        key, destroyed_at = row
-        if destroyed_at is not None or key is None:
-            if create:
-                raise KeyDestroyed(conversation_id)
-            return None
-        return bytes(key)
+        return _usable_key(conversation_id, row, create)
 
     def destroy(self, conversation_id: str) -> None:
         now = self._now()
@@ -242,6 +231,19 @@ class SqliteKeyring:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _usable_key(conversation_id: str, row: Any, create: bool) -> bytes | None:
+    """A stored ``(data_key, destroyed_at)`` row read the same way by every backend:
+    a destroyed key is ``None`` for reading and :class:`KeyDestroyed` for sealing."""
+    if row is None:
+        return None
+    key, destroyed_at = row
+    if destroyed_at is not None or key is None:
+        if create:
+            raise KeyDestroyed(conversation_id)
+        return None
+    return bytes(key)
 
 
 def open_keyring(settings: Settings) -> PostgresKeyring | SqliteKeyring:
