@@ -33,7 +33,7 @@ from imprint.publication import (
     intake,
     settle,
 )
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
 ACCOUNT = "acct-bench"
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("core", "log", "e2e"), action="append")
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     args = parser.parse_args(argv)
-    from imprint.observability import configure_logging
+    from services.common.observability import configure_logging
 
     configure_logging(json=False, level="WARNING")
     import logging

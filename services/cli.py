@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from imprint.observability import configure_logging
-from imprint.settings import get_settings
+from services.common.observability import configure_logging
+from services.common.settings import get_settings
 
 PARTS = {
     "publication": "services.publication.service",

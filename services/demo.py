@@ -31,7 +31,7 @@ from imprint.contracts.runtime import (
     ToolReceipt,
 )
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.kafka import Outbox, make_broker
 from services.delivery.auth import mint_token
 

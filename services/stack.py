@@ -15,8 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from imprint.observability import get_logger
-from imprint.settings import Settings
+from services.common.observability import get_logger
+from services.common.settings import Settings
 
 log = get_logger(__name__)
 ORDER = ("publication", "relay", "journal", "delivery")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 
 def pytest_configure(config: pytest.Config) -> None:

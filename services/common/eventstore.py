@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 T = TypeVar("T")
 

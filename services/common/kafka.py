@@ -36,8 +36,8 @@ from imprint.contracts.base import Message
 from imprint.contracts.deadletter import ORIGINAL_CAP_BYTES, DeadLetter
 from imprint.contracts.registry import TRANSPORT_CAP_BYTES, decode, encode
 from imprint.contracts.topics import Topic
-from imprint.observability import get_logger
-from imprint.settings import Settings
+from services.common.observability import get_logger
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 
 log = get_logger(__name__)

@@ -22,7 +22,7 @@ Physical erasure of the old key bytes:
 * SQLite runs with ``PRAGMA secure_delete=ON`` and a rollback journal, so freed
   pages are zeroed when the NULL is written.
 
-The backend follows :class:`imprint.settings.Settings` exactly like
+The backend follows :class:`services.common.settings.Settings` exactly like
 ``services.common.eventstore``: PostgreSQL when ``database_url`` is a
 ``postgresql://`` URL (in ``database_schema`` when set), otherwise an SQLite file
 ``<state_dir>/data/keyring.sqlite``. :class:`InMemoryKeyring` is for unit tests.
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from imprint.shredding import KeyDestroyed, Keyring, new_data_key
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 __all__ = ["InMemoryKeyring", "KeyDestroyed", "Keyring", "PostgresKeyring", "SqliteKeyring", "open_keyring"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from faststream.kafka import KafkaBroker
 
-from imprint.observability import get_logger
+from services.common.observability import get_logger
 
 log = get_logger(__name__)
 

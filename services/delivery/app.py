@@ -23,8 +23,8 @@ from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequ
 from imprint.contracts.delivery import ClientConflict, ClientReceived, ClientRendered
 from imprint.contracts.topics import Topic
 from imprint.delivery.execution import presentation
-from imprint.observability import get_logger
-from imprint.settings import Settings
+from services.common.observability import get_logger
+from services.common.settings import Settings
 from services.delivery.auth import RateLimiter, RequestSizeLimit, account_dependency
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier

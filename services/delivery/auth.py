@@ -14,7 +14,7 @@ from typing import Any
 import jwt
 from fastapi import HTTPException, Request
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 ALGORITHM = "HS256"
 ISSUER = "imprint"

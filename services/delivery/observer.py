@@ -21,7 +21,7 @@ from typing import Any
 
 from imprint.contracts.base import Message
 from imprint.contracts.delivery import DeliveryCompleted, DeliveryInterrupted, DeliverySent
-from imprint.observability import get_logger
+from services.common.observability import get_logger
 from services.delivery.metrics import DeliveryMetrics
 
 log = get_logger(__name__)

@@ -7,7 +7,7 @@ import asyncio
 import uvicorn
 
 from imprint.contracts.base import Message
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.eventstore import ensure_schema, open_application
 from services.common.kafka import Outbox, make_broker
 from services.delivery import consumer

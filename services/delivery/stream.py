@@ -22,7 +22,7 @@ from typing import Any
 from starlette.responses import Response
 
 from imprint.delivery.frames import Frame
-from imprint.observability import get_logger
+from services.common.observability import get_logger
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import StreamTap

@@ -44,8 +44,8 @@ from imprint.delivery.frames import (
     terminal_drafts,
 )
 from imprint.delivery.summary import validate_stream
-from imprint.observability import get_logger
-from imprint.settings import Settings
+from services.common.observability import get_logger
+from services.common.settings import Settings
 from services.common.eventstore import store_environment
 from services.common.inbound import Inbound
 

@@ -47,7 +47,7 @@ from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.intake import IndexIntent, Intake, MemoryWorkspace, retention_event_id
 from imprint.shredding import Keyring
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.journal.announcements import announce
 

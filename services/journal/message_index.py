@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.keyring import create_table_racing
 
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.contracts.topics import Topic
-from imprint.observability import get_logger
-from imprint.settings import Settings
+from services.common.observability import get_logger
+from services.common.settings import Settings
 from services.common.kafka import Outbox
 from services.journal.application import RuntimeJournal
 

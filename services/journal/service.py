@@ -7,7 +7,7 @@ from typing import Any
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.eventstore import ensure_schema
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped

@@ -48,7 +48,7 @@ from imprint.contracts.runtime import (
 )
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
-from imprint.observability import get_logger
+from services.common.observability import get_logger
 from imprint.shredding import FieldSealer, Keyring
 from imprint.publication import (
     Commit,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.eventstore import ensure_schema, open_application, store_environment
 from services.common.inbound import Inbound
 from services.common.keyring import open_keyring

@@ -36,7 +36,7 @@ from imprint.recovery import (
     recovery_report,
     view_hash,
 )
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.publication.application import PublicationLog
 from services.publication.service import open_log
 from services.recovery.log_reader import (

@@ -20,7 +20,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from imprint.contracts.publication import CommittedBlock
-from imprint.observability import get_logger
+from services.common.observability import get_logger
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import LogFold, Reconciliation, RunLedger, sources_to_confirm
 from services.publication.application import PublicationLog

@@ -17,7 +17,7 @@ from eventsourcing.persistence import ProcessRecorder, Tracking
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
-from imprint.observability import get_logger
+from services.common.observability import get_logger
 from services.common.kafka import Outbox
 from services.relay.wakeups import LogWakeups
 

@@ -8,7 +8,7 @@ from typing import Any
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
 from services.publication.service import open_log

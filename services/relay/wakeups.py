@@ -13,8 +13,8 @@ from psycopg import sql
 
 from eventsourcing.application import Application
 
-from imprint.observability import get_logger
-from imprint.settings import Settings
+from services.common.observability import get_logger
+from services.common.settings import Settings
 
 log = get_logger(__name__)
 

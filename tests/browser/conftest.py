@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.integration.delivery.support import Delivery, start_delivery
 
 CHROMIUM = os.environ.get("IMPRINT_CHROMIUM", "/usr/bin/chromium")

@@ -22,7 +22,7 @@ from imprint.contracts.runtime import (
     RunStarted,
 )
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.dump import dump_schema
 from tests.support.kafka import produce, read_topic

@@ -16,7 +16,7 @@ from imprint.contracts.runtime import (
     RunStarted,
 )
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from imprint.delivery.summary import validate_stream
 from services.delivery.auth import mint_token
 from tests.support.kafka import produce

@@ -9,7 +9,7 @@ import pytest
 
 from imprint.contracts.runtime import QuestionConditionSet, RunAdmitted, RunCompleted, RunFailed, RunQueued, RunStarted
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.journal.application import open_journal
 from tests.support.kafka import produce, read_topic
 from tests.support.stack import Stack

@@ -9,7 +9,7 @@ import pytest
 
 from imprint.contracts.runtime import AnswerPart, EvidenceGranted, RunAdmitted, QuestionConditionSet
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.kafka import produce, read_topic
 from tests.support.sse import read_frames

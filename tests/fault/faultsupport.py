@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.support.stack import Stack, environment
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlparse, urlunparse
 
 import pytest
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.fault.faultsupport import FaultStack
 from tests.fault.pgproxy import PgProxy
 from tests.integration.publication.pubsupport import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 
 def dump_schema(settings: Settings) -> str:

@@ -15,7 +15,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 
 def create_topics(settings: Settings, partitions: int = 1) -> None:

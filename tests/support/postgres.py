@@ -3,7 +3,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 
 def drop_schema(settings: Settings) -> None:

@@ -13,7 +13,7 @@ from types import TracebackType
 
 import httpx
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 
 ALL_PARTS = ("publication", "relay", "journal", "delivery")
 

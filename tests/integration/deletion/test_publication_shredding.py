@@ -11,7 +11,7 @@ import pytest
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.contracts.runtime import AnswerPart, QuestionConditionSet, RunAdmitted
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.publication.sealing import REMOVED
 from services.publication.service import open_log

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.integration.delivery.support import Delivery, start_delivery
 
 pytestmark = pytest.mark.integration

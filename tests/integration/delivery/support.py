@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaProducer
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.app import create_app, topic_for
 from services.delivery.auth import mint_token

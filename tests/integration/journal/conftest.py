@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.eventstore import ensure_schema
 from services.journal.application import RuntimeJournal
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.integration.publication.pubsupport import Driver
 from tests.support.stack import Stack
 

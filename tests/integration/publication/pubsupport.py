@@ -28,7 +28,7 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceMessage, SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox, decode_records, make_broker
 from services.publication.application import PublicationLog

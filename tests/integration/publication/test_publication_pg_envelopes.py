@@ -16,7 +16,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from imprint.contracts.registry import TRANSPORT_CAP_BYTES
 from imprint.contracts.topics import Topic
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.integration.publication.pubsupport import (
     admitted,
     dedupe,

@@ -17,7 +17,7 @@ from imprint.contracts.publication import Receipt
 from imprint.contracts.runtime import AnswerPart, ModelFrame, ModelReasoning, RouterResult
 from imprint.publication.capacity import TRUNCATION_MARKER
 from imprint.publication.tokens import token
-from imprint.settings import Settings
+from services.common.settings import Settings
 from tests.integration.publication.pubsupport import (
     admitted,
     count,

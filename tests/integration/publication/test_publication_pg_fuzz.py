@@ -22,7 +22,7 @@ from imprint.contracts.registry import TRANSPORT_CAP_BYTES, decode
 from imprint.contracts.topics import Topic
 from imprint.publication import Candidate, IntakeRefusal, intake
 from imprint.publication.capacity import TRUNCATION_MARKER
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.publication.application import CANDIDATE_TYPES
 from tests.integration.publication.pubsupport import (
     admitted,

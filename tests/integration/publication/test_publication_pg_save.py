@@ -24,7 +24,7 @@ from psycopg import sql
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.publication.service import open_log
 from tests.integration.publication.pubsupport import (
     Driver,

@@ -25,7 +25,7 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceRegistered
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.publication.application import PublicationLog
 from services.recovery import cli

@@ -15,7 +15,7 @@ import pytest
 
 from imprint.contracts.base import Message
 from imprint.delivery.summary import validate_stream
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.app import create_app, topic_for
 from services.delivery.auth import RateLimiter, mint_token, verify_token

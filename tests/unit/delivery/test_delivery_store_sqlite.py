@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from imprint.delivery.summary import validate_stream
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
 from tests.unit.delivery.delivery_builders import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from journal_helpers import ACCOUNT, ANSWER, Feeder, completed, delete_requested, to_running
 
-from imprint.settings import Settings
+from services.common.settings import Settings
 from services.common.keyring import SqliteKeyring
 from services.journal.application import RuntimeJournal, open_journal
 from services.journal.queries import JournalQueries
