@@ -169,3 +169,9 @@ class FieldSealer:
 
 def new_data_key() -> bytes:
     return AESGCM.generate_key(bit_length=KEY_BYTES * 8)
+
+
+def key_name_for(run_id: str, conversation_id: str | None = None) -> str:
+    """The keyring entry a Publication run's bodies are sealed under: its
+    conversation's key, or ``run:<run_id>`` until the conversation is known."""
+    return conversation_id if conversation_id else f"run:{run_id}"

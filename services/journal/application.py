@@ -27,17 +27,15 @@ After a commit, the mutable message → execution index is updated (X4).
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
+from eventsourcing.persistence import ProcessRecorder
 from eventsourcing.utils import get_topic
 
 from imprint.contracts.runs import RunsMessage
@@ -45,43 +43,18 @@ from imprint.journal import ids
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
-from imprint.journal.intake import IndexIntent, Intake, MemoryWorkspace, retention_event_id
+from imprint.journal.intake import IndexIntent, Intake, retention_event_id
 from imprint.shredding import Keyring
 from services.common.settings import Settings
 from services.common.inbound import Inbound
+from services.common.unit_of_work import ConflictsExhausted, StoredWorkspace, TrackedUnitOfWork, by_partition
 from services.journal.announcements import announce
 
 A = TypeVar("A", bound=Aggregate)
 
 
-class JournalConflict(RuntimeError):
-    """A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
-
-
-class _RepositoryWorkspace(MemoryWorkspace):
-    """Loads aggregates from the repository once per unit of work; new ones are added in memory."""
-
-    def __init__(self, journal: RuntimeJournal) -> None:
-        super().__init__()
-        self._journal = journal
-        self._missing: set[UUID] = set()
-
-    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        if aggregate_id in self.store:
-            return super().get(cls, aggregate_id)
-        if aggregate_id in self._missing:
-            return None
-        try:
-            agg = self._journal.repository.get(aggregate_id)
-        except AggregateNotFoundError:
-            self._missing.add(aggregate_id)
-            return None
-        self.store[aggregate_id] = agg
-        return super().get(cls, aggregate_id)
-
-    def add(self, aggregate: Aggregate) -> None:
-        self._missing.discard(aggregate.id)
-        super().add(aggregate)
+JournalConflict = ConflictsExhausted
+"""A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
 
 
 class RuntimeJournal(Application[UUID]):
@@ -106,8 +79,7 @@ class RuntimeJournal(Application[UUID]):
         self.message_index: MessageIndex = message_index if message_index is not None else InMemoryMessageIndex()
         self.max_attempts = max_attempts
         self.processing_lock = threading.RLock()
-        self.conflicts = 0
-        """How many units of work were re-run after losing a concurrency race (a metric)."""
+        self.units: TrackedUnitOfWork[list[IndexIntent]] = TrackedUnitOfWork(self, max_attempts=max_attempts)
         self._owned: list[Any] = []
 
     def construct_recorder(self) -> ProcessRecorder:
@@ -143,51 +115,34 @@ class RuntimeJournal(Application[UUID]):
 
     def process(self, batch: Sequence[Inbound]) -> None:
         """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
-        groups: dict[str, list[Inbound]] = {}
-        for item in batch:
-            groups.setdefault(item.tracking.application_name, []).append(item)
         with self.processing_lock:
-            for name, items in groups.items():
-                unique = {i.offset: i for i in sorted(items, key=lambda i: i.offset)}
-                self._process_partition(name, list(unique.values()))
+            for items in by_partition(batch):
+                self._process_partition(items)
 
-    def _process_partition(self, name: str, items: list[Inbound]) -> None:
-        def work(ws: _RepositoryWorkspace) -> tuple[list[IndexIntent], Tracking | None] | None:
-            last = self.recorder.max_tracking_id(name)
-            fresh = [i for i in items if last is None or i.offset > last]
-            if not fresh:
-                return None
+    def _process_partition(self, items: list[Inbound]) -> None:
+        def work(ws: StoredWorkspace, fresh: list[Inbound]) -> list[IndexIntent]:
             intents: list[IndexIntent] = []
             intake = self.intake.scoped()
             for item in fresh:
                 intents.extend(intake.apply(ws, item.message))
-            return intents, fresh[-1].tracking
+            return intents
 
-        self._unit_of_work(work)
-
-    def _unit_of_work(self, work: Callable[[_RepositoryWorkspace], tuple[list[IndexIntent], Tracking | None] | None]) -> bool:
-        """Run ``work`` against fresh aggregates and record its events atomically; retry on conflicts.
-        Returns whether anything was recorded."""
-        for attempt in range(self.max_attempts):
-            ws = _RepositoryWorkspace(self)
-            result = work(ws)
-            if result is None:
-                return False
-            intents, tracking = result
-            processing_event: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
-            for aggregate in list(ws.store.values()):
-                processing_event.collect_events(aggregate)
-            if not processing_event.events and tracking is None:
-                return False
-            try:
-                self._record(processing_event)
-            except IntegrityError:
-                self.conflicts += 1
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-                continue
+        intents = self.units.run(items, work)
+        if intents:
             self._after_commit(intents)
-            return True
-        raise JournalConflict(f"gave up after {self.max_attempts} conflicting attempts")
+
+    def _untracked(self, work: Callable[[StoredWorkspace], list[IndexIntent] | None]) -> bool:
+        """A unit of work no Kafka message caused; returns whether anything was recorded."""
+        intents = self.units.untracked(work)
+        if intents is None:
+            return False
+        self._after_commit(intents)
+        return True
+
+    @property
+    def conflicts(self) -> int:
+        """How many units of work were re-run after losing a concurrency race (a metric)."""
+        return self.units.conflicts
 
     def _after_commit(self, intents: list[IndexIntent]) -> None:
         for intent in intents:
@@ -208,11 +163,11 @@ class RuntimeJournal(Application[UUID]):
     def delete_conversation(self, conversation_id: str, account_id: str, event_id: str, reason: str = "user") -> bool:
         """Delete outside Kafka (e.g. an operator tool); same path as ``conversation.delete_requested``."""
 
-        def work(ws: _RepositoryWorkspace) -> tuple[list[IndexIntent], None]:
-            return self.intake.delete_conversation(ws, conversation_id, account_id, event_id, reason), None  # type: ignore[arg-type]
+        def work(ws: StoredWorkspace) -> list[IndexIntent]:
+            return self.intake.delete_conversation(ws, conversation_id, account_id, event_id, reason)
 
         with self.processing_lock:
-            return self._unit_of_work(work)
+            return self._untracked(work)
 
     def conversation_ids(self) -> list[str]:
         """Every conversation the journal has seen (from the log, in first-seen order)."""
@@ -234,15 +189,15 @@ class RuntimeJournal(Application[UUID]):
         deleted: list[str] = []
         for cid in self.conversation_ids():
 
-            def work(ws: _RepositoryWorkspace, cid: str = cid) -> tuple[list[IndexIntent], None] | None:
+            def work(ws: StoredWorkspace, cid: str = cid) -> list[IndexIntent] | None:
                 conv = ws.get(Conversation, ids.conversation_id(cid))
                 if conv is None or conv.deleted or conv.last_activity_at > cutoff:
                     return None
                 eid = retention_event_id(cid, conv.last_activity_at.isoformat())
-                return self.intake.delete_conversation(ws, cid, conv.account_id, eid, "retention"), None
+                return self.intake.delete_conversation(ws, cid, conv.account_id, eid, "retention")
 
             with self.processing_lock:
-                if self._unit_of_work(work):
+                if self._untracked(work):
                     deleted.append(cid)
         return deleted
 

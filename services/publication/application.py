@@ -19,56 +19,32 @@ Failure outcomes (P15):
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from itertools import groupby
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import (
     IntegrityError,
     InterfaceError,
     OperationalError,
     PersistenceError,
     ProcessRecorder,
+    Tracking,
 )
 
 from imprint.contracts.base import Message
-from imprint.contracts.control import ConversationDeleteRequested
-from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown, WithdrawalCause
-from imprint.contracts.runtime import (
-    EvidenceGranted,
-    NumericIssued,
-    RunAdmitted,
-    RunCompleted,
-    RunFailed,
-    RunRejected,
-    RunStopped,
-    RunThrottled,
-)
-from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
 from imprint.contracts.topics import Topic
-from services.common.observability import get_logger
-from imprint.shredding import FieldSealer, Keyring
-from imprint.publication import (
-    Commit,
-    ConversationRuns,
-    IntakeRefusal,
-    Policy,
-    PublicationRun,
-    SourceRecord,
-    SourceStanding,
-    intake,
-    preview_for,
-    sources_to_check,
-)
+from imprint.publication import Policy, PublicationRun, SourceRecord
+from imprint.publication.handling import Context, SettledCandidate, Unit, handle
+from imprint.shredding import FieldSealer, Keyring, key_name_for
 from services.common.inbound import Inbound
-from services.publication.sealing import RecentKeys, SealingMapper, key_name_for
+from services.common.observability import get_logger
+from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, by_partition
+from services.publication.sealing import RecentKeys, SealingMapper
 
 log = get_logger(__name__)
 
 EmitMany = Callable[[Sequence[tuple[Topic, Message]]], None]
-CANDIDATE_TYPES = frozenset({"answer.text", "answer.part", "model.frame", "model.reasoning", "router.result"})
 
 
 class SaveUnconfirmed(OperationalError):
@@ -76,83 +52,17 @@ class SaveUnconfirmed(OperationalError):
     a transient persistence failure, so the poll is retried, never assumed."""
 
 
-@dataclass
-class UnitOfWork:
-    """The aggregates one transaction will commit, loaded once per poll."""
-
-    app: PublicationLog
-    runs: dict[str, PublicationRun] = field(default_factory=dict)
-    sources: dict[str, SourceRecord] = field(default_factory=dict)
-    conversations: dict[str, ConversationRuns | None] = field(default_factory=dict)
-    candidates: list[tuple[str, str, list[str]]] = field(default_factory=list)
-    """(run_id, candidate_id, block ids) settled in this unit, for save outcomes."""
-    shred: set[str] = field(default_factory=set)
-    """Key names to destroy once this unit is committed (X8)."""
-
-    def run(self, run_id: str) -> PublicationRun:
-        if run_id not in self.runs:
-            try:
-                self.runs[run_id] = self.app.repository.get(PublicationRun.id_for(run_id))
-            except AggregateNotFoundError:
-                self.runs[run_id] = PublicationRun(run_id)
-        return self.runs[run_id]
-
-    def source(self, source_id: str, *, create: bool) -> SourceRecord | None:
-        if source_id not in self.sources:
-            try:
-                self.sources[source_id] = self.app.repository.get(SourceRecord.id_for(source_id))
-            except AggregateNotFoundError:
-                if not create:
-                    return None
-                self.sources[source_id] = SourceRecord(source_id)
-        return self.sources[source_id]
-
-    def conversation(self, conversation_id: str, account_id: str | None = None) -> ConversationRuns | None:
-        """The conversation's run index; created only when ``account_id`` is given (at admission)."""
-        if conversation_id not in self.conversations or (
-            self.conversations[conversation_id] is None and account_id is not None
-        ):
-            try:
-                self.conversations[conversation_id] = self.app.repository.get(ConversationRuns.id_for(conversation_id))
-            except AggregateNotFoundError:
-                self.conversations[conversation_id] = (
-                    ConversationRuns(conversation_id, account_id) if account_id is not None else None)
-        return self.conversations[conversation_id]
-
-    def deleted_conversation(self, run: PublicationRun) -> bool:
-        conversation = self.conversation(run.conversation_id) if run.conversation_id else None
-        return conversation is not None and conversation.deleted
-
-    def standing(self, source_ids: Iterable[str]) -> SourceStanding:
-        facts = [record.standing() for sid in set(source_ids) if (record := self.source(sid, create=False))]
-        return SourceStanding.of(*facts)
-
-    def aggregates(self) -> list[Any]:
-        conversations = [c for c in self.conversations.values() if c is not None]
-        return [*self.runs.values(), *self.sources.values(), *conversations]
-
-    def forget(self) -> None:
-        """Drop everything this unit touched from the repository cache (it may hold unsaved state)."""
-        cache = self.app.repository.cache
-        if cache is not None:
-            for aggregate in self.aggregates():
-                try:
-                    cache.get(aggregate.id, evict=True)
-                except KeyError:
-                    pass
-
-
 class PublicationLog(Application[uuid.UUID]):
     name = "publication"
     is_snapshotting_enabled = True
     snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200}
-    env = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
+    env = dict(HOT_CACHE)
 
     def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
         self.keyring = RecentKeys(keyring)
         super().__init__(env)
         self.policy = policy or Policy()
-        self._positions: dict[str, int] = {}
+        self.units: TrackedUnitOfWork[Unit] = TrackedUnitOfWork(self)
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -177,200 +87,104 @@ class PublicationLog(Application[uuid.UUID]):
 
     def position(self, tracking_name: str) -> int:
         """The last Kafka offset of ``<topic>#<partition>`` committed with its effects (-1: none)."""
-        if tracking_name not in self._positions:
-            recorded = self.process_recorder.max_tracking_id(tracking_name)
-            self._positions[tracking_name] = -1 if recorded is None else recorded
-        return self._positions[tracking_name]
+        return self.units.position(tracking_name)
 
     # --- processing a poll ----------------------------------------------------------
 
     def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
-        for name, group in groupby(batch, key=lambda item: item.tracking.application_name):
-            items = list(group)
-            fresh = [item for item in items if item.offset > self.position(name)]
-            if len(fresh) < len(items):
-                log.info("redelivered positions skipped", tracking=name, skipped=len(items) - len(fresh),
-                         committed_through=self.position(name))
-            if fresh:
-                self._process_partition(fresh, emit)
+        """One unit of work (one transaction) per partition of the poll."""
+        for items in by_partition(batch):
+            self._process_partition(items, emit)
+
+    def revoked(self, tracking_names: Sequence[str]) -> None:
+        """These partitions now belong to another instance: forget what was cached for them."""
+        self.units.forget_partitions(tracking_names)
 
     def _process_partition(self, items: list[Inbound], emit: EmitMany) -> None:
-        unit = UnitOfWork(self)
-        previews: list[tuple[Topic, Message]] = []
-        try:
-            for item in items:
-                previews.extend(self._apply(unit, item, emit))
-            if previews:
-                emit(previews)
-            self._commit(unit, items[-1], emit)
-        except BaseException:
-            unit.forget()
-            raise
+        def work(ws: StoredWorkspace, fresh: list[Inbound]) -> Unit:
+            unit = Unit()
+            for item in fresh:
+                effects = handle(ws, item.message, Context(self.policy, item.size))
+                if effects.durable_first:
+                    self._bind_keys(ws)
+                    ws.record()  # P13: the quota a preview is about to show is durable first
+                if effects.then is not None:
+                    effects.then.record(ws)
+                unit.add(effects)
+            if unit.previews:
+                emit([(Topic.PUBLICATION, preview) for preview in unit.previews])
+            return unit
 
-    def _apply(self, unit: UnitOfWork, item: Inbound, emit: EmitMany) -> list[tuple[Topic, Message]]:
-        message = item.message
-        match message:
-            case RunAdmitted():
-                run = unit.run(message.run_id)
-                run.note_admission(message.account_id, message.conversation_id)
-                conversation = unit.conversation(message.conversation_id, message.account_id)
-                assert conversation is not None
-                conversation.add_run(message.run_id)
-            case ConversationDeleteRequested():
-                self._delete_conversation(unit, message)
-            case EvidenceGranted():
-                unit.run(message.run_id).grant_evidence(
-                    message.source_id, message.scope, message.owner_account_id, message.title)
-            case NumericIssued():
-                unit.run(message.run_id).issue_numeric(
-                    message.handle_id, str(message.value), message.unit, message.version, message.source_id)
-            case SourceRegistered():
-                record = unit.source(message.source_id, create=True)
-                assert record is not None
-                record.register(message.scope, message.owner_account_id, message.title)
-            case RunCompleted() | RunStopped() | RunFailed() | RunThrottled() | RunRejected():
-                # Same partition as the run's proposals: everything before this is settled.
-                unit.run(message.run_id).end(message.type.removeprefix("run."))
-            case SourceRevoked() | SourceTombstoned():
-                self._withdraw(unit, message)
-            case _ if message.type in CANDIDATE_TYPES:
-                return self._propose(unit, item, emit)
-        return []
+        def on_conflict(error: IntegrityError, unit: Unit | None) -> None:
+            if unit is not None and unit.previews:
+                # Previews went out on state that lost the race: a failed save (P15), then the poll is retried.
+                self._save_failed(unit.settled, "integrity_error", emit)
+                raise error
 
-    def _propose(self, unit: UnitOfWork, item: Inbound, emit: EmitMany) -> list[tuple[Topic, Message]]:
-        message = item.message
-        run = unit.run(message.run_id)
-        candidate = intake(message, envelope_size=item.size, policy=self.policy)
-        if isinstance(candidate, IntakeRefusal):
-            run.refuse_candidate(candidate)
-            log.info("candidate refused at intake", run_id=message.run_id, reason=candidate.reason,
-                     candidate_id=candidate.candidate_id)
-            return []
-        if run.settled(candidate.candidate_id) is not None:
-            return []  # a redelivered candidate that was committed before: nothing new
-        if unit.deleted_conversation(run):
-            run.refuse_candidate(IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
-                                               message.type, message.run_id, candidate.candidate_id))
-            return []
-        standing = unit.standing(sources_to_check(candidate, run.facts()))
-        if any(block.wants_modification for block in candidate.blocks):
-            prepared = run.prepare(candidate, standing, self.policy)
-            modifications = [d for d in prepared if isinstance(d, Commit) and d.is_modification]
-            for decision in modifications:
-                run.consume_preview_quota(candidate.candidate_id, decision.block_index, decision.block_id)
-            if modifications:
-                self._flush(unit)  # P13: the quota a preview is about to show is durable first
-        decisions = run.settle(candidate, standing, self.policy)
-        commits = [d for d in decisions if isinstance(d, Commit)]
-        for decision in commits:
-            for source_id in decision.block.effective_sources or ():
-                record = unit.source(source_id, create=True)
-                assert record is not None
-                record.record_reliance(message.run_id)
-        unit.candidates.append((message.run_id, candidate.candidate_id, [d.block_id for d in commits]))
-        log.info("candidate settled", run_id=message.run_id, candidate_id=candidate.candidate_id,
-                 decisions=[type(d).__name__ for d in decisions])
-        return [(Topic.PUBLICATION, preview_for(message.run_id, d)) for d in commits]
-
-    def _withdraw(self, unit: UnitOfWork, message: SourceRevoked | SourceTombstoned) -> None:
-        record = unit.source(message.source_id, create=True)
-        assert record is not None
-        if isinstance(message, SourceRevoked):
-            record.revoke(message.account_id, message.reason)
-            cause: WithdrawalCause = "source_revoked"
-        else:
-            record.tombstone()
-            cause = "source_tombstoned"
-        account_id = message.account_id if isinstance(message, SourceRevoked) else None
-        for run_id in list(record.dependents):
-            withdrawn = unit.run(run_id).withdraw_for_source(message.source_id, cause, account_id)
-            if withdrawn:
-                log.info("blocks withdrawn", run_id=run_id, source_id=message.source_id, blocks=withdrawn)
-
-    def _delete_conversation(self, unit: UnitOfWork, message: ConversationDeleteRequested) -> None:
-        """X8: withdraw every block of the conversation's runs, then (after commit) destroy their keys."""
-        conversation = unit.conversation(message.conversation_id, message.account_id)
-        assert conversation is not None
-        if conversation.account_id != message.account_id:
-            log.warning("conversation delete refused: not the owner", conversation_id=message.conversation_id)
-            return
-        for run_id in conversation.runs:
-            withdrawn = unit.run(run_id).withdraw_all("conversation_deleted")
-            log.info("conversation deleted: blocks withdrawn", run_id=run_id, blocks=len(withdrawn))
-            unit.shred.add(key_name_for(run_id, None))
-        conversation.delete(message.reason)
-        unit.shred.add(message.conversation_id)
+        unit = self.units.run(items, work, commit=lambda ws, tracking, unit: self._commit(ws, tracking, unit, emit),
+                              on_conflict=on_conflict)
+        if unit is not None and unit.shred:
+            for key_name in unit.shred:
+                self.keyring.destroy(key_name)
+            self.units.forget()  # the cache must not keep serving bodies whose key is gone
+            log.info("conversation keys destroyed", keys=len(unit.shred))
 
     # --- committing -------------------------------------------------------------------
 
-    def _bind_keys(self, unit: UnitOfWork) -> None:
+    def _bind_keys(self, ws: StoredWorkspace) -> None:
         assert isinstance(self.mapper, SealingMapper)
-        for run in unit.runs.values():
-            self.mapper.bind(run.id, key_name_for(run.run_id, run.conversation_id))
+        for aggregate in ws.aggregates():
+            if isinstance(aggregate, PublicationRun):
+                self.mapper.bind(aggregate.id, key_name_for(aggregate.run_id, aggregate.conversation_id))
 
-    def _flush(self, unit: UnitOfWork) -> None:
-        self._bind_keys(unit)
-        processing = ProcessingEvent[uuid.UUID]()
-        processing.collect_events(*unit.aggregates())
-        self._record(processing)
-
-    def _commit(self, unit: UnitOfWork, last: Inbound, emit: EmitMany) -> None:
-        self._bind_keys(unit)
-        processing = ProcessingEvent[uuid.UUID](tracking=last.tracking)
-        processing.collect_events(*unit.aggregates())
+    def _commit(self, ws: StoredWorkspace, tracking: Tracking, unit: Unit, emit: EmitMany) -> None:
+        self._bind_keys(ws)
         try:
-            self._record(processing)
+            ws.record(tracking)
         except IntegrityError:
-            if self.process_recorder.has_tracking_id(last.tracking.application_name, last.offset):
-                log.info("poll already committed by another consumer", position=last.offset)
-                self._positions.pop(last.tracking.application_name, None)
-                return
-            self._save_failed(unit, "integrity_error", emit)
-            raise
+            raise  # the unit of work tells a redelivery from a conflict
         except (OperationalError, InterfaceError) as error:
-            self._save_unknown(unit, last, error, emit)
+            self._save_unknown(ws, tracking, unit, error, emit)
         except PersistenceError as error:
             # Refused outright (privileges, data, internal error): nothing was committed.
             # Only the class name goes out: a database message may quote private values.
-            self._save_failed(unit, type(error).__name__, emit)
+            ws.forget()
+            self._save_failed(unit.settled, type(error).__name__, emit)
             raise
-        else:
-            self._take_snapshots(processing)
-        self._positions[last.tracking.application_name] = last.offset
-        if unit.shred:
-            for key_name in unit.shred:
-                self.keyring.destroy(key_name)
-            unit.forget()  # the cache must not keep serving bodies whose key is gone
-            log.info("conversation keys destroyed", keys=len(unit.shred))
 
-    def _save_failed(self, unit: UnitOfWork, error: str, emit: EmitMany) -> None:
+    def _save_failed(self, settled: Sequence[SettledCandidate], error: str, emit: EmitMany) -> None:
         """P15: a refused commit leaves a failure fact. Recorded in the log when the log
         is writable (the relay then announces it, once, with a deterministic id);
         published straight to the topic only when it is not."""
-        unit.forget()
+        retry = StoredWorkspace(self)
         try:
-            retry = UnitOfWork(self)
-            for run_id, candidate_id, blocks in unit.candidates:
-                retry.run(run_id).record_save_failure(candidate_id, error, blocks)
-            self._flush(retry)
+            for entry in settled:
+                run = retry.get(PublicationRun, PublicationRun.id_for(entry.run_id)) or PublicationRun(entry.run_id)
+                retry.add(run)
+                run.record_save_failure(entry.candidate_id, error, entry.block_ids)
+            self._bind_keys(retry)
+            retry.record()
         except Exception:
+            retry.forget()
             log.warning("could not record the save failure in the log; announcing it directly")
-            self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveFailed(
-                run_id=run_id, candidate_id=cid, block_ids=blocks, error=error))
+            self._emit_outcomes(settled, emit, lambda entry: AnswerSaveFailed(
+                run_id=entry.run_id, candidate_id=entry.candidate_id, block_ids=list(entry.block_ids), error=error))
 
-    def _save_unknown(self, unit: UnitOfWork, last: Inbound, error: Exception, emit: EmitMany) -> None:
+    def _save_unknown(self, ws: StoredWorkspace, tracking: Tracking, unit: Unit, error: Exception,
+                      emit: EmitMany) -> None:
         log.warning("commit outcome unknown; reading back", error=type(error).__name__)
-        self._emit_outcomes(unit, emit, lambda run_id, cid, blocks: AnswerSaveUnknown(
-            run_id=run_id, candidate_id=cid, block_ids=blocks))
-        unit.forget()
-        if not self.process_recorder.has_tracking_id(last.tracking.application_name, last.offset):
-            raise SaveUnconfirmed(f"poll ending at {last.tracking} is not in the log") from error
-        for run_id, candidate_id, _ in unit.candidates:
-            run = self.run(run_id)
-            if run is None or run.settled(candidate_id) is None:
-                raise SaveUnconfirmed(f"{candidate_id} not found on read-back") from error
+        self._emit_outcomes(unit.settled, emit, lambda entry: AnswerSaveUnknown(
+            run_id=entry.run_id, candidate_id=entry.candidate_id, block_ids=list(entry.block_ids)))
+        ws.forget()
+        if not self.process_recorder.has_tracking_id(tracking.application_name, tracking.notification_id):
+            raise SaveUnconfirmed(f"poll ending at {tracking} is not in the log") from error
+        for entry in unit.settled:
+            run = self.run(entry.run_id)
+            if run is None or run.settled(entry.candidate_id) is None:
+                raise SaveUnconfirmed(f"{entry.candidate_id} not found on read-back") from error
 
     @staticmethod
-    def _emit_outcomes(unit: UnitOfWork, emit: EmitMany, make: Callable[[str, str, list[str]], Message]) -> None:
-        if unit.candidates:
-            emit([(Topic.PUBLICATION, make(*entry)) for entry in unit.candidates])
+    def _emit_outcomes(settled: Sequence[SettledCandidate], emit: EmitMany,
+                       make: Callable[[SettledCandidate], Message]) -> None:
+        if settled:
+            emit([(Topic.PUBLICATION, make(entry)) for entry in settled])

@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
-from uuid import UUID, uuid5
+from typing import Any, Literal
+from uuid import uuid5
 
-from eventsourcing.domain import Aggregate
 
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
@@ -72,37 +71,10 @@ from imprint.journal.lifecycle import MESSAGE_TARGETS, State
 from imprint.journal.redaction import SourceStanding
 from imprint.journal.refusals import Refusal, RefusalCode
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, ScopedKeyring
+from imprint.workspace import MemoryWorkspace, Workspace
 
-A = TypeVar("A", bound=Aggregate)
 
 F_FINGERPRINT = "completion.fingerprint"
-
-
-class Workspace(Protocol):
-    """The aggregates of one unit of work."""
-
-    def get(self, cls: type[A], aggregate_id: UUID) -> A | None: ...
-
-    def add(self, aggregate: Aggregate) -> None: ...
-
-
-class MemoryWorkspace:
-    """A workspace over a plain dict (pure tests; also the batch cache of the application)."""
-
-    def __init__(self, store: dict[UUID, Aggregate] | None = None) -> None:
-        self.store: dict[UUID, Aggregate] = store if store is not None else {}
-
-    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        agg = self.store.get(aggregate_id)
-        if agg is not None and not isinstance(agg, cls):
-            raise TypeError(f"{aggregate_id} is a {type(agg).__name__}, not a {cls.__name__}")
-        return agg  # type: ignore[return-value]
-
-    def add(self, aggregate: Aggregate) -> None:
-        self.store[aggregate.id] = aggregate
-
-    def pending(self) -> list[Any]:
-        return [e for agg in self.store.values() for e in agg.collect_events()]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ RefusalReason = Literal[
     "unparseable_arguments",
     "oversized_envelope",
     "conversation_deleted",
+    "run_not_admitted",
 ]
 
 MAX_CANDIDATE_ID_CHARS = 200

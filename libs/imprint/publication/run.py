@@ -431,9 +431,17 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         already settled (a redelivery) appends nothing and returns ``()``: read
         :meth:`settled` for its outcome."""
         settled_now = self.prepare(candidate, standing, policy)
-        for decision in settled_now:
-            self._record(candidate.candidate_id, decision)
+        self.record_settlement(candidate.candidate_id, settled_now)
         return settled_now
+
+    def record_settlement(self, candidate_id: str, settled: tuple[decisions.BlockDecision, ...]) -> None:
+        """Record decisions :meth:`prepare` made (once) for ``candidate_id``: what was
+        previewed is what is committed, never a second computation. Nothing is
+        recorded for a candidate that is settled already."""
+        if candidate_id in self.candidates:
+            return
+        for decision in settled:
+            self._record(candidate_id, decision)
 
     def _record(self, candidate_id: str, decision: decisions.BlockDecision) -> None:
         if isinstance(decision, decisions.Commit):

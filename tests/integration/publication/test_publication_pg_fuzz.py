@@ -23,7 +23,7 @@ from imprint.contracts.topics import Topic
 from imprint.publication import Candidate, IntakeRefusal, intake
 from imprint.publication.capacity import TRUNCATION_MARKER
 from services.common.settings import Settings
-from services.publication.application import CANDIDATE_TYPES
+from imprint.publication.handling import CANDIDATE_TYPES
 from tests.integration.publication.pubsupport import (
     admitted,
     dedupe,
@@ -152,6 +152,9 @@ def test_every_hostile_envelope_ends_in_a_typed_outcome_and_committed_blocks_sta
         random_values = mutations(seed=20260101, n=60)
         values = [*named.values(), *random_values]
         assert 850_000 < len(named["huge_valid_body"]) < TRANSPORT_CAP_BYTES
+        # X1: Publication answers only admitted runs; admit every run the barrage names.
+        runs = {m.run_id for v in values if (m := decodes(v)) is not None and getattr(m, "run_id", None)}
+        send(s, *(admitted(run) for run in sorted(runs - {BASE})))
         runtime_offsets = asyncio.run(produce_raw(s, Topic.RUNTIME, [(b"fuzz", v) for v in values]))
         sources_garbage = [b"\x00\x01\x02", b'{"type": "source.revoked", "source_id": ""}',
                            json.dumps({"type": "source.revoked", "source_id": SOURCE, "extra": 1}).encode()]

@@ -1,0 +1,315 @@
+"""What one inbound message does to Publication's aggregates — pure, storage-agnostic.
+
+The consumer hands :func:`handle` a decoded v1 message and a
+:class:`~imprint.workspace.Workspace` (the aggregates of the current unit of
+work). The handler for the message's type decides through the rule modules and
+triggers events on the aggregates; it returns :class:`Effects` — what the unit
+of work must do around its one transaction — and never saves, sends or sleeps.
+
+========================================  ==================================================
+``run.admitted``                          the run's account binding (X1), its conversation
+``evidence.granted`` / ``numeric.issued``  the run's grants (P7) and numeric handles (P9)
+``source.registered``                     the source registry (P7, P8)
+``source.revoked`` / ``source.tombstoned``  withdrawal of every dependent block (P21)
+``conversation.delete_requested``         withdrawal of every block, keys to destroy (X8)
+``run.completed`` … ``run.rejected``       the run's end (same partition as its proposals)
+``answer.text`` / ``answer.part`` …       a candidate: intake (P1–P3), settlement (P4–P13, P18)
+========================================  ==================================================
+
+Every other type is not Publication's business (its offset is still tracked).
+
+A modification's preview shows quota it has consumed, so that quota must be
+durable *before* the preview goes out (P13): the proposal handler consumes the
+quota, returns ``Effects(durable_first=True, then=settlement)``, and the unit
+of work records what is pending so far, then applies ``then`` (the settlement
+itself, decided once, by :meth:`PublicationRun.prepare`), then emits the
+previews, then commits the rest with the Kafka position (P14, P15)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.publication import PublicationMessage, WithdrawalCause
+from imprint.contracts.runtime import (
+    EvidenceGranted,
+    NumericIssued,
+    RunAdmitted,
+    RunCompleted,
+    RunFailed,
+    RunRejected,
+    RunStopped,
+    RunThrottled,
+)
+from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.publication.announcements import preview_for
+from imprint.publication.candidate import Candidate, IntakeRefusal, intake
+from imprint.publication.conversations import ConversationRuns
+from imprint.publication.policy import DEFAULT_POLICY, Policy
+from imprint.publication.run import PublicationRun
+from imprint.publication.settlement import BlockDecision, Commit, relied_sources
+from imprint.publication.sources import SourceFacts, SourceRecord, SourceStanding
+from imprint.shredding import key_name_for
+from imprint.workspace import Workspace
+
+CANDIDATE_TYPES = frozenset({"answer.text", "answer.part", "model.frame", "model.reasoning", "router.result"})
+"""Messages that are offered to intake as candidates (most of them are refused there, P2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SettledCandidate:
+    """A candidate this unit settled: what a save outcome (failed, unknown) names."""
+
+    run_id: str
+    candidate_id: str
+    block_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A candidate's decisions, made once, still to be recorded on its run (and the
+    sources it relies on): the part of a proposal that follows the quota flush."""
+
+    run: PublicationRun
+    candidate: Candidate
+    decisions: tuple[BlockDecision, ...]
+
+    def record(self, ws: Workspace) -> None:
+        self.run.record_settlement(self.candidate.candidate_id, self.decisions)
+        for source_id in sorted(relied_sources(self.decisions)):
+            source_record(ws, source_id, create=True).record_reliance(self.run.run_id)  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What a unit of work does around its transaction because of one message."""
+
+    previews: tuple[PublicationMessage, ...] = ()
+    """``answer.preview``\\ s to emit before the commit (P14)."""
+    durable_first: bool = False
+    """P13: record what is pending so far before ``then`` and before the previews."""
+    then: Settlement | None = None
+    """Applied after the durable-first flush (or at once when there is none)."""
+    settled: tuple[SettledCandidate, ...] = ()
+    shred: frozenset[str] = frozenset()
+    """Key names to destroy once the unit is committed (X8)."""
+
+
+NOTHING = Effects()
+
+Handler = Callable[[Workspace, Any, "Context"], Effects]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a handler knows about the message besides its body."""
+
+    policy: Policy = DEFAULT_POLICY
+    envelope_size: int = 0
+    """Bytes of the original envelope (P3)."""
+
+
+# ----------------------------------------------------------------------------- aggregates
+
+
+def run_of(ws: Workspace, run_id: str) -> PublicationRun:
+    run = ws.get(PublicationRun, PublicationRun.id_for(run_id))
+    if run is None:
+        run = PublicationRun(run_id)
+        ws.add(run)
+    return run
+
+
+def source_record(ws: Workspace, source_id: str, *, create: bool) -> SourceRecord | None:
+    record = ws.get(SourceRecord, SourceRecord.id_for(source_id))
+    if record is None and create:
+        record = SourceRecord(source_id)
+        ws.add(record)
+    return record
+
+
+def conversation_of(ws: Workspace, conversation_id: str, account_id: str | None = None) -> ConversationRuns | None:
+    """The conversation's run index; created only when ``account_id`` is given (at admission)."""
+    conversation = ws.get(ConversationRuns, ConversationRuns.id_for(conversation_id))
+    if conversation is None and account_id is not None:
+        conversation = ConversationRuns(conversation_id, account_id)
+        ws.add(conversation)
+    return conversation
+
+
+class _RegistryView(Mapping[str, SourceFacts]):
+    """The registry facts of whichever sources a settlement reads, loaded on first read:
+    the cost of a settlement follows what its candidate cites, not the run's history."""
+
+    __slots__ = ("_ws", "_seen")
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self._seen: dict[str, SourceFacts | None] = {}
+
+    def __getitem__(self, source_id: str) -> SourceFacts:
+        if source_id not in self._seen:
+            record = source_record(self._ws, source_id, create=False)
+            self._seen[source_id] = None if record is None else record.standing()
+        facts = self._seen[source_id]
+        if facts is None:
+            raise KeyError(source_id)
+        return facts
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, v in self._seen.items() if v is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._seen.values() if v is not None)
+
+
+def standing_in(ws: Workspace) -> SourceStanding:
+    return SourceStanding(_RegistryView(ws))
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+def admit(ws: Workspace, message: RunAdmitted, context: Context) -> Effects:
+    run_of(ws, message.run_id).note_admission(message.account_id, message.conversation_id)
+    conversation = conversation_of(ws, message.conversation_id, message.account_id)
+    assert conversation is not None
+    conversation.add_run(message.run_id)
+    return NOTHING
+
+
+def grant(ws: Workspace, message: EvidenceGranted, context: Context) -> Effects:
+    run_of(ws, message.run_id).grant_evidence(message.source_id, message.scope, message.owner_account_id,
+                                              message.title)
+    return NOTHING
+
+
+def issue_numeric(ws: Workspace, message: NumericIssued, context: Context) -> Effects:
+    run_of(ws, message.run_id).issue_numeric(message.handle_id, str(message.value), message.unit,
+                                             message.version, message.source_id)
+    return NOTHING
+
+
+def register_source(ws: Workspace, message: SourceRegistered, context: Context) -> Effects:
+    record = source_record(ws, message.source_id, create=True)
+    assert record is not None
+    record.register(message.scope, message.owner_account_id, message.title)
+    return NOTHING
+
+
+def end_run(ws: Workspace, message: Any, context: Context) -> Effects:
+    # Same partition as the run's proposals: everything before this is settled.
+    run_of(ws, message.run_id).end(message.type.removeprefix("run."))
+    return NOTHING
+
+
+def withdraw_for_source(ws: Workspace, message: SourceRevoked | SourceTombstoned, context: Context) -> Effects:
+    """P21: the source's standing changes, and every block relying on it is withdrawn."""
+    record = source_record(ws, message.source_id, create=True)
+    assert record is not None
+    account_id: str | None = None
+    cause: WithdrawalCause
+    if isinstance(message, SourceRevoked):
+        record.revoke(message.account_id, message.reason)
+        cause, account_id = "source_revoked", message.account_id
+    else:
+        record.tombstone()
+        cause = "source_tombstoned"
+    for run_id in record.dependents:
+        run_of(ws, run_id).withdraw_for_source(message.source_id, cause, account_id)
+    return NOTHING
+
+
+def delete_conversation(ws: Workspace, message: ConversationDeleteRequested, context: Context) -> Effects:
+    """X8: withdraw every block of the conversation's runs, then (after commit) destroy their keys.
+    Only the conversation's owner may delete it; a request of another account changes nothing."""
+    conversation = conversation_of(ws, message.conversation_id, message.account_id)
+    assert conversation is not None
+    if conversation.account_id != message.account_id:
+        return NOTHING
+    shred = {message.conversation_id}
+    for run_id in conversation.runs:
+        run_of(ws, run_id).withdraw_all("conversation_deleted")
+        shred.add(key_name_for(run_id))
+    conversation.delete(message.reason)
+    return Effects(shred=frozenset(shred))
+
+
+def propose(ws: Workspace, message: Any, context: Context) -> Effects:
+    """A candidate (entry A or B): intake, then one settlement, decided once."""
+    run = run_of(ws, message.run_id)
+    candidate = intake(message, envelope_size=context.envelope_size, policy=context.policy)
+    if isinstance(candidate, IntakeRefusal):
+        run.refuse_candidate(candidate)
+        return NOTHING
+    if run.settled(candidate.candidate_id) is not None:
+        return NOTHING  # a redelivered candidate that was committed before: nothing new
+    refusal = _not_answerable(ws, run, message, candidate)
+    if refusal is not None:
+        run.refuse_candidate(refusal)
+        return NOTHING
+    decisions = run.prepare(candidate, standing_in(ws), context.policy)
+    commits = [d for d in decisions if isinstance(d, Commit)]
+    quota_used = [run.consume_preview_quota(candidate.candidate_id, d.block_index, d.block_id)
+                  for d in commits if d.is_modification]
+    return Effects(
+        previews=tuple(preview_for(message.run_id, d) for d in commits),
+        durable_first=any(quota_used),
+        then=Settlement(run, candidate, decisions),
+        settled=(SettledCandidate(message.run_id, candidate.candidate_id, tuple(d.block_id for d in commits)),),
+    )
+
+
+def _not_answerable(ws: Workspace, run: PublicationRun, message: Any, candidate: Candidate) -> IntakeRefusal | None:
+    """X1: identity before answer — a run Publication never saw admitted gets no block;
+    X8: neither does a run whose conversation was deleted."""
+    if run.account_id is None:
+        return IntakeRefusal("run_not_admitted", "no run.admitted reached Publication for this run",
+                             message.type, message.run_id, candidate.candidate_id)
+    conversation = conversation_of(ws, run.conversation_id) if run.conversation_id else None
+    if conversation is not None and conversation.deleted:
+        return IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
+                             message.type, message.run_id, candidate.candidate_id)
+    return None
+
+
+HANDLERS: dict[type, Handler] = {
+    RunAdmitted: admit,
+    EvidenceGranted: grant,
+    NumericIssued: issue_numeric,
+    SourceRegistered: register_source,
+    SourceRevoked: withdraw_for_source,
+    SourceTombstoned: withdraw_for_source,
+    ConversationDeleteRequested: delete_conversation,
+    RunCompleted: end_run,
+    RunStopped: end_run,
+    RunFailed: end_run,
+    RunThrottled: end_run,
+    RunRejected: end_run,
+}
+"""One table: a reader finds what happens to a message by its type here."""
+
+
+def handle(ws: Workspace, message: Any, context: Context = Context()) -> Effects:
+    handler = HANDLERS.get(type(message))
+    if handler is not None:
+        return handler(ws, message, context)
+    if getattr(message, "type", None) in CANDIDATE_TYPES:
+        return propose(ws, message, context)
+    return NOTHING
+
+
+@dataclass
+class Unit:
+    """The effects of every message of one unit of work, gathered in order."""
+
+    previews: list[PublicationMessage] = field(default_factory=list)
+    settled: list[SettledCandidate] = field(default_factory=list)
+    shred: set[str] = field(default_factory=set)
+
+    def add(self, effects: Effects) -> None:
+        self.previews.extend(effects.previews)
+        self.settled.extend(effects.settled)
+        self.shred.update(effects.shred)

@@ -1,0 +1,247 @@
+"""One tracked unit of work, for every consumer that keeps an eventsourcing log.
+
+A consumer's poll is split by partition (``<topic>#<partition>``, the name of
+its eventsourcing tracking record). For each partition, :meth:`TrackedUnitOfWork.run`
+
+1. skips every message at or below the partition's recorded position (a
+   redelivery is a no-op);
+2. runs the consumer's pure policy over a :class:`StoredWorkspace`;
+3. records every pending event of the workspace together with the tracking
+   record of the last message, in ONE transaction (eventsourcing
+   ``ProcessingEvent`` on a ``ProcessRecorder``);
+4. on an ``IntegrityError`` — another process wrote the same position or one of
+   the same aggregate versions (optimistic concurrency) — drops what it holds,
+   re-reads the position and, unless the consumer's ``on_conflict`` says the
+   conflict is final, runs the policy again on fresh state.
+
+Hot aggregates stay in the application's repository cache, changed in place
+(``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see
+:data:`HOT_CACHE`), so a message costs what it changes, not what its run or source
+has accumulated. The cache is trustworthy because every way it can go stale is
+caught: a unit that fails is evicted; a write based on a stale copy loses on its
+aggregate version and is evicted and redone; a revoked partition is evicted
+(:meth:`TrackedUnitOfWork.forget_partitions`)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
+
+from imprint.workspace import MemoryWorkspace
+from services.common.inbound import Inbound
+from services.common.observability import get_logger
+
+log = get_logger(__name__)
+
+A = TypeVar("A", bound=Aggregate)
+R = TypeVar("R")
+
+HOT_CACHE = {
+    "AGGREGATE_CACHE_MAXSIZE": "20000",
+    "AGGREGATE_CACHE_FASTFORWARD": "n",
+    "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
+}
+"""eventsourcing settings of an application whose aggregates only its units of work change."""
+
+
+class ConflictsExhausted(RuntimeError):
+    """A unit of work kept losing optimistic-concurrency races; the poll is not acknowledged."""
+
+
+class StoredWorkspace(MemoryWorkspace):
+    """The aggregates of one unit of work, read through the application's repository once."""
+
+    def __init__(self, app: Application[UUID]) -> None:
+        super().__init__()
+        self.app = app
+        self._missing: set[UUID] = set()
+
+    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        if aggregate_id in self.store:
+            return super().get(cls, aggregate_id)
+        if aggregate_id in self._missing:
+            return None
+        try:
+            aggregate = self.app.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            self._missing.add(aggregate_id)
+            return None
+        self.store[aggregate_id] = aggregate
+        return super().get(cls, aggregate_id)
+
+    def add(self, aggregate: Aggregate) -> None:
+        self._missing.discard(aggregate.id)
+        super().add(aggregate)
+
+    def record(self, tracking: Tracking | None = None) -> ProcessingEvent[UUID]:
+        """Record every pending event (and ``tracking``) in one transaction, then take
+        the snapshots that are due. Without ``tracking``: a flush inside the unit (P13)."""
+        processing: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
+        processing.collect_events(*self.store.values())
+        if processing.events or tracking is not None:
+            self.app._record(processing)
+            self.app._take_snapshots(processing)
+        return processing
+
+    def forget(self) -> None:
+        """Evict everything this unit touched from the repository cache: it may hold unsaved state."""
+        evict(self.app, self.store)
+        self.store.clear()
+        self._missing.clear()
+
+
+def evict(app: Application[UUID], aggregate_ids: Iterable[UUID]) -> None:
+    cache = app.repository.cache
+    if cache is None:
+        return
+    for aggregate_id in list(aggregate_ids):
+        try:
+            cache.get(aggregate_id, evict=True)
+        except KeyError:
+            pass
+
+
+def by_partition(batch: Sequence[Inbound]) -> list[list[Inbound]]:
+    """The poll's messages per partition, in offset order, each offset once."""
+    groups: dict[str, dict[int, Inbound]] = {}
+    for item in batch:
+        groups.setdefault(item.tracking.application_name, {}).setdefault(item.offset, item)
+    return [sorted(group.values(), key=lambda i: i.offset) for group in groups.values()]
+
+
+Work = Callable[[StoredWorkspace, list[Inbound]], R]
+Commit = Callable[[StoredWorkspace, Tracking, R], None]
+OnConflict = Callable[[IntegrityError, "R | None"], None]
+
+
+class TrackedUnitOfWork(Generic[R]):
+    """Runs a consumer's policy over one partition's messages and records the result with its position."""
+
+    def __init__(self, app: Application[UUID], *, max_attempts: int = 50) -> None:
+        self.app = app
+        self.max_attempts = max_attempts
+        self.conflicts = 0
+        """Units of work re-run after losing a concurrency race (a metric)."""
+        self._positions: dict[str, int] = {}
+        self._touched: dict[str, set[UUID]] = {}
+        """Per tracking name (partition): the aggregates its units loaded, for eviction on revoke."""
+
+    @property
+    def recorder(self) -> ProcessRecorder:
+        recorder = self.app.recorder
+        assert isinstance(recorder, ProcessRecorder)
+        return recorder
+
+    def position(self, tracking_name: str) -> int:
+        """The last offset of ``<topic>#<partition>`` committed with its effects (-1: none)."""
+        if tracking_name not in self._positions:
+            recorded = self.recorder.max_tracking_id(tracking_name)
+            self._positions[tracking_name] = -1 if recorded is None else recorded
+        return self._positions[tracking_name]
+
+    def run(
+        self,
+        items: list[Inbound],
+        work: Work[R],
+        *,
+        commit: Commit[R] | None = None,
+        on_conflict: OnConflict[R] | None = None,
+    ) -> R | None:
+        """Apply ``work`` to the messages of ``items`` (one partition) not yet recorded and
+        record its events with the last one's tracking record. ``None``: nothing was new.
+
+        ``commit`` replaces the plain record step (a consumer that must tell a failed
+        save from an unknown one); it must let ``IntegrityError`` through. ``on_conflict``
+        is told of each conflict and may raise to make it final (the poll is then retried
+        by the consumer, as for any error); otherwise the unit is redone on fresh state."""
+        name = items[0].tracking.application_name
+        for attempt in range(self.max_attempts):
+            fresh = [item for item in items if item.offset > self.position(name)]
+            if not fresh:
+                if attempt == 0 and items:
+                    log.info("redelivered positions skipped", tracking=name, skipped=len(items),
+                             committed_through=self.position(name))
+                return None
+            tracking = fresh[-1].tracking
+            workspace = StoredWorkspace(self.app)
+            result: R | None = None
+            try:
+                result = work(workspace, fresh)
+                if commit is None:
+                    workspace.record(tracking)
+                else:
+                    commit(workspace, tracking, result)
+            except IntegrityError as error:
+                workspace.forget()
+                self._positions.pop(name, None)
+                if self.recorder.has_tracking_id(name, tracking.notification_id):
+                    log.info("poll already recorded by another consumer", tracking=name,
+                             position=tracking.notification_id)
+                    self._positions[name] = tracking.notification_id
+                    return None
+                self.conflicts += 1
+                if on_conflict is not None:
+                    on_conflict(error, result)
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                continue
+            except BaseException:
+                workspace.forget()
+                raise
+            self._positions[name] = tracking.notification_id
+            self._remember(name, workspace.store)
+            return result
+        raise ConflictsExhausted(f"{name}: gave up after {self.max_attempts} conflicting attempts")
+
+    def untracked(self, work: Callable[[StoredWorkspace], R | None]) -> R | None:
+        """A unit of work that no Kafka message caused (an operator's deletion, a retention
+        sweep): the same record-or-redo-on-conflict, without a position. ``work`` returns
+        ``None`` when there is nothing to do."""
+        for attempt in range(self.max_attempts):
+            workspace = StoredWorkspace(self.app)
+            try:
+                result = work(workspace)
+                if result is None:
+                    workspace.forget()
+                    return None
+                workspace.record()
+            except IntegrityError:
+                workspace.forget()
+                self.conflicts += 1
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                continue
+            except BaseException:
+                workspace.forget()
+                raise
+            return result
+        raise ConflictsExhausted(f"gave up after {self.max_attempts} conflicting attempts")
+
+    def _remember(self, name: str, aggregate_ids: Iterable[UUID]) -> None:
+        touched = self._touched.setdefault(name, set())
+        touched.update(aggregate_ids)
+        cache = self.app.repository.cache
+        if cache is not None and len(touched) > 40_000:  # keep only what the (bounded) cache still holds
+            held = getattr(cache, "cache", {})
+            touched.intersection_update(held)
+
+    def forget_partitions(self, tracking_names: Iterable[str]) -> None:
+        """A partition moved to another instance: drop its positions and the aggregates its
+        units held, so this instance reloads them from the log if the partition comes back."""
+        for name in tracking_names:
+            self._positions.pop(name, None)
+            evict(self.app, self._touched.pop(name, ()))
+
+    def forget(self) -> None:
+        """Drop every cached position and aggregate (e.g. after a deletion destroyed keys)."""
+        self.forget_partitions(list(self._touched))
+        self._positions.clear()
+
+    def holding(self) -> dict[str, Any]:
+        """What this instance holds, for diagnostics."""
+        return {name: len(ids) for name, ids in self._touched.items()}
