@@ -9,12 +9,15 @@ X has certainly been processed and relayed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 
 from imprint.contracts.publication import Receipt
-from imprint.contracts.runtime import AnswerPart, ModelFrame, ModelReasoning, RouterResult
+from imprint.contracts.runtime import AnswerPart, AnswerText, ModelFrame, ModelReasoning, RouterResult
+from imprint.contracts.topics import Topic
 from imprint.publication.capacity import TRUNCATION_MARKER
 from imprint.publication.tokens import token
 from services.common.settings import Settings
@@ -35,6 +38,7 @@ from tests.integration.publication.pubsupport import (
     send,
     wait_run,
 )
+from tests.support.kafka import read_topic
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -304,3 +308,29 @@ def test_non_answer_frames_never_reach_the_publication_topic_and_are_refused_in_
     assert all(secret not in e.detail for e in refusals), "the refusal records why, not the body"
     logged = read_run(s, run)
     assert logged.refusals == 6 and set(logged.candidates) == {"tool:f-marker"}
+
+
+# ----------------------------------------------------------------------------- X1
+
+
+@pytest.mark.rule("X1")
+def test_a_candidate_for_a_run_never_admitted_is_refused_never_committed_or_published(
+    stack: Stack, module_settings: Settings
+) -> None:
+    s, stray, admitted_run = module_settings, "run-never-admitted", "run-admitted-after-stray"
+    send(s, part(stray, "x1-text", "An answer for a run nobody admitted."),
+         AnswerText(run_id=stray, turn_id="t", segment=0, text="Plain text for the same run."))
+    send(s, admitted(admitted_run), part(admitted_run, "x1-marker", "marker x1"))
+    wait_run(s, admitted_run, has_published("marker x1"))
+    values = asyncio.run(read_topic(s, Topic.PUBLICATION, until=lambda vs: any(
+        v["run_id"] == admitted_run and v["type"] == "answer.published" for v in vs)))
+    assert [v for v in values if v["run_id"] == stray] == [], "nothing previewed or published for the stray run"
+    deadline = time.monotonic() + 20  # the stray run may sit on another partition than the marker
+    while True:
+        events = run_events(s, stray)
+        refusals = [(e.message_type, e.reason) for e in events if type(e).__name__ == "CandidateRefused"]
+        if len(refusals) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert refusals == [("answer.part", "run_not_admitted"), ("answer.text", "run_not_admitted")]
+    assert not [e for e in events if type(e).__name__ == "BlockRevisionCommitted"]
