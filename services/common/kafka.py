@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import KafkaError
 from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker, KafkaMessage
@@ -205,6 +205,23 @@ async def _handle_isolating_poison(
 BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
 
 
+class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka's rebalance hook, reduced to what a tracked store needs to hear."""
+
+    def __init__(self, on_revoked: Callable[[list[str]], Awaitable[None]]) -> None:
+        self._on_revoked = on_revoked
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        names = [f"{tp.topic}#{tp.partition}" for tp in revoked]
+        if names:
+            log.info("partitions revoked", partitions=names)
+            await self._on_revoked(names)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if assigned:
+            log.info("partitions assigned", partitions=[f"{tp.topic}#{tp.partition}" for tp in assigned])
+
+
 async def _raw_bodies(message: Any) -> Any:
     """FastStream decoder: hand over the raw bytes. Decoding is intake's job, where a
     failure becomes a dead letter; FastStream's own JSON decoding would fail the
@@ -234,12 +251,17 @@ def subscribe_tracked(
     handle: BatchHandler,
     max_records: int = 500,
     retry_seconds: float = 1.0,
+    on_revoked: Callable[[list[str]], Awaitable[None]] | None = None,
 ) -> None:
     """Register ``handle`` for batches from ``topics`` with manual acknowledgement.
 
     ``handle`` must commit its effects together with each message's tracking record
     (``Inbound.tracking``). It is called only with valid messages; refusals are
     dead-lettered first. On failure the batch is rewound (nack) and retried.
+
+    ``on_revoked`` hears the tracking names (``<topic>#<partition>``) of partitions this
+    instance just lost to another member of the group, before they are reassigned: the
+    store drops what it cached for them and reloads from the log if they come back.
     """
 
     @broker.subscriber(
@@ -250,6 +272,7 @@ def subscribe_tracked(
         batch_timeout_ms=50,
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
+        listener=None if on_revoked is None else _Revocations(on_revoked),
         decoder=_raw_bodies,
         parser=_tolerant_parser,
     )

@@ -119,6 +119,11 @@ class RuntimeJournal(Application[UUID]):
             for items in by_partition(batch):
                 self._process_partition(items)
 
+    def revoked(self, tracking_names: Sequence[str]) -> None:
+        """These partitions now belong to another instance: forget their cached positions."""
+        with self.processing_lock:
+            self.units.forget_partitions(tracking_names)
+
     def _process_partition(self, items: list[Inbound]) -> None:
         def work(ws: StoredWorkspace, fresh: list[Inbound]) -> list[IndexIntent]:
             intents: list[IndexIntent] = []

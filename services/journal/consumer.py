@@ -10,12 +10,17 @@ from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox, subscribe_tracked
+from services.journal.application import RuntimeJournal
 
 JOURNAL_TOPICS = (Topic.RUNTIME, Topic.PUBLICATION, Topic.SOURCES, Topic.CONTROL)
 
 
-def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: object) -> None:
+def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: RuntimeJournal) -> None:
     async def handle(batch: list[Inbound]) -> None:
-        await asyncio.to_thread(journal.process, batch)  # type: ignore[attr-defined]
+        await asyncio.to_thread(journal.process, batch)
 
-    subscribe_tracked(broker, settings, outbox, consumer="journal", topics=JOURNAL_TOPICS, handle=handle)
+    async def revoked(tracking_names: list[str]) -> None:
+        await asyncio.to_thread(journal.revoked, tracking_names)
+
+    subscribe_tracked(broker, settings, outbox, consumer="journal", topics=JOURNAL_TOPICS, handle=handle,
+                      on_revoked=revoked)

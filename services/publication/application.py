@@ -18,6 +18,7 @@ Failure outcomes (P15):
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -36,7 +37,7 @@ from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy, PublicationRun, SourceRecord
 from imprint.publication.handling import Context, SettledCandidate, Unit, handle
-from imprint.shredding import FieldSealer, Keyring, key_name_for
+from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, by_partition
@@ -63,6 +64,7 @@ class PublicationLog(Application[uuid.UUID]):
         super().__init__(env)
         self.policy = policy or Policy()
         self.units: TrackedUnitOfWork[Unit] = TrackedUnitOfWork(self)
+        self._processing = threading.Lock()
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -93,12 +95,15 @@ class PublicationLog(Application[uuid.UUID]):
 
     def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         """One unit of work (one transaction) per partition of the poll."""
-        for items in by_partition(batch):
-            self._process_partition(items, emit)
+        with self._processing:
+            for items in by_partition(batch):
+                self._process_partition(items, emit)
 
     def revoked(self, tracking_names: Sequence[str]) -> None:
-        """These partitions now belong to another instance: forget what was cached for them."""
-        self.units.forget_partitions(tracking_names)
+        """These partitions now belong to another instance: forget what was cached for them
+        (after the unit in progress, if any, has finished)."""
+        with self._processing:
+            self.units.forget_partitions(tracking_names)
 
     def _process_partition(self, items: list[Inbound], emit: EmitMany) -> None:
         def work(ws: StoredWorkspace, fresh: list[Inbound]) -> Unit:
@@ -106,8 +111,7 @@ class PublicationLog(Application[uuid.UUID]):
             for item in fresh:
                 effects = handle(ws, item.message, Context(self.policy, item.size))
                 if effects.durable_first:
-                    self._bind_keys(ws)
-                    ws.record()  # P13: the quota a preview is about to show is durable first
+                    self._record_unit(ws)  # P13: the quota a preview is about to show is durable first
                 if effects.then is not None:
                     effects.then.record(ws)
                 unit.add(effects)
@@ -137,10 +141,18 @@ class PublicationLog(Application[uuid.UUID]):
             if isinstance(aggregate, PublicationRun):
                 self.mapper.bind(aggregate.id, key_name_for(aggregate.run_id, aggregate.conversation_id))
 
-    def _commit(self, ws: StoredWorkspace, tracking: Tracking, unit: Unit, emit: EmitMany) -> None:
+    def _record_unit(self, ws: StoredWorkspace, tracking: Tracking | None = None) -> None:
         self._bind_keys(ws)
         try:
             ws.record(tracking)
+        except KeyDestroyed as error:
+            # Another instance deleted the conversation after this one loaded the run: the
+            # run is stale (the deletion marked it), so this is a lost race, not a bad message.
+            raise IntegrityError(f"conversation key destroyed under a stale run: {error}") from error
+
+    def _commit(self, ws: StoredWorkspace, tracking: Tracking, unit: Unit, emit: EmitMany) -> None:
+        try:
+            self._record_unit(ws, tracking)
         except IntegrityError:
             raise  # the unit of work tells a redelivery from a conflict
         except (OperationalError, InterfaceError) as error:

@@ -41,8 +41,11 @@ async def serve(settings: Settings) -> None:
     async def handle(batch: list[Inbound]) -> None:
         await asyncio.to_thread(app.process, batch, emit)
 
+    async def revoked(tracking_names: list[str]) -> None:
+        await asyncio.to_thread(app.revoked, tracking_names)
+
     subscribe_tracked(broker, settings, outbox, consumer="publication",
-                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle)
+                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle, on_revoked=revoked)
     try:
         await run_until_stopped("publication", broker)
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import TypeAdapter
 
@@ -24,6 +24,27 @@ TOPIC_MESSAGES: dict[Topic, TypeAdapter[Any]] = {
     Topic.CONTROL: control_messages,
     Topic.DEADLETTER: TypeAdapter(DeadLetter),
 }
+
+
+
+def _types_of(adapter: TypeAdapter[Any]) -> list[str]:
+    """The ``type`` values a topic's union accepts (read off its member models)."""
+    annotated = adapter._type  # noqa: SLF001 — the annotation the adapter was built from
+    union = get_args(annotated)[0] if get_args(annotated) else annotated
+    members = get_args(union) or (union,)
+    return [value for member in members for value in get_args(member.model_fields["type"].annotation)]
+
+
+TOPIC_OF_TYPE: dict[str, Topic] = {
+    message_type: topic for topic, adapter in TOPIC_MESSAGES.items() for message_type in _types_of(adapter)
+}
+"""The one type → topic map: every message type of the v1 contract, on the topic whose union holds it."""
+
+
+def topic_of(message: Any) -> Topic:
+    """The contract topic a message is produced to."""
+    return TOPIC_OF_TYPE[message.type]
+
 
 TRANSPORT_CAP_BYTES = 1024 * 1024
 """P3: an envelope over 1 MiB is refused at intake."""

@@ -68,7 +68,7 @@ from imprint.journal.execution import (
     title_field,
 )
 from imprint.journal.lifecycle import MESSAGE_TARGETS, State
-from imprint.journal.redaction import SourceStanding
+from imprint.journal.redaction import SourceLinks
 from imprint.journal.refusals import Refusal, RefusalCode
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, ScopedKeyring
 from imprint.workspace import MemoryWorkspace, Workspace
@@ -128,10 +128,10 @@ class Intake:
             ws.add(ex)
         return ex
 
-    def _source(self, ws: Workspace, source_id: str) -> SourceStanding:
-        s = ws.get(SourceStanding, ids.source_id(source_id))
+    def _source(self, ws: Workspace, source_id: str) -> SourceLinks:
+        s = ws.get(SourceLinks, ids.source_id(source_id))
         if s is None:
-            s = SourceStanding.note(source_id)
+            s = SourceLinks.note(source_id)
             ws.add(s)
         return s
 

@@ -6,7 +6,8 @@ but keeps every identity: the evidence set, the ordered items (source ids,
 titles), the snapshot id and the knowledge_version. The frozen completion record
 itself is never rewritten.
 
-Serialization. One ``SourceStanding`` aggregate per source remembers which
+Serialization. One ``SourceLinks`` aggregate per source (the journal's; Publication's
+``SourceStanding`` is the value object citation checks read) remembers which
 executions have seen it (linked at ``evidence.granted`` and at completion) and
 whether it is tombstoned:
 
@@ -30,24 +31,25 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from eventsourcing.utils import register_topic
 
 from imprint.journal import ids
 
 
-class SourceStanding(Aggregate):
+class SourceLinks(Aggregate):
     class Noted(Aggregate.Created):
         source_id: str
 
     class Linked(Aggregate.Event):
         run_id: str
 
-        def apply(self, s: SourceStanding) -> None:
+        def apply(self, s: SourceLinks) -> None:
             s.run_ids.append(self.run_id)
 
     class Tombstoned(Aggregate.Event):
         event_id: str
 
-        def apply(self, s: SourceStanding) -> None:
+        def apply(self, s: SourceLinks) -> None:
             s.tombstoned_at = self.timestamp
             s.processed.add(self.event_id)
 
@@ -58,7 +60,7 @@ class SourceStanding(Aggregate):
         self.processed: set[str] = set()
 
     @classmethod
-    def note(cls, source_id: str) -> SourceStanding:
+    def note(cls, source_id: str) -> SourceLinks:
         return cls._create(cls.Noted, id=ids.source_id(source_id), source_id=source_id)
 
     @staticmethod
@@ -98,3 +100,7 @@ def redact_items(items: Iterable[tuple[str, str, str | None]], redacted_sources:
         hidden = source_id in redacted_sources
         out.append(EvidenceView(source_id=source_id, title=title, excerpt=None if hidden else excerpt, redacted=hidden))
     return out
+
+
+register_topic("imprint.journal.redaction:SourceStanding", SourceLinks)
+"""Logs written before the rename name the aggregate by its old topic; they still read."""

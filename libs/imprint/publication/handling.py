@@ -143,16 +143,17 @@ class _RegistryView(Mapping[str, SourceFacts]):
     """The registry facts of whichever sources a settlement reads, loaded on first read:
     the cost of a settlement follows what its candidate cites, not the run's history."""
 
-    __slots__ = ("_ws", "_seen")
+    __slots__ = ("_ws", "_run", "_seen")
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, run: PublicationRun) -> None:
         self._ws = ws
+        self._run = run
         self._seen: dict[str, SourceFacts | None] = {}
 
     def __getitem__(self, source_id: str) -> SourceFacts:
         if source_id not in self._seen:
             record = source_record(self._ws, source_id, create=False)
-            self._seen[source_id] = None if record is None else record.standing()
+            self._seen[source_id] = None if record is None else self._run.noted_standing(record.standing())
         facts = self._seen[source_id]
         if facts is None:
             raise KeyError(source_id)
@@ -165,8 +166,9 @@ class _RegistryView(Mapping[str, SourceFacts]):
         return sum(1 for v in self._seen.values() if v is not None)
 
 
-def standing_in(ws: Workspace) -> SourceStanding:
-    return SourceStanding(_RegistryView(ws))
+def standing_in(ws: Workspace, run: PublicationRun) -> SourceStanding:
+    """What ``run`` may know of the registry: the sources' records and its own noted revocations."""
+    return SourceStanding(_RegistryView(ws, run))
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -231,7 +233,7 @@ def delete_conversation(ws: Workspace, message: ConversationDeleteRequested, con
         return NOTHING
     shred = {message.conversation_id}
     for run_id in conversation.runs:
-        run_of(ws, run_id).withdraw_all("conversation_deleted")
+        run_of(ws, run_id).delete_conversation(message.reason)
         shred.add(key_name_for(run_id))
     conversation.delete(message.reason)
     return Effects(shred=frozenset(shred))
@@ -250,7 +252,7 @@ def propose(ws: Workspace, message: Any, context: Context) -> Effects:
     if refusal is not None:
         run.refuse_candidate(refusal)
         return NOTHING
-    decisions = run.prepare(candidate, standing_in(ws), context.policy)
+    decisions = run.prepare(candidate, standing_in(ws, run), context.policy)
     commits = [d for d in decisions if isinstance(d, Commit)]
     quota_used = [run.consume_preview_quota(candidate.candidate_id, d.block_index, d.block_id)
                   for d in commits if d.is_modification]
@@ -265,6 +267,9 @@ def propose(ws: Workspace, message: Any, context: Context) -> Effects:
 def _not_answerable(ws: Workspace, run: PublicationRun, message: Any, candidate: Candidate) -> IntakeRefusal | None:
     """X1: identity before answer — a run Publication never saw admitted gets no block;
     X8: neither does a run whose conversation was deleted."""
+    if run.deleted:
+        return IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
+                             message.type, message.run_id, candidate.candidate_id)
     if run.account_id is None:
         return IntakeRefusal("run_not_admitted", "no run.admitted reached Publication for this run",
                              message.type, message.run_id, candidate.candidate_id)

@@ -20,7 +20,7 @@ A candidate's settlement is recorded under its identity, so an
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Iterable, Literal
 
@@ -33,7 +33,7 @@ from imprint.publication.dependencies import blocks_to_withdraw
 from imprint.publication.facts import BlockRecord, Grant, NumericValue, RunFacts, StateView
 from imprint.publication.policy import DEFAULT_POLICY, Policy
 from imprint.publication.quota import quota_key
-from imprint.publication.sources import EMPTY_STANDING, SourceStanding
+from imprint.publication.sources import EMPTY_STANDING, SourceFacts, SourceStanding
 
 RUN_NAMESPACE = uuid.UUID("0c8e5a4d-2f1b-5c3a-8d7e-6b5a4c3d2e1f")
 RECEIPT_NAMESPACE = uuid.UUID("9d2c4b6a-8e1f-5a3b-9c7d-2e4f6a8b0c1d")
@@ -272,6 +272,36 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             if run.fingerprints.get(record["fingerprint"]) == self.block_id:
                 del run.fingerprints[record["fingerprint"]]
 
+    class SourceStandingChanged(Aggregate.Event):
+        """P21: a source this run relied on was revoked or tombstoned. Noted on the run
+        itself even when no live block was left to withdraw, so that (a) the run's own
+        state knows the source's new standing and (b) any instance holding an older copy
+        of the run loses its next write on the run's version and reloads."""
+
+        source_id: str
+        cause: str
+        account_id: str | None
+
+        def apply(self, run: PublicationRun) -> None:
+            changes = run.__dict__.setdefault("source_changes", {})
+            noted = changes.setdefault(self.source_id, {"tombstoned": False, "revoked_for_all": False,
+                                                        "revoked_accounts": []})
+            if self.cause == "source_tombstoned":
+                noted["tombstoned"] = True
+            elif self.account_id is None:
+                noted["revoked_for_all"] = True
+            elif self.account_id not in noted["revoked_accounts"]:
+                noted["revoked_accounts"].append(self.account_id)
+
+    class ConversationDeleted(Aggregate.Event):
+        """X8: the run's conversation was deleted; the run takes no new body. On the run
+        itself, so an instance holding an older copy of the run loses its next write."""
+
+        reason: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run.conversation_deleted = True
+
     class SaveFailed(Aggregate.Event):
         """P15: the commit was not made; a failure fact, never a promoted preview."""
 
@@ -363,6 +393,20 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             )
             for o in outcomes
         ))
+
+    @property
+    def deleted(self) -> bool:
+        """X8: the run's conversation was deleted (``getattr``: snapshots older than the event)."""
+        return bool(getattr(self, "conversation_deleted", False))
+
+    def noted_standing(self, facts: SourceFacts) -> SourceFacts:
+        """``facts`` from the registry, with the revocations this run has noted itself (P21)."""
+        noted = self.__dict__.get("source_changes", {}).get(facts.source_id)
+        if noted is None:
+            return facts
+        return replace(facts, tombstoned=facts.tombstoned or noted["tombstoned"],
+                       revoked_for_all=facts.revoked_for_all or noted["revoked_for_all"],
+                       revoked_accounts=facts.revoked_accounts | frozenset(noted["revoked_accounts"]))
 
     def reconciliations(self) -> dict[str, dict[str, Any]]:
         """R7: the recovery findings recorded on this run, by :func:`reconciliation_key`."""
@@ -479,10 +523,18 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         run of another account is untouched (an unknown account is not spared)."""
         if account_id is not None and self.account_id is not None and account_id != self.account_id:
             return []
+        self.trigger_event(self.SourceStandingChanged, source_id=source_id, cause=cause, account_id=account_id)
         withdrawn = blocks_to_withdraw(self.facts().blocks, source_id)
         for block_id in withdrawn:
             self.trigger_event(self.BlockWithdrawn, run_id=self.run_id, block_id=block_id,
                                revision=self.blocks[block_id]["revision"], cause=cause, source_id=source_id)
+        return withdrawn
+
+    def delete_conversation(self, reason: str) -> list[str]:
+        """X8: withdraw every live block and take no new body from now on. Once."""
+        withdrawn = self.withdraw_all("conversation_deleted")
+        if not self.deleted:
+            self.trigger_event(self.ConversationDeleted, reason=reason)
         return withdrawn
 
     def withdraw_all(self, cause: WithdrawalCause = "conversation_deleted") -> list[str]:

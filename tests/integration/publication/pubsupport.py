@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from imprint.contracts.base import Message
+from imprint.contracts.registry import topic_of
 from imprint.contracts.runtime import (
     AnswerPart,
     EvidenceGranted,
@@ -25,12 +25,13 @@ from imprint.contracts.runtime import (
     QuestionConditionSet,
     RunAdmitted,
 )
-from imprint.contracts.sources import SourceMessage, SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
-from services.common.settings import Settings
+
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox, decode_records, make_broker
+from services.common.settings import Settings
 from services.publication.application import PublicationLog
 from services.publication.service import open_log
 from services.relay.relay import Relay
@@ -85,7 +86,7 @@ def tombstoned(source: str) -> SourceTombstoned:
 
 
 def topic_for(message: Message) -> Topic:
-    return Topic.SOURCES if isinstance(message, SourceMessage) else Topic.RUNTIME
+    return topic_of(message)
 
 
 def send(settings: Settings, *messages: Message) -> None:

@@ -2,6 +2,10 @@
 
 import json
 
+import pytest
+
+from imprint.contracts.topics import Topic
+
 from services.tools.schemas import SCHEMA_DIR, render
 
 
@@ -21,3 +25,15 @@ def test_asyncapi_names_every_topic() -> None:
         "imprint.runtime.v1", "imprint.sources.v1", "imprint.publication.v1", "imprint.runs.v1",
         "imprint.delivery.v1", "imprint.control.v1", "imprint.deadletter.v1",
     }
+
+
+@pytest.mark.rule("P14")
+def test_one_type_to_topic_map_is_derived_from_the_topic_unions() -> None:
+    from imprint.contracts.registry import TOPIC_MESSAGES, TOPIC_OF_TYPE
+
+    for message_type, topic in TOPIC_OF_TYPE.items():
+        assert TOPIC_MESSAGES[topic] is not None
+    assert TOPIC_OF_TYPE["answer.part"] is Topic.RUNTIME and TOPIC_OF_TYPE["answer.published"] is Topic.PUBLICATION
+    assert TOPIC_OF_TYPE["conversation.delete_requested"] is Topic.CONTROL
+    assert TOPIC_OF_TYPE["conversation.deleted"] is Topic.RUNS
+    assert set(TOPIC_OF_TYPE.values()) == set(TOPIC_MESSAGES), "every topic carries at least one type"

@@ -7,7 +7,14 @@ from collections import defaultdict
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested
-from imprint.contracts.publication import AnswerPublished, AnswerUnchanged, CommittedBlock, Content, Receipt
+from imprint.contracts.publication import (
+    AnswerPublished,
+    AnswerUnchanged,
+    CommittedBlock,
+    Content,
+    Receipt,
+)
+from imprint.contracts.registry import topic_of
 from imprint.contracts.runtime import (
     Condition,
     EvidenceGranted,
@@ -20,7 +27,7 @@ from imprint.contracts.runtime import (
     RunStarted,
 )
 from imprint.contracts.sources import SourceTombstoned
-from imprint.contracts.topics import Topic
+
 from services.common.inbound import Inbound
 
 ACCOUNT = "acct-1"
@@ -29,23 +36,8 @@ QUESTION = "What was the  Q3 revenue of Nordwind GmbH?"
 ANSWER = "Nordwind GmbH reported EUR 41.2m revenue in Q3."
 EXCERPT = "Q3 revenue rose to EUR 41.2 million (annual report, p. 12)."
 
-TOPIC_OF = {
-    "run.": Topic.RUNTIME,
-    "evidence.": Topic.RUNTIME,
-    "tool.": Topic.RUNTIME,
-    "model.": Topic.RUNTIME,
-    "router.": Topic.RUNTIME,
-    "answer.": Topic.PUBLICATION,
-    "source.": Topic.SOURCES,
-    "conversation.": Topic.CONTROL,
-}
-
-
 def topic_for(message: Any) -> str:
-    for prefix, topic in TOPIC_OF.items():
-        if message.type.startswith(prefix):
-            return str(topic)
-    raise ValueError(message.type)
+    return str(topic_of(message))
 
 
 class Feeder:

@@ -6,7 +6,7 @@ import pytest
 from journal_helpers import ACCOUNT, EXCERPT, completed, granted, to_running, tombstoned
 
 from imprint.journal.execution import AnswerExecution
-from imprint.journal.redaction import SourceStanding, redact_items
+from imprint.journal.redaction import SourceLinks, redact_items
 
 
 @pytest.mark.rule("X7")
@@ -71,7 +71,7 @@ def test_source_tombstoned_before_an_ungranted_completion_cites_it(feed, journal
 @pytest.mark.rule("X7")
 def test_completion_links_sources_for_later_tombstones(feed, journal) -> None:
     feed(*to_running("r1"), completed("r1", sources=("src-a",)))
-    standing = journal.repository.get(SourceStanding.id_for("src-a"))
+    standing = journal.repository.get(SourceLinks.id_for("src-a"))
     assert standing.run_ids == ["r1"] and not standing.tombstoned
 
 

@@ -49,10 +49,10 @@ def test_the_trail_keeps_rejections_refusals_and_withdrawals_in_log_order() -> N
     trail = export_history(log.ledger())["trail"]
     kinds = [e["type"] for e in trail]
     assert kinds[:1] == ["Opened"]
-    assert kinds[-5:] == ["BlockRevisionCommitted", "BlockRejected", "RevisionRejected", "CandidateRefused",
-                          "BlockWithdrawn"]
-    assert trail[-4]["reason"] == "empty_body" and trail[-3]["reason"] == "invalid_target"
-    assert trail[-2]["reason"] == "not_an_answer"
+    assert kinds[-6:] == ["BlockRevisionCommitted", "BlockRejected", "RevisionRejected", "CandidateRefused",
+                          "SourceStandingChanged", "BlockWithdrawn"]
+    assert trail[-5]["reason"] == "empty_body" and trail[-4]["reason"] == "invalid_target"
+    assert trail[-3]["reason"] == "not_an_answer"
     assert trail[-1]["block_id"] == a.block_id and trail[-1]["cause"] == "source_tombstoned"
     positions = [e["log_position"] for e in trail]
     assert positions == sorted(positions) == list(range(1, len(trail) + 1))
