@@ -22,7 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.persistence import (
     IntegrityError,
     InterfaceError,
@@ -65,6 +65,8 @@ class PublicationLog(Application[uuid.UUID]):
         self.policy = policy or Policy()
         self.units: TrackedUnitOfWork[Unit] = TrackedUnitOfWork(self)
         self._processing = threading.Lock()
+        self._snapshotted: dict[uuid.UUID, int] = {}
+        """Aggregate id → version of its last snapshot taken (or assumed) by this process."""
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -133,6 +135,32 @@ class PublicationLog(Application[uuid.UUID]):
             self.units.forget()  # the cache must not keep serving bodies whose key is gone
             log.info("conversation keys destroyed", keys=len(unit.shred))
 
+    # --- snapshots ----------------------------------------------------------------------
+
+    def _take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
+        """Snapshot a hot aggregate from memory — never by replaying it — once the events
+        since its last snapshot are at least as many as the records its state holds (and at
+        least the class's interval). A snapshot costs what the state holds, so spacing them
+        by that size keeps the cost per event flat however long a run or a source grows,
+        and a reload still reads at most one snapshot plus a tail no longer than it."""
+        assert self.snapshots is not None
+        due = []
+        for aggregate_id, aggregate in processing_event.aggregates.items():
+            interval = self.snapshotting_intervals.get(type(aggregate))
+            if interval is None:
+                continue
+            last = self._snapshotted.get(aggregate_id)
+            if last is None:
+                last = self._snapshotted[aggregate_id] = aggregate.version - aggregate.version % interval
+            if aggregate.version - last >= max(interval, _records_held(aggregate)):
+                snapshot_class = getattr(type(aggregate), "Snapshot", type(self).snapshot_class)
+                due.append(snapshot_class.take(aggregate))
+                self._snapshotted[aggregate_id] = aggregate.version
+        if due:
+            self.snapshots.put(due)
+        if len(self._snapshotted) > 100_000:
+            self._snapshotted.clear()
+
     # --- committing -------------------------------------------------------------------
 
     def _bind_keys(self, ws: StoredWorkspace) -> None:
@@ -200,3 +228,9 @@ class PublicationLog(Application[uuid.UUID]):
                        make: Callable[[SettledCandidate], Message]) -> None:
         if settled:
             emit([(Topic.PUBLICATION, make(entry)) for entry in settled])
+
+
+def _records_held(aggregate: object) -> int:
+    """How many records an aggregate's state holds: what one snapshot of it costs."""
+    state = vars(aggregate)
+    return max(len(state.get(name, ())) for name in ("blocks", "candidates", "dependents", "runs"))

@@ -100,7 +100,8 @@ def test_replay_verify_agrees_across_processes_and_with_snapshotted_aggregates(i
         feed(*(text("run-long", f"segment {i}", segment=i) for i in range(105)))
     finally:
         app.close()
-    assert snapshot_versions(isolated, "run-long") == [100]  # the aggregate is rebuilt from a snapshot
+    snapshots = snapshot_versions(isolated, "run-long")  # the aggregate is rebuilt from a snapshot,
+    assert len(snapshots) == 1 and 100 <= snapshots[0] <= 107  # taken from memory once 100 events were due
     first_code, first = replay_lines(isolated, verify=True)
     second_code, second = replay_lines(isolated)
     assert first_code == second_code == 0
