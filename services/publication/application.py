@@ -36,6 +36,7 @@ from imprint.contracts.base import Message
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy, PublicationRun, SourceRecord
+from imprint.publication.sources import SourceDependents
 from imprint.publication.handling import Context, SettledCandidate, Unit, handle
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
@@ -56,7 +57,7 @@ class SaveUnconfirmed(OperationalError):
 class PublicationLog(Application[uuid.UUID]):
     name = "publication"
     is_snapshotting_enabled = True
-    snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200}
+    snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200, SourceDependents: 200}
     env = dict(HOT_CACHE)
 
     def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
@@ -111,7 +112,7 @@ class PublicationLog(Application[uuid.UUID]):
         def work(ws: StoredWorkspace, fresh: list[Inbound]) -> Unit:
             unit = Unit()
             for item in fresh:
-                effects = handle(ws, item.message, Context(self.policy, item.size))
+                effects = handle(ws, item.message, Context(self.policy, item.size, str(item.partition)))
                 if effects.durable_first:
                     self._record_unit(ws)  # P13: the quota a preview is about to show is durable first
                 if effects.then is not None:

@@ -50,7 +50,7 @@ from imprint.publication.conversations import ConversationRuns
 from imprint.publication.policy import DEFAULT_POLICY, Policy
 from imprint.publication.run import PublicationRun
 from imprint.publication.settlement import BlockDecision, Commit, relied_sources
-from imprint.publication.sources import SourceFacts, SourceRecord, SourceStanding
+from imprint.publication.sources import SourceDependents, SourceFacts, SourceRecord, SourceStanding
 from imprint.shredding import key_name_for
 from imprint.workspace import Workspace
 
@@ -76,10 +76,13 @@ class Settlement:
     candidate: Candidate
     decisions: tuple[BlockDecision, ...]
 
+    lane: str = "0"
+
     def record(self, ws: Workspace) -> None:
+        new_reliance = sorted(set(relied_sources(self.decisions)) - set(self.run.relied_on()))
         self.run.record_settlement(self.candidate.candidate_id, self.decisions)
-        for source_id in sorted(relied_sources(self.decisions)):
-            source_record(ws, source_id, create=True).record_reliance(self.run.run_id)  # type: ignore[union-attr]
+        for source_id in new_reliance:
+            dependents_of(ws, source_id, self.lane).record_reliance(self.run.run_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,8 @@ class Context:
     policy: Policy = DEFAULT_POLICY
     envelope_size: int = 0
     """Bytes of the original envelope (P3)."""
+    lane: str = "0"
+    """The partition the message came from: which :class:`SourceDependents` a run's reliance goes to."""
 
 
 # ----------------------------------------------------------------------------- aggregates
@@ -130,6 +135,18 @@ def source_record(ws: Workspace, source_id: str, *, create: bool) -> SourceRecor
     return record
 
 
+def dependents_of(ws: Workspace, source_id: str, lane: str) -> SourceDependents:
+    """The lane's reliance record for a source; opening a new lane is noted on the source."""
+    dependents = ws.get(SourceDependents, SourceDependents.id_for(source_id, lane))
+    if dependents is None:
+        dependents = SourceDependents(source_id, lane)
+        ws.add(dependents)
+        record = source_record(ws, source_id, create=True)
+        assert record is not None
+        record.open_lane(lane)
+    return dependents
+
+
 def conversation_of(ws: Workspace, conversation_id: str, account_id: str | None = None) -> ConversationRuns | None:
     """The conversation's run index; created only when ``account_id`` is given (at admission)."""
     conversation = ws.get(ConversationRuns, ConversationRuns.id_for(conversation_id))
@@ -143,17 +160,24 @@ class _RegistryView(Mapping[str, SourceFacts]):
     """The registry facts of whichever sources a settlement reads, loaded on first read:
     the cost of a settlement follows what its candidate cites, not the run's history."""
 
-    __slots__ = ("_ws", "_run", "_seen")
+    __slots__ = ("_ws", "_run", "_lane", "_seen")
 
-    def __init__(self, ws: Workspace, run: PublicationRun) -> None:
+    def __init__(self, ws: Workspace, run: PublicationRun, lane: str) -> None:
         self._ws = ws
         self._run = run
+        self._lane = lane
         self._seen: dict[str, SourceFacts | None] = {}
 
     def __getitem__(self, source_id: str) -> SourceFacts:
         if source_id not in self._seen:
             record = source_record(self._ws, source_id, create=False)
-            self._seen[source_id] = None if record is None else self._run.noted_standing(record.standing())
+            facts = None
+            if record is not None:
+                facts = self._run.noted_standing(record.standing())
+                lane = self._ws.get(SourceDependents, SourceDependents.id_for(source_id, self._lane))
+                if lane is not None:  # a revocation noted on this lane outranks an older copy of the source
+                    facts = lane.noted(facts)
+            self._seen[source_id] = facts
         facts = self._seen[source_id]
         if facts is None:
             raise KeyError(source_id)
@@ -166,9 +190,10 @@ class _RegistryView(Mapping[str, SourceFacts]):
         return sum(1 for v in self._seen.values() if v is not None)
 
 
-def standing_in(ws: Workspace, run: PublicationRun) -> SourceStanding:
-    """What ``run`` may know of the registry: the sources' records and its own noted revocations."""
-    return SourceStanding(_RegistryView(ws, run))
+def standing_in(ws: Workspace, run: PublicationRun, lane: str) -> SourceStanding:
+    """What ``run`` may know of the registry: the sources' records, and the revocations
+    noted on its lane and on itself."""
+    return SourceStanding(_RegistryView(ws, run, lane))
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -219,7 +244,13 @@ def withdraw_for_source(ws: Workspace, message: SourceRevoked | SourceTombstoned
     else:
         record.tombstone()
         cause = "source_tombstoned"
-    for run_id in record.dependents:
+    dependents = list(record.dependents)
+    for lane in record.lanes_of():
+        reliance = ws.get(SourceDependents, SourceDependents.id_for(message.source_id, lane))
+        if reliance is not None:
+            reliance.note_standing(tombstoned=cause == "source_tombstoned", account_id=account_id)
+            dependents.extend(reliance.dependents)
+    for run_id in dict.fromkeys(dependents):
         run_of(ws, run_id).withdraw_for_source(message.source_id, cause, account_id)
     return NOTHING
 
@@ -252,14 +283,14 @@ def propose(ws: Workspace, message: Any, context: Context) -> Effects:
     if refusal is not None:
         run.refuse_candidate(refusal)
         return NOTHING
-    decisions = run.prepare(candidate, standing_in(ws, run), context.policy)
+    decisions = run.prepare(candidate, standing_in(ws, run, context.lane), context.policy)
     commits = [d for d in decisions if isinstance(d, Commit)]
     quota_used = [run.consume_preview_quota(candidate.candidate_id, d.block_index, d.block_id)
                   for d in commits if d.is_modification]
     return Effects(
         previews=tuple(preview_for(message.run_id, d) for d in commits),
         durable_first=any(quota_used),
-        then=Settlement(run, candidate, decisions),
+        then=Settlement(run, candidate, decisions, context.lane),
         settled=(SettledCandidate(message.run_id, candidate.candidate_id, tuple(d.block_id for d in commits)),),
     )
 

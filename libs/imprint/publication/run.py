@@ -204,6 +204,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
                 "withdrawn": None,
             }
             run.fingerprints.setdefault(self.fingerprint, block_id)
+            run.relied_on().update(dict.fromkeys(block.get("effective_sources") or ()))
             run.next_ordinal = max(run.next_ordinal, block["delivery_ordinal"] + 1)
             if self.quota_key is not None:
                 run._consume(self.quota_key, block_id)
@@ -393,6 +394,17 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             )
             for o in outcomes
         ))
+
+    def relied_on(self) -> dict[str, None]:
+        """Every source a committed block of this run has ever stood on (never shrinks):
+        the run is recorded as a dependent of each once. Rebuilt from the blocks for a
+        run restored from a snapshot older than this field."""
+        relied = self.__dict__.get("relied")
+        if relied is None:
+            relied = self.__dict__["relied"] = {
+                source_id: None for state in self.blocks.values() for source_id in state.get("effective_sources") or ()
+            }
+        return relied
 
     @property
     def deleted(self) -> bool:

@@ -82,6 +82,9 @@ class SourceRecord(Aggregate):
         self.revoked_accounts: list[str] = []
         self.tombstoned = False
         self.dependents: list[str] = []
+        """Runs recorded before reliance moved to :class:`SourceDependents` (older logs)."""
+        self.lanes: list[str] = []
+        """The lanes with a :class:`SourceDependents` aggregate for this source."""
 
     class Registered(Aggregate.Event):
         scope: str
@@ -113,6 +116,22 @@ class SourceRecord(Aggregate):
 
         def apply(self, record: SourceRecord) -> None:
             record.dependents.append(self.run_id)
+
+    class LaneOpened(Aggregate.Event):
+        lane: str
+
+        def apply(self, record: SourceRecord) -> None:
+            record.__dict__.setdefault("lanes", []).append(self.lane)
+
+    def open_lane(self, lane: str) -> bool:
+        """Once per lane: a revocation must find every lane's dependents."""
+        if lane in self.lanes_of():
+            return False
+        self.trigger_event(self.LaneOpened, lane=lane)
+        return True
+
+    def lanes_of(self) -> list[str]:
+        return list(self.__dict__.get("lanes", ()))
 
     def register(self, scope: Scope, owner_account_id: str, title: str = "") -> bool:
         """Idempotent: the same registration again appends nothing."""
@@ -148,6 +167,64 @@ class SourceRecord(Aggregate):
             revoked_for_all=self.revoked_for_all,
             revoked_accounts=frozenset(self.revoked_accounts),
             tombstoned=self.tombstoned,
+        )
+
+
+class SourceDependents(Aggregate):
+    """The runs of one *lane* — one partition of the runtime topic — that rely on a source.
+
+    Reliance is split by lane so that a source cited by every run costs the same after
+    a million runs as after ten, and so that the Publication instance owning a lane is
+    the only one writing its aggregate: instances never contend over a popular source.
+    A revocation notes itself on every lane of the source (and on every dependent run);
+    a lane's own noted standing then stands in for a stale copy of the source."""
+
+    @staticmethod
+    def create_id(source_id: str, lane: str) -> uuid.UUID:
+        return uuid.uuid5(SOURCE_NAMESPACE, f"{source_id}#lane:{lane}")
+
+    id_for = create_id
+
+    def __init__(self, source_id: str, lane: str) -> None:
+        self.source_id = source_id
+        self.lane = lane
+        self.dependents: list[str] = []
+        self.revoked_for_all = False
+        self.revoked_accounts: list[str] = []
+        self.tombstoned = False
+
+    class RelianceRecorded(Aggregate.Event):
+        run_id: str
+
+        def apply(self, lane: SourceDependents) -> None:
+            lane.dependents.append(self.run_id)
+
+    class StandingNoted(Aggregate.Event):
+        tombstoned: bool
+        account_id: str | None
+
+        def apply(self, lane: SourceDependents) -> None:
+            if self.tombstoned:
+                lane.tombstoned = True
+            elif self.account_id is None:
+                lane.revoked_for_all = True
+            elif self.account_id not in lane.revoked_accounts:
+                lane.revoked_accounts.append(self.account_id)
+
+    def record_reliance(self, run_id: str) -> None:
+        """Once per (run, source): the run remembers which sources it relies on."""
+        self.trigger_event(self.RelianceRecorded, run_id=run_id)
+
+    def note_standing(self, *, tombstoned: bool, account_id: str | None) -> None:
+        self.trigger_event(self.StandingNoted, tombstoned=tombstoned, account_id=account_id)
+
+    def noted(self, facts: SourceFacts) -> SourceFacts:
+        return SourceFacts(
+            source_id=facts.source_id, registered=facts.registered, scope=facts.scope,
+            owner_account_id=facts.owner_account_id,
+            revoked_for_all=facts.revoked_for_all or self.revoked_for_all,
+            revoked_accounts=facts.revoked_accounts | frozenset(self.revoked_accounts),
+            tombstoned=facts.tombstoned or self.tombstoned,
         )
 
 
