@@ -24,7 +24,7 @@ import logging
 from types import TracebackType
 from typing import Any, Self
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import ValidationError
 
 from imprint.contracts.registry import decode
@@ -70,20 +70,14 @@ class KafkaDecisions(Decisions, _Started):
     def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime") -> None:
         super().__init__()
         self._topic = f"{topic_prefix}{Topic.PUBLICATION}"
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, client_id=client_id, group_id=None,
-                                          enable_auto_commit=False)
+        self._consumer = AIOKafkaConsumer(self._topic, bootstrap_servers=bootstrap_servers, client_id=client_id,
+                                          group_id=None, enable_auto_commit=False, auto_offset_reset="latest")
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Position at the topic's current end (every partition), then read in the background."""
-        await self._consumer.start()
-        await self._consumer.topics()  # fetches metadata, so the partitions are known
-        partitions = [TopicPartition(self._topic, p) for p in sorted(self._consumer.partitions_for_topic(self._topic)
-                                                                     or ())]
-        if not partitions:
-            await self._consumer.stop()
-            raise LookupError(f"topic {self._topic} does not exist")
-        self._consumer.assign(partitions)
+        await self._consumer.start()  # without a group, every partition of the topic is assigned here
+        partitions = sorted(self._consumer.assignment())
         await self._consumer.seek_to_end(*partitions)
         for partition in partitions:  # resolve the positions now: nothing sent after start() is missed
             await self._consumer.position(partition)
