@@ -8,7 +8,9 @@
   that response's tool calls run, so text and blocks keep the order the model wrote
   them in — also when one response carries both.
 
-Pass it per run: ``await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions)])``.
+Pass it per run: ``await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions)])``
+(``agent.iter`` and an ``event_stream_handler`` work alike; under ``agent.run_stream`` pydantic-ai
+takes the first text as the final output and runs its tool calls first, so that order is not kept).
 Without ``decisions`` the tool still sends, but cannot tell the model any block id.
 """
 
@@ -71,7 +73,9 @@ class AnswerPublication(AbstractCapability[Any]):
             """Publish part of your answer to the user as a block, or revise a block you published earlier.
 
             Each call proposes one block (``markdown`` or ``table``) or several (``blocks``). The Host checks
-            every block on its own, commits it and answers with its block id, e.g. ``blk_0123…``. Cite a
+            every block on its own, commits it and answers with its block id, e.g. ``blk_0123…``. To revise
+            a block you published, call again with ``replaces`` set to its block id: the block changes in
+            place and keeps its position; nothing is added. Cite a
             granted source with ``[[cite:<full source id>]]``, render an issued number with
             ``[[num:<handle id>]]`` and build on another block with ``[[ref:<block id>]]``.
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterable
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from imprint.contracts.publication import AnswerPublished, AnswerRevisionRejected, CommittedBlock, Content, Receipt
 from imprint.contracts.registry import decode
@@ -127,3 +128,28 @@ async def test_without_a_decisions_reader_the_tool_still_sends_and_says_no_block
     assert [json.loads(r.value)["type"] for r in transport.records] == ["answer.part", "tool.receipt"], \
         "blank text is not sent as a candidate"
     assert "block ids are not reported" in returns(result.all_messages())[0]
+
+
+@pytest.mark.rule("P1")
+async def test_a_streamed_response_forwards_its_whole_text_once_before_its_tool_call() -> None:
+    async def stream(messages: list[ModelMessage], info: AgentInfo):  # type: ignore[no-untyped-def]
+        if returns(messages):
+            yield "Bye."
+            return
+        yield "Hel"
+        yield "lo."
+        yield {0: DeltaToolCall(name=TOOL_NAME, json_args='{"markdown": "A', tool_call_id="c1")}
+        yield {0: DeltaToolCall(json_args=' block."}')}
+
+    async def drain(ctx: object, events: AsyncIterable[object]) -> None:
+        async for _ in events:
+            pass
+
+    transport = MemoryTransport()
+    await Agent(FunctionModel(stream_function=stream)).run(
+        "hi", capabilities=[AnswerPublication(RunWriter(transport, "r"))], event_stream_handler=drain)
+    sent = [json.loads(r.value) for r in transport.records]
+    assert [(m["type"], m.get("text") or m.get("arguments")) for m in sent] == [
+        ("answer.text", "Hello."), ("answer.part", {"markdown": "A block."}), ("tool.receipt", None),
+        ("answer.text", "Bye."),
+    ]
