@@ -129,3 +129,32 @@ def test_a_pydantic_ai_agent_publishes_text_and_a_block_and_revises_the_block_in
     assert {b["delivery_ordinal"] for b in revisions} == {2}, "every revision keeps the block's position"
     assert all(f.json["block"]["content"]["markdown"] != REVISED for f in live
                if f.event == "answer-publication" and f.json.get("block") and f.json["block"]["block_id"] != block_id)
+
+
+@pytest.mark.rule("P12")
+@pytest.mark.rule("P18")
+@pytest.mark.rule("D2")
+def test_the_demo_plays_on_the_sdk_and_its_first_block_is_revised_in_place(
+    isolated: Settings, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from services.demo import ACCOUNT as DEMO_ACCOUNT, _watch, run_demo
+
+    with Stack(isolated) as stack:
+        assert asyncio.run(run_demo(isolated, watch=False)) == 0
+        played = capsys.readouterr().out
+        run_id = re.search(r"demo run (demo-[0-9a-f]{8}) played onto " + re.escape(isolated.topic("imprint.runtime.v1")),
+                           played).group(1)  # type: ignore[union-attr]
+        token = mint_token(isolated, DEMO_ACCOUNT)
+        stack.wait_for_run(run_id, token)
+        assert asyncio.run(_watch(stack.base_url, run_id, token)) == 0
+        watched = capsys.readouterr().out.splitlines()
+    saved = [re.search(r"block (blk_[0-9a-f]{8})… r(\d+) #(\d+) saved sources_verified: (.*)", line)
+             for line in watched if "answer-publication" in line and " saved " in line]
+    last = {m.group(1): (int(m.group(2)), int(m.group(3)), m.group(4)) for m in saved if m}  # the newest frame wins
+    assert sorted(last.values()) == [
+        (1, 2, "Your own field notes agree with the trend [[cite:src:demo-ac"),
+        (2, 1, "2024 was the warmest year on record, about 1.55 °C above the"),
+    ], watched
+    shown = {block[:12] for line in watched for block in re.findall(r"blk_[0-9a-f]{8}", line)}
+    assert len(shown) == 2, "the revision replaced the first block: no third block on the stream"
+    assert watched[-1].split()[-2:] == ["done", "[DONE]"]
