@@ -91,6 +91,10 @@ class Decisions:
     def forget(self, run_id: str, candidate_id: str) -> None:
         self._awaited.pop((run_id, candidate_id), None)
 
+    def awaits(self, run_id: str) -> bool:
+        """Whether any decision of ``run_id`` is awaited (lets an adapter skip decoding the rest)."""
+        return any(run == run_id for run, _ in self._awaited)
+
     def observe(self, message: Any) -> None:
         candidate_id = _candidate_of(message)
         if candidate_id is None:

@@ -82,23 +82,32 @@ class KafkaDecisions(Decisions, _Started):
         for partition in partitions:  # resolve the positions now: nothing sent after start() is missed
             await self._consumer.position(partition)
         self._task = asyncio.create_task(self._read(), name="imprint-runtime-decisions")
+        self._task.add_done_callback(_report_failure)
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # a failure was reported already
                 await self._task
             self._task = None
         await self._consumer.stop()
 
     async def _read(self) -> None:
+        """Feed every awaited run's publication messages to :meth:`observe` (key = run_id)."""
         while True:
             batches = await self._consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
+                    if record.key is not None and not self.awaits(record.key.decode("utf-8", "replace")):
+                        continue  # another run's message: nobody here waits for it
                     try:
                         message = decode(Topic.PUBLICATION, record.value or b"")
                     except (ValidationError, ValueError):
                         log.warning("undecodable publication record skipped at offset %s", record.offset)
                         continue
                     self.observe(message)
+
+
+def _report_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the publication reader stopped; waits for decisions will time out", exc_info=task.exception())
