@@ -68,7 +68,7 @@ async def run_agent(settings: Settings, stack: Stack, run_id: str, token: str) -
             timeout=120))
         agent = Agent(FunctionModel(researcher))
         result = await agent.run("At what temperature does water boil?",
-                                 capabilities=[AnswerPublication(run, decisions)])
+                                 capabilities=[AnswerPublication(run, decisions, settle_timeout=60)])
         await run.complete("answered", answer_text=result.output)
         live = await watcher
     return live, tool_returns(result.all_messages()), result
