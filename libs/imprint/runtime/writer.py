@@ -97,7 +97,14 @@ def event_id_for(run_id: str, identity: str) -> uuid.UUID:
 
 
 class RunWriter:
-    """Writes one run's reports, in call order, through ``transport``."""
+    """Writes one run's reports, in call order, through ``transport``.
+
+    Concurrent calls (an agent's parallel tool calls) are sent one at a time, each after the
+    previous one was acknowledged, so the partition holds them in call order. The writer keeps
+    every record it built (for byte-identical retries): memory grows with the run, not beyond it.
+    A writer lives in one process; a runtime that restarts mid-run and calls again gets the same
+    ``event_id`` (a retry's ``occurred_at`` may then differ, the id does not).
+    """
 
     def __init__(self, transport: Transport, run_id: str, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.run_id = run_id
