@@ -1,0 +1,113 @@
+"""The runtime SDK's transport adapter: the one module of ``imprint.runtime`` that does I/O.
+
+(With :mod:`imprint.runtime.pydantic_ai`, the only I/O allowed under ``libs/``;
+everything else there is pure.)
+
+* :class:`KafkaTransport` sends a :class:`~imprint.runtime.writer.Record` with
+  aiokafka's idempotent producer (``enable_idempotence=True``, ``acks="all"``): the
+  broker drops the producer's own retries, so a record is written once per send, in
+  order per partition; the writer's deterministic ``event_id`` covers the rest (a
+  retried *call*).
+* :class:`KafkaDecisions` reads ``imprint.publication.v1`` from its end and feeds
+  :class:`~imprint.runtime.decisions.Decisions`, so a caller learns the block ids the
+  Host issued for its proposals. Start it before sending what it should answer.
+
+``topic_prefix`` is prepended to contract topic names, as ``IMPRINT_TOPIC_PREFIX`` does
+for the services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from pydantic import ValidationError
+
+from imprint.contracts.registry import decode
+from imprint.contracts.topics import Topic
+from imprint.runtime.decisions import Decisions
+from imprint.runtime.writer import Record
+
+log = logging.getLogger(__name__)
+
+
+class _Started:
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()
+
+
+class KafkaTransport(_Started):
+    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime",
+                 **producer_options: Any) -> None:
+        self._prefix = topic_prefix
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, client_id=client_id,
+                                          enable_idempotence=True, acks="all", **producer_options)
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def send(self, record: Record) -> None:
+        await self._producer.send_and_wait(f"{self._prefix}{record.topic}", record.value, key=record.key,
+                                           headers=list(record.headers))
+
+
+class KafkaDecisions(Decisions, _Started):
+    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime") -> None:
+        super().__init__()
+        self._topic = f"{topic_prefix}{Topic.PUBLICATION}"
+        self._consumer = AIOKafkaConsumer(self._topic, bootstrap_servers=bootstrap_servers, client_id=client_id,
+                                          group_id=None, enable_auto_commit=False, auto_offset_reset="latest")
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Position at the topic's current end (every partition), then read in the background."""
+        await self._consumer.start()  # without a group, every partition of the topic is assigned here
+        partitions = sorted(self._consumer.assignment())
+        await self._consumer.seek_to_end(*partitions)
+        for partition in partitions:  # resolve the positions now: nothing sent after start() is missed
+            await self._consumer.position(partition)
+        self._task = asyncio.create_task(self._read(), name="imprint-runtime-decisions")
+        self._task.add_done_callback(_report_failure)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # a failure was reported already
+                await self._task
+            self._task = None
+        await self._consumer.stop()
+
+    async def _read(self) -> None:
+        """Feed every awaited run's publication messages to :meth:`observe` (key = run_id)."""
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                for record in records:
+                    if record.key is not None and not self.awaits(record.key.decode("utf-8", "replace")):
+                        continue  # another run's message: nobody here waits for it
+                    try:
+                        message = decode(Topic.PUBLICATION, record.value or b"")
+                    except (ValidationError, ValueError):
+                        log.warning("undecodable publication record skipped at offset %s", record.offset)
+                        continue
+                    self.observe(message)
+
+
+def _report_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the publication reader stopped; waits for decisions will time out", exc_info=task.exception())
