@@ -80,12 +80,17 @@ class StoredWorkspace(MemoryWorkspace):
         self._missing.discard(aggregate.id)
         super().add(aggregate)
 
-    def record(self, tracking: Tracking | None = None) -> ProcessingEvent[UUID]:
-        """Record every pending event (and ``tracking``) in one transaction, then take
-        the snapshots that are due. Without ``tracking``: a flush inside the unit (P13)."""
-        processing: ProcessingEvent[UUID] = ProcessingEvent(tracking=tracking)
+    def record(self, tracking: Tracking | Sequence[Tracking] | None = None) -> ProcessingEvent[UUID]:
+        """Record every pending event (and the tracking records) in one transaction, then
+        take the snapshots that are due. Without tracking: a flush inside the unit (P13).
+        Several tracking records (one per partition of a poll) need a recorder that takes
+        them (:mod:`services.common.recorders`)."""
+        trackings = [] if tracking is None else [tracking] if isinstance(tracking, Tracking) else list(tracking)
+        processing: ProcessingEvent[UUID] = ProcessingEvent(tracking=trackings[0] if len(trackings) == 1 else None)
+        if len(trackings) > 1:
+            processing.saved_kwargs["trackings"] = trackings
         processing.collect_events(*self.store.values())
-        if processing.events or tracking is not None:
+        if processing.events or trackings:
             self.app._record(processing)
             self.app._take_snapshots(processing)
         return processing
@@ -117,7 +122,7 @@ def by_partition(batch: Sequence[Inbound]) -> list[list[Inbound]]:
 
 
 Work = Callable[[StoredWorkspace, list[Inbound]], R]
-Commit = Callable[[StoredWorkspace, Tracking, R], None]
+Commit = Callable[[StoredWorkspace, list[Tracking], R], None]
 OnConflict = Callable[[IntegrityError, "R | None"], None]
 
 
@@ -146,6 +151,25 @@ class TrackedUnitOfWork(Generic[R]):
             self._positions[tracking_name] = -1 if recorded is None else recorded
         return self._positions[tracking_name]
 
+    @property
+    def one_transaction_per_poll(self) -> bool:
+        return bool(getattr(self.recorder, "records_many_trackings", False))
+
+    def run_poll(
+        self,
+        batch: Sequence[Inbound],
+        work: Work[R],
+        *,
+        commit: Commit[R] | None = None,
+        on_conflict: OnConflict[R] | None = None,
+    ) -> list[R]:
+        """A whole poll: ONE unit of work and one transaction for all its partitions where
+        the recorder takes several tracking records, else one per partition. Returns the
+        result of each unit that recorded something."""
+        units = [list(batch)] if self.one_transaction_per_poll else by_partition(batch)
+        results = [self.run(items, work, commit=commit, on_conflict=on_conflict) for items in units if items]
+        return [result for result in results if result is not None]
+
     def run(
         self,
         items: list[Inbound],
@@ -154,38 +178,41 @@ class TrackedUnitOfWork(Generic[R]):
         commit: Commit[R] | None = None,
         on_conflict: OnConflict[R] | None = None,
     ) -> R | None:
-        """Apply ``work`` to the messages of ``items`` (one partition) not yet recorded and
-        record its events with the last one's tracking record. ``None``: nothing was new.
+        """Apply ``work`` to the messages of ``items`` not yet recorded and record its events
+        with the tracking record of each partition's last message. ``None``: nothing was new.
 
         ``commit`` replaces the plain record step (a consumer that must tell a failed
         save from an unknown one); it must let ``IntegrityError`` through. ``on_conflict``
         is told of each conflict and may raise to make it final (the poll is then retried
         by the consumer, as for any error); otherwise the unit is redone on fresh state."""
-        name = items[0].tracking.application_name
+        items = [item for group in by_partition(items) for item in group]
         for attempt in range(self.max_attempts):
-            fresh = [item for item in items if item.offset > self.position(name)]
+            fresh = [item for item in items if item.offset > self.position(item.tracking.application_name)]
             if not fresh:
                 if attempt == 0 and items:
-                    log.info("redelivered positions skipped", tracking=name, skipped=len(items),
-                             committed_through=self.position(name))
+                    log.info("redelivered positions skipped", skipped=len(items))
                 return None
-            tracking = fresh[-1].tracking
+            last: dict[str, Tracking] = {}
+            for item in fresh:
+                last[item.tracking.application_name] = item.tracking
+            trackings = list(last.values())
             workspace = StoredWorkspace(self.app)
             result: R | None = None
             try:
                 result = work(workspace, fresh)
                 if commit is None:
-                    workspace.record(tracking)
+                    workspace.record(trackings)
                 else:
-                    commit(workspace, tracking, result)
+                    commit(workspace, trackings, result)
             except IntegrityError as error:
                 workspace.forget()
-                self._positions.pop(name, None)
-                if self.recorder.has_tracking_id(name, tracking.notification_id):
-                    log.info("poll already recorded by another consumer", tracking=name,
-                             position=tracking.notification_id)
-                    self._positions[name] = tracking.notification_id
-                    return None
+                recorded = [t for t in trackings if self._recorded(t)]
+                if recorded:
+                    log.info("positions already recorded by another consumer",
+                             positions={t.application_name: t.notification_id for t in recorded})
+                    if len(recorded) == len(trackings):
+                        return None
+                    continue  # redo the partitions nobody recorded
                 self.conflicts += 1
                 if on_conflict is not None:
                     on_conflict(error, result)
@@ -194,10 +221,19 @@ class TrackedUnitOfWork(Generic[R]):
             except BaseException:
                 workspace.forget()
                 raise
-            self._positions[name] = tracking.notification_id
-            self._remember(name, workspace.store)
+            for tracking in trackings:
+                self._positions[tracking.application_name] = tracking.notification_id
+                self._remember(tracking.application_name, workspace.store)
             return result
-        raise ConflictsExhausted(f"{name}: gave up after {self.max_attempts} conflicting attempts")
+        raise ConflictsExhausted(f"{sorted(last)}: gave up after {self.max_attempts} conflicting attempts")
+
+    def _recorded(self, tracking: Tracking) -> bool:
+        """Re-read one position; ``True`` if ``tracking`` is at or below it."""
+        self._positions.pop(tracking.application_name, None)
+        if self.recorder.has_tracking_id(tracking.application_name, tracking.notification_id):
+            self._positions[tracking.application_name] = self.position(tracking.application_name)
+            return True
+        return False
 
     def untracked(self, work: Callable[[StoredWorkspace], R | None]) -> R | None:
         """A unit of work that no Kafka message caused (an operator's deletion, a retention

@@ -47,7 +47,8 @@ from imprint.journal.intake import IndexIntent, Intake, retention_event_id
 from imprint.shredding import Keyring
 from services.common.settings import Settings
 from services.common.inbound import Inbound
-from services.common.unit_of_work import ConflictsExhausted, StoredWorkspace, TrackedUnitOfWork, by_partition
+from services.common.recorders import tracking_many
+from services.common.unit_of_work import ConflictsExhausted, StoredWorkspace, TrackedUnitOfWork
 from services.journal.announcements import announce
 
 A = TypeVar("A", bound=Aggregate)
@@ -71,7 +72,7 @@ class RuntimeJournal(Application[UUID]):
     ) -> None:
         if name:
             self.name = name  # table prefix (PostgreSQL) / environment prefix
-        super().__init__(env)
+        super().__init__(tracking_many(env))
         self.recorder: ProcessRecorder
         self.keyring = keyring
         self.intake = Intake(keyring)
@@ -116,25 +117,20 @@ class RuntimeJournal(Application[UUID]):
     def process(self, batch: Sequence[Inbound]) -> None:
         """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
         with self.processing_lock:
-            for items in by_partition(batch):
-                self._process_partition(items)
+            for intents in self.units.run_poll(batch, self._apply):
+                self._after_commit(intents)
 
     def revoked(self, tracking_names: Sequence[str]) -> None:
         """These partitions now belong to another instance: forget their cached positions."""
         with self.processing_lock:
             self.units.forget_partitions(tracking_names)
 
-    def _process_partition(self, items: list[Inbound]) -> None:
-        def work(ws: StoredWorkspace, fresh: list[Inbound]) -> list[IndexIntent]:
-            intents: list[IndexIntent] = []
-            intake = self.intake.scoped()
-            for item in fresh:
-                intents.extend(intake.apply(ws, item.message))
-            return intents
-
-        intents = self.units.run(items, work)
-        if intents:
-            self._after_commit(intents)
+    def _apply(self, ws: StoredWorkspace, fresh: list[Inbound]) -> list[IndexIntent]:
+        intents: list[IndexIntent] = []
+        intake = self.intake.scoped()
+        for item in fresh:
+            intents.extend(intake.apply(ws, item.message))
+        return intents
 
     def _untracked(self, work: Callable[[StoredWorkspace], list[IndexIntent] | None]) -> bool:
         """A unit of work no Kafka message caused; returns whether anything was recorded."""

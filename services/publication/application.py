@@ -41,7 +41,8 @@ from imprint.publication.handling import Context, SettledCandidate, Unit, handle
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
-from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, by_partition
+from services.common.recorders import tracking_many
+from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork
 from services.publication.sealing import RecentKeys, SealingMapper
 
 log = get_logger(__name__)
@@ -62,7 +63,7 @@ class PublicationLog(Application[uuid.UUID]):
 
     def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
         self.keyring = RecentKeys(keyring)
-        super().__init__(env)
+        super().__init__(tracking_many(env))
         self.policy = policy or Policy()
         self.units: TrackedUnitOfWork[Unit] = TrackedUnitOfWork(self)
         self._processing = threading.Lock()
@@ -99,8 +100,7 @@ class PublicationLog(Application[uuid.UUID]):
     def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         """One unit of work (one transaction) per partition of the poll."""
         with self._processing:
-            for items in by_partition(batch):
-                self._process_partition(items, emit)
+            self._process_poll(batch, emit)
 
     def revoked(self, tracking_names: Sequence[str]) -> None:
         """These partitions now belong to another instance: forget what was cached for them
@@ -108,7 +108,7 @@ class PublicationLog(Application[uuid.UUID]):
         with self._processing:
             self.units.forget_partitions(tracking_names)
 
-    def _process_partition(self, items: list[Inbound], emit: EmitMany) -> None:
+    def _process_poll(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         def work(ws: StoredWorkspace, fresh: list[Inbound]) -> Unit:
             unit = Unit()
             for item in fresh:
@@ -128,9 +128,12 @@ class PublicationLog(Application[uuid.UUID]):
                 self._save_failed(unit.settled, "integrity_error", emit)
                 raise error
 
-        unit = self.units.run(items, work, commit=lambda ws, tracking, unit: self._commit(ws, tracking, unit, emit),
-                              on_conflict=on_conflict)
-        if unit is not None and unit.shred:
+        for unit in self.units.run_poll(batch, work, on_conflict=on_conflict,
+                                        commit=lambda ws, trackings, unit: self._commit(ws, trackings, unit, emit)):
+            self._after_commit(unit)
+
+    def _after_commit(self, unit: Unit) -> None:
+        if unit.shred:
             for key_name in unit.shred:
                 self.keyring.destroy(key_name)
             self.units.forget()  # the cache must not keep serving bodies whose key is gone
@@ -170,22 +173,22 @@ class PublicationLog(Application[uuid.UUID]):
             if isinstance(aggregate, PublicationRun):
                 self.mapper.bind(aggregate.id, key_name_for(aggregate.run_id, aggregate.conversation_id))
 
-    def _record_unit(self, ws: StoredWorkspace, tracking: Tracking | None = None) -> None:
+    def _record_unit(self, ws: StoredWorkspace, trackings: Sequence[Tracking] = ()) -> None:
         self._bind_keys(ws)
         try:
-            ws.record(tracking)
+            ws.record(trackings)
         except KeyDestroyed as error:
             # Another instance deleted the conversation after this one loaded the run: the
             # run is stale (the deletion marked it), so this is a lost race, not a bad message.
             raise IntegrityError(f"conversation key destroyed under a stale run: {error}") from error
 
-    def _commit(self, ws: StoredWorkspace, tracking: Tracking, unit: Unit, emit: EmitMany) -> None:
+    def _commit(self, ws: StoredWorkspace, trackings: list[Tracking], unit: Unit, emit: EmitMany) -> None:
         try:
-            self._record_unit(ws, tracking)
+            self._record_unit(ws, trackings)
         except IntegrityError:
             raise  # the unit of work tells a redelivery from a conflict
         except (OperationalError, InterfaceError) as error:
-            self._save_unknown(ws, tracking, unit, error, emit)
+            self._save_unknown(ws, trackings, unit, error, emit)
         except PersistenceError as error:
             # Refused outright (privileges, data, internal error): nothing was committed.
             # Only the class name goes out: a database message may quote private values.
@@ -211,14 +214,15 @@ class PublicationLog(Application[uuid.UUID]):
             self._emit_outcomes(settled, emit, lambda entry: AnswerSaveFailed(
                 run_id=entry.run_id, candidate_id=entry.candidate_id, block_ids=list(entry.block_ids), error=error))
 
-    def _save_unknown(self, ws: StoredWorkspace, tracking: Tracking, unit: Unit, error: Exception,
+    def _save_unknown(self, ws: StoredWorkspace, trackings: list[Tracking], unit: Unit, error: Exception,
                       emit: EmitMany) -> None:
         log.warning("commit outcome unknown; reading back", error=type(error).__name__)
         self._emit_outcomes(unit.settled, emit, lambda entry: AnswerSaveUnknown(
             run_id=entry.run_id, candidate_id=entry.candidate_id, block_ids=list(entry.block_ids)))
         ws.forget()
-        if not self.process_recorder.has_tracking_id(tracking.application_name, tracking.notification_id):
-            raise SaveUnconfirmed(f"poll ending at {tracking} is not in the log") from error
+        for tracking in trackings:
+            if not self.process_recorder.has_tracking_id(tracking.application_name, tracking.notification_id):
+                raise SaveUnconfirmed(f"poll ending at {tracking} is not in the log") from error
         for entry in unit.settled:
             run = self.run(entry.run_id)
             if run is None or run.settled(entry.candidate_id) is None:

@@ -104,3 +104,24 @@ def test_a_deletion_by_another_instance_stops_a_run_held_in_memory(
     refusals = [e.reason for e in a.app.events.get(logged.id) if type(e).__name__ == "CandidateRefused"]
     assert refusals == ["conversation_deleted"]
     assert logged.save_failures == {"tool:d-1": "integrity_error"}, "its preview on stale state is a failed save"
+
+
+@pytest.mark.rule("P15")
+def test_a_poll_over_several_partitions_commits_once_and_a_partial_redelivery_applies_the_rest(
+    isolated: Settings, pair: tuple[Instance, Instance]
+) -> None:
+    a, b = pair
+    assert a.app.units.one_transaction_per_poll
+    runs = ("run-p0", "run-p1")
+    poll = [Inbound(Topic.RUNTIME.value, p, 0, admitted(run), size=100) for p, run in enumerate(runs)]
+    poll += [Inbound(Topic.RUNTIME.value, p, 1, part(run, f"pp-{p}", f"Block of partition {p}."), size=100)
+             for p, run in enumerate(runs)]
+    a.app.process(poll, a.emit)
+    assert [a.app.position(f"{Topic.RUNTIME.value}#{p}") for p in (0, 1)] == [1, 1]
+    # B polls partition 0 again (already recorded by A) together with new work on partition 1.
+    again = [*poll[:1], *poll[2:3], Inbound(Topic.RUNTIME.value, 1, 2, part("run-p1", "pp-late", "Late block."), size=100)]
+    b.app.process(again, b.emit)
+    p0, p1 = read_run(isolated, "run-p0"), read_run(isolated, "run-p1")
+    assert len(p0.blocks) == 1, "partition 0's messages were not applied twice"
+    assert sorted(b["candidate_id"] for b in p1.blocks.values()) == ["tool:pp-1", "tool:pp-late"]
+    assert b.app.position(f"{Topic.RUNTIME.value}#1") == 2
