@@ -264,6 +264,17 @@ def subscribe_tracked(
     store drops what it cached for them and reloads from the log if they come back.
     """
 
+    acknowledging: list[asyncio.Task[None]] = []
+    """The offset commit of the previous batch, still in flight (at most one)."""
+
+    async def settle_previous() -> None:
+        while acknowledging:
+            task = acknowledging.pop()
+            try:
+                await task
+            except Exception:  # noqa: BLE001 — a lost offset commit only means a redelivery the store skips
+                log.warning("offset commit failed; the next one covers it", consumer=consumer)
+
     @broker.subscriber(
         *(settings.topic(t) for t in topics),
         group_id=f"{settings.group_prefix}.{consumer}",
@@ -290,7 +301,12 @@ def subscribe_tracked(
             raise
         except Exception:
             log.exception("batch failed; rewinding for redelivery", consumer=consumer, records=len(records))
+            await settle_previous()
             await msg.nack()
             await asyncio.sleep(retry_seconds)
             return
-        await msg.ack()
+        # The store's tracking record is the truth about what was applied; the Kafka offset
+        # only spares a redelivery. So the next poll need not wait for this commit's round
+        # trip: it runs while the commit travels (one in flight, in order).
+        await settle_previous()
+        acknowledging.append(asyncio.ensure_future(msg.ack()))

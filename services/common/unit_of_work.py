@@ -188,9 +188,11 @@ class TrackedUnitOfWork(Generic[R]):
         items = [item for group in by_partition(items) for item in group]
         for attempt in range(self.max_attempts):
             fresh = [item for item in items if item.offset > self.position(item.tracking.application_name)]
+            if attempt == 0 and len(fresh) < len(items):
+                log.info("redelivered positions skipped", skipped=len(items) - len(fresh),
+                         committed_through={name: self.position(name)
+                                            for name in {i.tracking.application_name for i in items}})
             if not fresh:
-                if attempt == 0 and items:
-                    log.info("redelivered positions skipped", skipped=len(items))
                 return None
             last: dict[str, Tracking] = {}
             for item in fresh:
