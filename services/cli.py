@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from services.common.observability import configure_logging
 from services.common.settings import get_settings
@@ -40,6 +42,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
+    if args.operator:
+        from services.delivery.operator import mint_operator_token
+
+        print(mint_operator_token(get_settings(), args.account, ttl_seconds=args.ttl))
+        return 0
     from services.delivery.auth import mint_token
 
     print(mint_token(get_settings(), args.account, ttl_seconds=args.ttl))
@@ -53,13 +60,14 @@ def _infra(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from services.recovery.cli import replay
 
-    return replay(get_settings(), run_id=args.run, verify=args.verify)
+    return replay(get_settings(), run_id=args.run, verify=args.verify, output=_output(args), bodies=args.bodies)
 
 
 def _recover(args: argparse.Namespace) -> int:
     from services.recovery.cli import recover
 
-    return recover(get_settings(), run_id=args.run, apply=args.apply)
+    return recover(get_settings(), run_id=args.run, apply=args.apply, output=_output(args),
+                   read_kafka=not args.no_kafka)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -68,9 +76,40 @@ def _export(args: argparse.Namespace) -> int:
     return export(get_settings(), run_id=args.run)
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from services.recovery.cli import inspect
+
+    return inspect(get_settings(), run_id=args.run, output=_output(args))
+
+
+def _output(args: argparse.Namespace) -> str:
+    return "json" if args.json else "table"
+
+
+def positive_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {value}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors in one line (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="imprint", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="imprint", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     serve = sub.add_parser("serve", help="run one part of the stack in the foreground")
     serve.add_argument("part", choices=sorted(PARTS))
@@ -87,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     token = sub.add_parser("token", help="mint a bearer token for an account")
     token.add_argument("--account", required=True)
-    token.add_argument("--ttl", type=int, default=None)
+    token.add_argument("--ttl", type=positive_seconds, default=None, help="lifetime in seconds (> 0)")
+    token.add_argument("--operator", action="store_true", help="with the operator claim (the run inspector page)")
     token.set_defaults(func=_token)
 
     infra = sub.add_parser("infra", help="start or stop the local Kafka and PostgreSQL (deploy/local)")
@@ -96,25 +136,81 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="rebuild answer views from the Publication log (R1)")
     replay.add_argument("--run")
-    replay.add_argument("--verify", action="store_true")
+    replay.add_argument("--verify", action="store_true",
+                        help="check determinism and the integrity of every committed revision; exit 1 on failure")
+    replay.add_argument("--bodies", action="store_true", help="include block bodies (left out by default)")
+    replay.add_argument("--json", action="store_true", help="JSON lines for machines instead of a table")
     replay.set_defaults(func=_replay)
 
     recover = sub.add_parser("recover", help="report (and with --apply reconcile) recovery state (R7)")
     recover.add_argument("--run")
-    recover.add_argument("--apply", action="store_true")
+    recover.add_argument("--apply", action="store_true", help="append the findings as reconciliation facts")
+    recover.add_argument("--no-kafka", action="store_true", help="do not read save-unknowns back from Kafka")
+    recover.add_argument("--json", action="store_true", help="one JSON document instead of tables")
     recover.set_defaults(func=_recover)
 
     export = sub.add_parser("export", help="export a run's committed history for audit (P21)")
     export.add_argument("--run", required=True)
     export.set_defaults(func=_export)
+
+    inspect = sub.add_parser("inspect", help="one run as a timeline: log, journal, delivery, client")
+    inspect.add_argument("--run", required=True)
+    inspect.add_argument("--json", action="store_true", help="one JSON document instead of tables")
+    inspect.set_defaults(func=_inspect)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = get_settings()
-    configure_logging(json=settings.log_json, level=settings.log_level)
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        settings = get_settings()
+        configure_logging(json=settings.log_json, level=settings.log_level)
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # noqa: BLE001 — one clear line, no traceback (IMPRINT_DEBUG=1 shows it)
+        if os.environ.get("IMPRINT_DEBUG"):
+            raise
+        print(f"imprint: {describe_failure(error)}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for an operator: what failed, where, and the first line of why."""
+    import sqlite3
+
+    import psycopg
+    from eventsourcing.persistence import InterfaceError, OperationalError
+    from pydantic import ValidationError
+
+    chain = [error]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        assert nxt is not None
+        if nxt in chain:
+            break
+        chain.append(nxt)
+    reason = next((str(e).strip().splitlines()[0] for e in reversed(chain) if str(e).strip()), type(error).__name__)
+    if any(isinstance(e, (psycopg.OperationalError, OperationalError, InterfaceError, sqlite3.OperationalError,
+                          psycopg.errors.ConnectionTimeout)) for e in chain):
+        return f"the database does not answer ({database_label()}): {reason}"
+    if isinstance(error, ValidationError):
+        return f"bad configuration: {reason}"
+    return f"{type(error).__name__}: {reason}"
+
+
+def database_label() -> str:
+    """The configured database without its password."""
+    from urllib.parse import urlparse
+
+    try:
+        settings = get_settings()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+    if not settings.database_url:
+        return f"SQLite under {settings.state_dir}"
+    url = urlparse(settings.database_url)
+    return f"{url.scheme}://{url.username or ''}@{url.hostname}:{url.port or 5432}{url.path}"
 
 
 if __name__ == "__main__":

@@ -1,21 +1,31 @@
-"""``imprint replay|recover|export``: recovery tooling over the Publication log (SPEC §4).
+"""``imprint replay|recover|export|inspect``: recovery tooling over the Publication log (SPEC §4).
 
 Every command reads the Publication event log through
-:func:`services.publication.service.open_log` — never the runtime journal —
-and prints JSON on stdout (logs go to stderr).
+:func:`services.publication.service.open_log`; the runtime journal is read only to
+*compare* (``recover``, ``inspect``), never to build a view. Output is a human
+table (``output="table"``, the command line's default) or JSON (``--json``); logs
+go to stderr, and so do progress bars (on a terminal only).
 
-``replay [--run R] [--verify]``
-    One JSON line per run: ``{"run_id", "sha256", "view"}`` (R1). ``--verify``
-    replays the log twice up to the same position and compares every hash,
-    and compares the views with the run aggregates as the repository rebuilds
-    them (snapshots included); a last line reports the verdict. Exit 1 on any
-    mismatch.
+``replay [--run R] [--verify] [--bodies]``
+    JSON: one line per run, ``{"run_id", "sha256", "view"}`` (R1), written as each
+    run is folded (one run in memory at a time). Bodies are left out (the content
+    keeps its type and length) unless ``--bodies``; the hash is always over the
+    whole view. ``--verify`` replays each run twice at the same version and compares
+    the hashes, compares the view with the run aggregate as the repository rebuilds
+    it (snapshots included) and checks the integrity of every committed revision
+    (:mod:`imprint.recovery.verification`); each run's line then carries its
+    ``integrity`` verdict and a last line the overall verdict, naming every run and
+    block that fails and why. Exit 1 on any failure.
 ``recover [--run R] [--apply]``
-    The recovery report as one JSON document (R7). ``--apply`` appends the
-    report's findings as ``Reconciled`` facts (idempotently) and prints the
-    report as it stands afterwards, with what was appended.
+    The recovery report (R7), with the journal's store consulted read-only
+    (committed-but-unjournaled blocks, settled effects whose tool receipt the
+    journal lacks) and ``answer.save_unknown`` read back from
+    ``imprint.publication.v1``. ``--apply`` appends the findings as ``Reconciled``
+    facts (idempotently; never re-runs model work) and reports what it appended.
 ``export --run R``
     The run's full committed history as one JSON document (P21).
+``inspect --run R``
+    The run's timeline (:mod:`imprint.recovery.timeline`).
 
 Exit codes: 0 done, 1 verification failed, 2 no such run."""
 
@@ -23,34 +33,48 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Collection, Mapping
-from typing import Any, TextIO
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Literal, TextIO
 
+from imprint.contracts.topics import Topic
 from imprint.publication import EMPTY_STANDING
+from imprint.publication.candidate import Candidate, intake
 from imprint.recovery import (
+    Failure,
+    Observation,
     ProtectedRead,
-    answer_views,
+    RunLedger,
+    SentFrame,
+    answer_view,
     export_history,
     pending_reconciliations,
     read_protected,
     recovery_report,
+    timeline,
+    verify_ledger,
     view_hash,
 )
 from services.common.settings import Settings
 from services.publication.application import PublicationLog
 from services.publication.service import open_log
+from services.recovery import render
+from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import (
     aggregate_blocks,
     apply_reconciliations,
-    current_bound,
+    iter_ledgers,
     read_fold,
     read_ledger,
+    run_index,
     standing_for_block,
 )
+from services.recovery.observations import Observations, observe, read_observations
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_NO_RUN = 2
+
+Output = Literal["table", "json"]
 
 
 def _dump(value: Any, *, pretty: bool = False) -> str:
@@ -58,65 +82,120 @@ def _dump(value: Any, *, pretty: bool = False) -> str:
 
 
 def _no_run(run_id: str, err: TextIO) -> int:
-    print(f"run {run_id!r} is not in the Publication log", file=err)
+    print(f"imprint: run {run_id!r} is not in the Publication log", file=err)
     return EXIT_NO_RUN
+
+
+def without_bodies(view: Mapping[str, Any]) -> dict[str, Any]:
+    """The view with each block's text replaced by its type and length (the hash is unchanged)."""
+    blocks = []
+    for block in view["blocks"]:
+        content = block.get("content") or {}
+        blocks.append({**block, "content": {"type": content.get("type"),
+                                            "length": len(content.get("markdown") or "")}})
+    return {**view, "blocks": blocks}
 
 
 # --------------------------------------------------------------------------------- replay
 
 def replay(settings: Settings, run_id: str | None = None, verify: bool = False, *,
-           out: TextIO | None = None, err: TextIO | None = None) -> int:
+           out: TextIO | None = None, err: TextIO | None = None, output: Output = "json",
+           bodies: bool = False) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     app = open_log(settings)
     try:
-        return _replay(app, run_id, verify, out, err)
+        return _replay(app, run_id, verify, out, err, output, bodies)
     finally:
         app.close()
 
 
-def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, err: TextIO) -> int:
-    bound = current_bound(app, run_id)
-    fold = read_fold(app, run_id, bound)
-    views = answer_views(fold, run_id)
-    if run_id is not None and run_id not in views:
-        return _no_run(run_id, err)
-    hashes = {r: view_hash(view) for r, view in views.items()}
-    for r, view in views.items():
-        print(_dump({"run_id": r, "sha256": hashes[r], "view": view}), file=out)
-    if not verify:
-        return EXIT_OK
-
-    again = {r: view_hash(view) for r, view in answer_views(read_fold(app, run_id, bound), run_id).items()}
-    mismatches = sorted(r for r in set(hashes) | set(again) if hashes.get(r) != again.get(r))
+def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, err: TextIO,
+            output: Output, bodies: bool) -> int:
+    index = run_index(app)
+    run_ids = index.run_ids if run_id is None else [run_id]
+    rows: list[dict[str, Any]] = []
+    shown_bodies: dict[str, list[dict[str, Any]]] = {}
+    failures: list[Failure] = [Failure("?", None, None, d.log_position, d.reason, d.detail) for d in index.orphans]
+    totals = {"blocks": 0, "blocks_verified": 0, "revisions": 0, "seals_opened": 0, "shredded": 0}
+    mismatches: list[str] = []
     disagreements: list[dict[str, Any]] = []
-    for r, view in views.items():
-        ledger = fold.runs[r]
-        aggregate = aggregate_blocks(app, ledger)
-        if aggregate is None:
-            disagreements.append({"run_id": r, "why": "run aggregate could not be rebuilt"})
+    runs = 0
+    for ledger, bound in render.tracked_pairs(iter_ledgers(app, run_ids), len(run_ids), err, "replaying"):
+        if ledger is None:
+            if run_id is not None:
+                return _no_run(run_id, err)
             continue
-        withheld = {w["block_id"] for w in view["withheld"] if w["block_id"] is not None}
-        served = {b["block_id"]: b for b in view["blocks"]}
-        if set(aggregate) != set(served) | withheld:
-            disagreements.append({"run_id": r, "why": "live blocks differ",
-                                  "log": sorted(set(served) | withheld), "aggregate": sorted(aggregate)})
-            continue
-        differing = sorted(b for b, block in served.items() if aggregate[b] != block)
-        if differing:
-            disagreements.append({"run_id": r, "why": "block revisions differ", "blocks": differing})
-    verified = not mismatches and not disagreements
-    print(_dump({"verify": {
-        "verified": verified,
-        "runs": len(views),
-        "replays_agree": not mismatches,
-        "mismatched_runs": mismatches,
-        "aggregates_agree": not disagreements,
-        "aggregate_disagreements": disagreements,
-        "bound": bound.notification_id if run_id is None else bound.version,
-    }}), file=out)
-    if not verified:
-        print("replay verification FAILED", file=err)
-    return EXIT_OK if verified else EXIT_MISMATCH
+        runs += 1
+        view = answer_view(ledger)
+        sha = view_hash(view)
+        line: dict[str, Any] = {"run_id": ledger.run_id, "sha256": sha,
+                                "view": view if bodies else without_bodies(view)}
+        row: dict[str, Any] = {"run_id": ledger.run_id, "sha256": sha, "blocks": len(view["blocks"]),
+                               "withheld": len(view["withheld"])}
+        if verify:
+            again = read_fold(app, ledger.run_id, bound).ledger(ledger.run_id)
+            replays_agree = again is not None and view_hash(answer_view(again)) == sha
+            if not replays_agree:
+                mismatches.append(ledger.run_id)
+            problem = _aggregate_problem(app, ledger, view)
+            if problem is not None:
+                disagreements.append(problem)
+            verdict = verify_ledger(ledger)
+            failures.extend(verdict.failures)
+            for key in totals:
+                totals[key] += getattr(verdict, key)
+            line["integrity"] = verdict.to_json()
+            row.update(replays_agree=replays_agree, aggregate_agrees=problem is None, integrity=verdict.to_json())
+        if output == "json":
+            print(_dump(line), file=out)
+        else:
+            rows.append(row)
+            if bodies:
+                shown_bodies[ledger.run_id] = view["blocks"]
+    summary: dict[str, Any] | None = None
+    if verify:
+        verified = not mismatches and not disagreements and not failures
+        summary = {
+            "verified": verified,
+            "runs": runs,
+            "replays_agree": not mismatches,
+            "mismatched_runs": mismatches,
+            "aggregates_agree": not disagreements,
+            "aggregate_disagreements": disagreements,
+            "integrity_ok": not failures,
+            "failures": [f.to_json() for f in failures],
+            "failed_runs": sorted({f.run_id for f in failures}),
+            **totals,
+            "bound": index.bound if run_id is None else None,
+        }
+    if output == "json":
+        if summary is not None:
+            print(_dump({"verify": summary}), file=out)
+    else:
+        render.replay_table(out, rows, summary, shown_bodies if bodies else None)
+    if summary is not None and not summary["verified"]:
+        print("imprint: replay verification FAILED: " + "; ".join(
+            f"{f.run_id} {f.block_id or '(record)'}: {f.reason}" for f in failures[:10])
+            + ("; …" if len(failures) > 10 else "")
+            + "".join(f"; {r}: replays differ" for r in mismatches)
+            + "".join(f"; {d['run_id']}: {d['why']}" for d in disagreements), file=err)
+        return EXIT_MISMATCH
+    return EXIT_OK
+
+
+def _aggregate_problem(app: PublicationLog, ledger: RunLedger, view: Mapping[str, Any]) -> dict[str, Any] | None:
+    aggregate = aggregate_blocks(app, ledger)
+    if aggregate is None:
+        return {"run_id": ledger.run_id, "why": "run aggregate could not be rebuilt"}
+    withheld = {w["block_id"] for w in view["withheld"] if w["block_id"] is not None}
+    served = {b["block_id"]: b for b in view["blocks"]}
+    if set(aggregate) != set(served) | withheld:
+        return {"run_id": ledger.run_id, "why": "live blocks differ",
+                "log": sorted(set(served) | withheld), "aggregate": sorted(aggregate)}
+    differing = sorted(b for b, block in served.items() if aggregate[b] != block)
+    if differing:
+        return {"run_id": ledger.run_id, "why": "block revisions differ", "blocks": differing}
+    return None
 
 
 # -------------------------------------------------------------------------------- recover
@@ -129,55 +208,170 @@ def recover(
     journaled: Mapping[str, Collection[str]] | None = None,
     tool_receipts: Mapping[str, Mapping[str, str]] | None = None,
     save_unknowns: Mapping[str, Collection[str]] | None = None,
+    read_kafka: bool = True,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    output: Output = "json",
 ) -> int:
-    """``journaled``, ``tool_receipts`` and ``save_unknowns`` are per-run facts a caller
-    may bring from elsewhere (the journal, ``imprint.publication.v1``); the command
-    line brings none, and the report says so."""
+    """The journal's store is consulted read-only unless the caller brings ``journaled`` and
+    ``tool_receipts`` itself; save-unknowns are read from ``imprint.publication.v1`` (unless
+    ``read_kafka`` is false or the caller brings ``save_unknowns``)."""
     out, err = out or sys.stdout, err or sys.stderr
     app = open_log(settings)
+    journal = JournalReader(settings) if journaled is None or tool_receipts is None else None
     try:
-        reports = _reports(app, run_id, journaled, tool_receipts, save_unknowns)
-        if reports is None:
-            return _no_run(run_id or "", err)
+        index = run_index(app)
+        run_ids = index.run_ids if run_id is None else [run_id]
+        if run_id is not None and read_ledger(app, run_id) is None:
+            return _no_run(run_id, err)
+        announced: Observations = Observations(False, "not read (the caller supplied the save-unknowns)")
+        if save_unknowns is None and read_kafka:
+            announced = read_observations(settings, run_id, (Topic.PUBLICATION,), frozenset({"answer.save_unknown"}))
+            unknowns: dict[str, set[str]] = {}
+            for message in announced.messages:
+                unknowns.setdefault(message.run_id, set()).add(message.candidate_id)
+            save_unknowns = unknowns if announced.available else None
+
+        def reports() -> list[dict[str, Any]]:
+            made = []
+            for ledger, _ in render.tracked_pairs(iter_ledgers(app, run_ids), len(run_ids), err, "recovering"):
+                if ledger is not None:
+                    made.append(_report(ledger, journal, journaled, tool_receipts, save_unknowns))
+            return made
+
+        found = reports()
         applied: list[dict[str, Any]] | None = None
         if apply:
             applied = []
-            for report in reports:
+            for report in found:
                 applied.extend(apply_reconciliations(app, report["run_id"], pending_reconciliations(report)))
-            reports = _reports(app, run_id, journaled, tool_receipts, save_unknowns) or []
-        print(_dump({
+            found = reports()
+        document = {
             "source": "publication event log",
-            "runs": reports,
+            "journal": ({"availability": journal.availability, "reason": journal.reason} if journal is not None
+                        else {"availability": "supplied by the caller", "reason": ""}),
+            "announcements": {"available": announced.available, "reason": announced.reason,
+                              "save_unknowns": sum(len(v) for v in (save_unknowns or {}).values())},
+            "runs": found,
             "apply": apply,
             "applied": applied,
-        }, pretty=True), file=out)
+        }
+        if output == "json":
+            print(_dump(document, pretty=True), file=out)
+        else:
+            render.recover_table(out, document)
         return EXIT_OK
     finally:
+        if journal is not None:
+            journal.close()
         app.close()
 
 
-def _reports(
-    app: PublicationLog,
-    run_id: str | None,
+def _report(
+    ledger: RunLedger,
+    journal: JournalReader | None,
     journaled: Mapping[str, Collection[str]] | None,
     tool_receipts: Mapping[str, Mapping[str, str]] | None,
     save_unknowns: Mapping[str, Collection[str]] | None,
-) -> list[dict[str, Any]] | None:
-    fold = read_fold(app, run_id)
-    if run_id is not None and run_id not in fold.runs:
-        return None
-    run_ids = sorted(fold.runs) if run_id is None else [run_id]
-    return [
-        recovery_report(
-            fold.runs[r],
-            journaled=None if journaled is None else journaled.get(r, ()),
-            tool_receipts=None if tool_receipts is None else tool_receipts.get(r, {}),
-            save_unknowns=None if save_unknowns is None else save_unknowns.get(r, ()),
-        )
-        for r in run_ids
-    ]
+) -> dict[str, Any]:
+    r = ledger.run_id
+    seen: Collection[str | tuple[str, int]] | None = None if journaled is None else journaled.get(r, ())
+    receipts: Mapping[str, str] | None = None if tool_receipts is None else tool_receipts.get(r, {})
+    note = None
+    if journal is not None:
+        facts = journal.run(r)
+        if facts is not None:
+            if journaled is None:
+                seen = facts.journaled()
+            if tool_receipts is None:
+                receipts = facts.tool_receipts()
+            note = journal.reason or (None if facts.found else "the journal has no record of this run")
+    return recovery_report(ledger, journaled=seen, tool_receipts=receipts,
+                           save_unknowns=None if save_unknowns is None else save_unknowns.get(r, ()),
+                           journal_note=note)
+
+
+# -------------------------------------------------------------------------------- inspect
+
+INSPECT_TYPES = frozenset({"answer.part", "answer.text", "answer.preview", "delivery.sent", "delivery.completed",
+                           "delivery.interrupted", "client.received", "client.rendered"})
+INSPECT_TOPICS = (Topic.RUNTIME, Topic.PUBLICATION, Topic.DELIVERY)
+
+
+def observations_of(messages: list[Any]) -> list[Observation]:
+    """Kafka messages as timeline observations: ids, positions and times only — never text."""
+    seen: list[Observation] = []
+    for m in messages:
+        at = m.occurred_at.isoformat()
+        if m.type in ("answer.part", "answer.text"):
+            candidate = intake(m)
+            if isinstance(candidate, Candidate):
+                seen.append(Observation(m.type, at, candidate_id=candidate.candidate_id))
+        elif m.type == "answer.preview":
+            seen.append(Observation(m.type, at, candidate_id=m.block.candidate_id, block_id=m.block.block_id,
+                                    revision=m.block.revision))
+        else:
+            seen.append(Observation(m.type, at, last_event_id=m.last_event_id,
+                                    block_ids=tuple(getattr(m, "block_ids", ()) or ()),
+                                    connection_id=getattr(m, "connection_id", None)))
+    return seen
+
+
+def frames_of(store: Any, run_id: str) -> list[SentFrame]:
+    """The frames Delivery wrote for the run (ids, events, block revisions; no bodies)."""
+    frames: list[SentFrame] = []
+    last = 0
+    while True:
+        page = store.frames_after(run_id, last, limit=1000)
+        for f in page:
+            data = f.data if isinstance(f.data, dict) else {}
+            frames.append(SentFrame(f.id, f.event, data.get("block_id"), data.get("revision"), data.get("status")))
+        if len(page) < 1000:
+            return frames
+        last = page[-1].id
+
+
+def assemble_timeline(settings: Settings, app: PublicationLog, run_id: str, *, store: Any | None,
+                      observed: Observations, journal: JournalReader) -> dict[str, Any]:
+    ledger = read_ledger(app, run_id)
+    frames: list[SentFrame] | None = None
+    if store is not None:
+        frames = frames_of(store, run_id)
+    return timeline(run_id, ledger, journal=journal.run(run_id), journal_note=journal.reason, frames=frames,
+                    observations=observations_of(observed.messages) if observed.available else None,
+                    observations_note=observed.reason)
+
+
+async def observe_run(settings: Settings, run_id: str) -> Observations:
+    return await observe(settings, run_id, INSPECT_TOPICS, INSPECT_TYPES)
+
+
+def inspect(settings: Settings, run_id: str, *, out: TextIO | None = None, err: TextIO | None = None,
+            output: Output = "json", open_store: Callable[[], Any] | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    app = open_log(settings)
+    store = None
+    try:
+        if read_ledger(app, run_id) is None:
+            return _no_run(run_id, err)
+        try:
+            from services.delivery.view_store import ViewStore
+
+            store = (open_store or (lambda: ViewStore(settings)))()
+        except Exception as error:  # noqa: BLE001 — the timeline says the frames are unknown
+            print(f"imprint: Delivery's store could not be read ({type(error).__name__}); frames unknown", file=err)
+        observed = read_observations(settings, run_id, INSPECT_TOPICS, INSPECT_TYPES)
+        with JournalReader(settings) as journal:
+            document = assemble_timeline(settings, app, run_id, store=store, observed=observed, journal=journal)
+        if output == "json":
+            print(_dump(document, pretty=True), file=out)
+        else:
+            render.inspect_table(out, document)
+        return EXIT_OK
+    finally:
+        if store is not None:
+            store.close()
+        app.close()
 
 
 # --------------------------------------------------------------------------------- export

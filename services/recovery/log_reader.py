@@ -4,7 +4,12 @@ Everything is read from the log itself — the notification log (all runs, in
 commit order) or one run's stream (in version order) — never from the
 repository's snapshots or cache, and never from the runtime journal. A stored
 event that cannot be decoded is handed to the fold as a defect of its run, so
-one bad record is withheld alone (R4).
+one bad record is withheld alone (R4). Each commit is handed over with what the
+reader saw of its sealed body (X8: opened, shredded, unopenable).
+
+Streaming: :func:`run_index` lists the runs from their opening events (a page of
+the notification log at a time) and :func:`iter_ledgers` folds one run's stream at
+a time, so a whole-log replay holds one run in memory, not the log.
 
 Writes: :func:`apply_reconciliations` appends ``PublicationRun.Reconciled``
 facts through the repository (optimistic concurrency, retried on a conflict)."""
@@ -18,12 +23,15 @@ from typing import Any
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.utils import get_topic
 
 from imprint.contracts.publication import CommittedBlock
 from services.common.observability import get_logger
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
-from imprint.recovery import LogFold, Reconciliation, RunLedger, sources_to_confirm
+from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
+from imprint.recovery.ledger import SealStatus
 from services.publication.application import PublicationLog
+from services.publication.sealing import REMOVED, SEALED, UNREADABLE
 
 log = get_logger(__name__)
 PAGE = 500
@@ -47,6 +55,22 @@ def current_bound(app: PublicationLog, run_id: str | None = None) -> Bound:
     return Bound(version=last[0].originator_version if last else None)
 
 
+def seal_of(stored: StoredEvent, event: object) -> SealStatus | None:
+    """What the mapper made of a commit's sealed body (``None``: not a sealed commit)."""
+    if not isinstance(event, PublicationRun.BlockRevisionCommitted):
+        return None
+    if f'"{SEALED}"'.encode() not in bytes(stored.state):
+        return None
+    block = getattr(event, "block", None)
+    content = block.get("content") if isinstance(block, dict) else None
+    markdown = content.get("markdown") if isinstance(content, dict) else None
+    if markdown == REMOVED:
+        return "shredded"
+    if markdown == UNREADABLE or not isinstance(markdown, str):
+        return "unopenable"
+    return "opened"
+
+
 def _decode(app: PublicationLog, fold: LogFold, stored: StoredEvent) -> None:
     try:
         event = app.mapper.to_domain_event(stored)
@@ -57,7 +81,7 @@ def _decode(app: PublicationLog, fold: LogFold, stored: StoredEvent) -> None:
         if originator_id is not None:
             fold.note_undecodable(originator_id, stored.originator_version, type(error).__name__)
         return
-    fold.apply(event)
+    fold.apply(event, seal_of(stored, event))
 
 
 def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | None = None) -> LogFold:
@@ -67,10 +91,15 @@ def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | Non
     if run_id is not None:
         if bound.version is None:
             return fold
-        stored_events = app.recorder.select_events(PublicationRun.id_for(run_id), lte=bound.version)
-        for stored in stored_events:
-            _decode(app, fold, stored)
-        return fold
+        originator_id = PublicationRun.id_for(run_id)
+        after: int | None = None
+        while True:  # the stream a page at a time
+            page = app.recorder.select_events(originator_id, gt=after, lte=bound.version, limit=PAGE)
+            for stored in page:
+                _decode(app, fold, stored)
+            if len(page) < PAGE:
+                return fold
+            after = page[-1].originator_version
     if bound.notification_id is None:
         return fold
     start = 1
@@ -83,6 +112,46 @@ def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | Non
             _decode(app, fold, notification)
         start = notifications[-1].id + 1
     return fold
+
+
+OPENED_TOPIC = get_topic(PublicationRun.Opened)
+
+
+@dataclass
+class RunIndex:
+    """The runs of the log, in the order they were opened, up to a notification id."""
+
+    run_ids: list[str]
+    bound: int | None
+    orphans: list[Defect]
+    """Openings that could not be decoded (their run id is unknown)."""
+
+
+def run_index(app: PublicationLog) -> RunIndex:
+    bound = app.recorder.max_notification_id()  # type: ignore[attr-defined]
+    run_ids: list[str] = []
+    orphans: list[Defect] = []
+    start = 1
+    while bound is not None and start <= bound:
+        page = app.recorder.select_notifications(  # type: ignore[attr-defined]
+            start=start, limit=PAGE, stop=bound, topics=[OPENED_TOPIC])
+        for notification in page:
+            try:
+                run_ids.append(app.mapper.to_domain_event(notification).run_id)  # type: ignore[attr-defined]
+            except Exception as error:  # noqa: BLE001
+                orphans.append(Defect(notification.originator_version, "undecodable_event",
+                                      f"opening of run {notification.originator_id}: {type(error).__name__}"))
+        if len(page) < PAGE:
+            break
+        start = page[-1].id + 1
+    return RunIndex(run_ids, bound, orphans)
+
+
+def iter_ledgers(app: PublicationLog, run_ids: Iterable[str]) -> Iterable[tuple[RunLedger | None, Bound]]:
+    """One run at a time: its ledger (``None`` if the run has no readable events) and the bound read."""
+    for run_id in run_ids:
+        bound = current_bound(app, run_id)
+        yield read_fold(app, run_id, bound).ledger(run_id), bound
 
 
 def read_ledger(app: PublicationLog, run_id: str) -> RunLedger | None:

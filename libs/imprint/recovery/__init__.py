@@ -6,6 +6,9 @@
 ``integrity``       R4 does a committed revision still prove itself
 ``protected``       R3–R6 the protected read of one block
 ``report``          R7 the recovery report, reconciliation findings (P15, P19)
+``verification``    R4 the integrity verdict of a run (``replay --verify``)
+``journal_facts``   what the journal recorded, for comparison only (R2, R5, R7)
+``timeline``        the run inspector: the five facts per block revision
 ``export``          P21 a run's committed history for audit
 ==================  ==========================================================
 
@@ -17,16 +20,24 @@ from imprint.recovery.export import export_history
 from imprint.recovery.integrity import defect_of
 from imprint.recovery.ledger import BlockHistory, Defect, LogFold, Revision, RunLedger
 from imprint.recovery.protected import ProtectedRead, read_protected, sources_to_confirm
+from imprint.recovery.journal_facts import JournalRun
 from imprint.recovery.report import Reconciliation, pending_reconciliations, recovery_report
+from imprint.recovery.timeline import Observation, SentFrame, timeline
+from imprint.recovery.verification import Failure, RunVerdict, verify_ledger
 
 __all__ = [
     "BlockHistory",
     "Defect",
+    "Failure",
+    "JournalRun",
+    "Observation",
     "LogFold",
     "ProtectedRead",
     "Reconciliation",
     "Revision",
     "RunLedger",
+    "RunVerdict",
+    "SentFrame",
     "answer_view",
     "answer_views",
     "canonical_json",
@@ -37,5 +48,7 @@ __all__ = [
     "recovery_report",
     "replay",
     "sources_to_confirm",
+    "timeline",
+    "verify_ledger",
     "view_hash",
 ]

@@ -9,7 +9,13 @@ A revision is served only if its record still proves itself:
 ``proof_missing``
     the receipt does not bind this block revision: no receipt id, or not the id
     Publication issues for (block_id, revision), or the revision's candidate
-    binding is gone.
+    binding is gone;
+``seal_unopenable``
+    the body was sealed (X8) and its seal does not open although its key exists
+    (damaged ciphertext, a seal moved from another record);
+``shredded``
+    the body's conversation was deleted (X8): its key is gone by design, so the body
+    cannot be served — this withholds it but is not corruption.
 
 A defect withholds that revision alone; every other block is still served.
 A legacy record without a source hint is not a defect: it reads as
@@ -27,7 +33,7 @@ from imprint.publication.hints import HintBinding, read_hint
 from imprint.publication.run import receipt_id_for
 from imprint.recovery.ledger import Revision
 
-DefectReason = Literal["malformed_record", "corrupt_body", "proof_missing"]
+DefectReason = Literal["malformed_record", "corrupt_body", "proof_missing", "seal_unopenable", "shredded"]
 
 
 def body_sha256(markdown: str) -> str:
@@ -50,19 +56,32 @@ def committed_view(revision: Revision) -> CommittedBlock | None:
         return None
 
 
-def defect_of(revision: Revision) -> DefectReason | None:
+def diagnose(revision: Revision) -> tuple[DefectReason, str] | None:
+    """The first defect of ``revision`` with an operator detail (ids and hashes, never
+    body text), or ``None`` if the revision proves itself."""
     if revision.receipt_id is None:
-        return "proof_missing"
+        return "proof_missing", "the commit record has no receipt id"
+    if revision.seal == "shredded":
+        return "shredded", "the conversation was deleted; the body's key is destroyed"
+    if revision.seal == "unopenable":
+        return "seal_unopenable", "the sealed body does not open under its conversation key"
     view = committed_view(revision)
     if view is None:
-        return "malformed_record"
-    if body_sha256(view.content.markdown) != view.body_sha256:
-        return "corrupt_body"
-    if revision.receipt_id != receipt_id_for(view.block_id, view.revision):
-        return "proof_missing"
+        return "malformed_record", "the stored block is not a block revision any more"
+    actual = body_sha256(view.content.markdown)
+    if actual != view.body_sha256:
+        return "corrupt_body", f"body hashes to {actual[:16]}…, its record says {view.body_sha256[:16]}…"
+    expected = receipt_id_for(view.block_id, view.revision)
+    if revision.receipt_id != expected:
+        return "proof_missing", f"receipt {revision.receipt_id} is not the receipt of revision {view.revision}"
     if revision.candidate_id is None or revision.candidate_id != view.candidate_id:
-        return "proof_missing"
+        return "proof_missing", "the revision's candidate binding does not match its commit"
     return None
+
+
+def defect_of(revision: Revision) -> DefectReason | None:
+    found = diagnose(revision)
+    return None if found is None else found[0]
 
 
 def served_block(revision: Revision) -> dict[str, Any] | None:

@@ -18,9 +18,11 @@ from __future__ import annotations
 import copy
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 from imprint.publication.run import PublicationRun, reconciliation_key
+
+SealStatus = Literal["opened", "shredded", "unopenable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,9 @@ class Revision:
     block_index: int | None
     is_modification: bool | None
     target: str | None
+    seal: SealStatus | None = None
+    """How the reader found the sealed body (X8): ``opened``, ``shredded`` (its key was
+    destroyed), ``unopenable`` (a seal that should open did not); ``None``: not sealed."""
 
     @property
     def block_id(self) -> str:
@@ -154,7 +159,8 @@ class LogFold:
 
     # ------------------------------------------------------------------ input
 
-    def apply(self, event: Any) -> None:
+    def apply(self, event: Any, seal: SealStatus | None = None) -> None:
+        """Fold one event; ``seal`` is what the reader saw of its sealed body, if any."""
         if not isinstance(event, PublicationRun.Event):
             return
         ledger = self._ledger_for(event)
@@ -166,7 +172,7 @@ class LogFold:
         if isinstance(position, int):
             ledger.version = max(ledger.version, position)
         try:
-            self._apply(ledger, event, position)
+            self._apply(ledger, event, position, seal)
         except Exception as error:  # noqa: BLE001 — one unreadable record never sinks the run
             block_id = _block_id_of(event)
             ledger.defects.append(Defect(position, "unreadable_event", f"{type(event).__name__}: {type(error).__name__}",
@@ -202,7 +208,7 @@ class LogFold:
 
     # ------------------------------------------------------------- per event
 
-    def _apply(self, ledger: RunLedger, event: Any, position: int | None) -> None:
+    def _apply(self, ledger: RunLedger, event: Any, position: int | None, seal: SealStatus | None) -> None:
         at = _at(event)
         entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
         run = PublicationRun
@@ -235,7 +241,7 @@ class LogFold:
             ledger.preview_quota.append(fact)
             entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id)
         elif isinstance(event, run.BlockRevisionCommitted):
-            self._commit(ledger, event, position, entry)
+            self._commit(ledger, event, position, entry, seal)
         elif isinstance(event, run.CandidateUnchanged):
             receipt = _json_copy(event.receipt)
             self._settle(ledger, event.candidate_id, event.block_index, "unchanged", event.block_id,
@@ -277,7 +283,8 @@ class LogFold:
             entry["note"] = "event type unknown to recovery"
         ledger.trail.append(entry)
 
-    def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any]) -> None:
+    def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any],
+                seal: SealStatus | None = None) -> None:
         block = _json_copy(getattr(event, "block", None))
         if not isinstance(block, dict) or not isinstance(block.get("block_id"), str):
             ledger.defects.append(Defect(position, "malformed_record", "commit without a block identity"))
@@ -295,6 +302,7 @@ class LogFold:
             block_index=getattr(event, "block_index", None),
             is_modification=getattr(event, "is_modification", None),
             target=getattr(event, "target", None),
+            seal=seal,
         )
         history = ledger.blocks.get(revision.block_id)
         if history is None:

@@ -39,7 +39,7 @@ from imprint.recovery.ledger import RunLedger
 
 WithholdReason = Literal[
     "not_found", "receipt_mismatch",
-    "malformed_record", "corrupt_body", "proof_missing",
+    "malformed_record", "corrupt_body", "proof_missing", "seal_unopenable", "shredded",
     "account_unconfirmed", "account_mismatch",
     "withdrawn",
     "authorization_unconfirmed", "source_unauthorized", "citation_unconfirmed",

@@ -6,9 +6,11 @@ Four questions, each answered from committed events:
     Every block revision Publication committed. Publication is the authority
     on what was committed; the runtime journal is never consulted for the
     answer view. *Which* of them the journal never recorded is the journal's
-    knowledge: pass ``journaled`` (block ids the journal acknowledged) to get
-    the list; without it the report says the journal was not consulted and
-    lists nothing as unjournaled rather than guessing.
+    knowledge: pass ``journaled`` (block ids, or (block id, revision) pairs, the
+    journal observed — see :class:`imprint.recovery.journal_facts.JournalRun`) to
+    get the list; a block counts as journaled only if the journal saw its current
+    revision. Without it the report says the journal was not consulted and lists
+    nothing as unjournaled rather than guessing.
 ``missing_tool_receipts`` (P19)
     Effects of ``tool:`` candidates that settled (committed or unchanged). Tool
     receipts are the journal's facts: pass ``tool_receipts`` (tool_call_id →
@@ -81,9 +83,10 @@ def tool_call_id_of(candidate_id: str) -> str | None:
 def recovery_report(
     ledger: RunLedger,
     *,
-    journaled: Collection[str] | None = None,
+    journaled: Collection[str | tuple[str, int]] | None = None,
     tool_receipts: Mapping[str, str] | None = None,
     save_unknowns: Collection[str] | None = None,
+    journal_note: str | None = None,
 ) -> dict[str, Any]:
     reconciled = ledger.reconciled
 
@@ -105,12 +108,13 @@ def recovery_report(
             "log_position": current.receipt.get("log_position"),
             "status": "withdrawn" if not history.live else ("withheld" if defect else "live"),
             "integrity": defect or "ok",
-            "journaled": None if journaled is None else history.block_id in journaled,
+            "journaled": None if journaled is None else (
+                history.block_id in journaled or (history.block_id, current.revision) in journaled),
         })
     if journaled is None:
         unjournaled: dict[str, Any] = {"journal_consulted": False, "blocks": None, "note": JOURNAL_NOT_CONSULTED}
     else:
-        unjournaled = {"journal_consulted": True, "blocks": [
+        unjournaled = {"journal_consulted": True, **({"note": journal_note} if journal_note else {}), "blocks": [
             {**{k: b[k] for k in ("block_id", "revision", "candidate_id", "receipt_id", "status")},
              "reconciled": done("committed_unjournaled", b["candidate_id"], b["block_id"], b["revision"])}
             for b in committed if not b["journaled"]

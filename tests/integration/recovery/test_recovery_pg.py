@@ -113,21 +113,50 @@ def test_replay_verify_agrees_across_processes_and_with_snapshotted_aggregates(i
     assert code == 0 and one[0]["sha256"] == views(second)["run-1"]["sha256"] and one[-1]["verify"]["verified"]
 
 
+def damage_body(settings: Settings, run_id: str, version: int, markdown: str) -> None:
+    """Overwrite one commit's stored body (the sealed field) with other text, hash untouched."""
+    state = stored_state(settings, run_id, version)
+    assert set(state["block"]["content"]["markdown"]) == {"__sealed__", "__key__"}  # sealed at rest (X8)
+    state["block"]["content"]["markdown"] = markdown
+    overwrite_state(settings, run_id, version, json.dumps(state).encode())
+
+
+def damage_seal(settings: Settings, run_id: str, version: int) -> None:
+    """Flip one character of a commit's sealed body: the ciphertext no longer opens."""
+    state = stored_state(settings, run_id, version)
+    sealed = state["block"]["content"]["markdown"]["__sealed__"]
+    state["block"]["content"]["markdown"]["__sealed__"] = sealed[:10] + ("A" if sealed[10] != "A" else "B") + sealed[11:]
+    overwrite_state(settings, run_id, version, json.dumps(state).encode())
+
+
 @pytest.mark.rule("R4")
-def test_one_corrupt_row_is_withheld_alone_and_an_undecodable_one_fails_verification(isolated: Settings) -> None:
+@pytest.mark.rule("R1")
+def test_replay_verify_names_each_damaged_block_and_fails_while_the_others_verify(isolated: Settings) -> None:
     blocks = write_run(isolated)
     a, b, c = blocks["tool:call-a"], blocks["tool:call-b"], blocks["text:turn-1:0"]
-    version = version_of(isolated, "run-1", b)
-    state = stored_state(isolated, "run-1", version)
-    state["block"]["content"]["markdown"] = "B weighs 99 %"  # the hash no longer matches
-    overwrite_state(isolated, "run-1", version, json.dumps(state).encode())
+    write_run(isolated, "run-2")  # an undamaged run beside it
+    damage_body(isolated, "run-1", version_of(isolated, "run-1", b), "B weighs 99 %")  # hash no longer matches
+    damage_seal(isolated, "run-1", version_of(isolated, "run-1", c))
 
-    code, lines = replay_lines(isolated, "run-1", verify=True)
-    view = lines[0]["view"]
-    assert code == 0 and lines[-1]["verify"]["verified"]
-    assert block_ids(lines[0]) == [a, c]
-    assert view["withheld"] == [{"block_id": b, "revision": 1, "delivery_ordinal": 2, "reason": "corrupt_body"}]
-    assert "99 %" not in json.dumps(view)
+    code, lines = replay_lines(isolated, verify=True)
+    assert code == 1
+    verdict = lines[-1]["verify"]
+    assert verdict["verified"] is False and verdict["integrity_ok"] is False
+    assert verdict["replays_agree"] and verdict["aggregates_agree"]  # deterministic, and still damaged
+    assert {(f["run_id"], f["block_id"], f["revision"], f["reason"]) for f in verdict["failures"]} == {
+        ("run-1", b, 1, "corrupt_body"), ("run-1", c, 1, "seal_unopenable")}
+    assert verdict["failed_runs"] == ["run-1"]
+    assert verdict["blocks"] == 6 and verdict["blocks_verified"] == 4 and verdict["seals_opened"] == 4  # b is no longer sealed
+    per_run = views(lines[:-1])
+    assert per_run["run-1"]["integrity"]["blocks_verified"] == 1 and per_run["run-2"]["integrity"]["ok"]
+    assert block_ids(per_run["run-1"]) == [a]  # the damaged blocks are withheld alone (R4)
+    assert [(w["block_id"], w["reason"]) for w in per_run["run-1"]["view"]["withheld"]] == [
+        (b, "corrupt_body"), (c, "seal_unopenable")]
+    assert "99 %" not in json.dumps(lines)
+    assert all("markdown" not in blk["content"] for line in lines[:-1] for blk in line["view"]["blocks"])
+
+    code, one = replay_lines(isolated, "run-2", verify=True)  # the undamaged run alone verifies
+    assert code == 0 and one[-1]["verify"]["verified"]
 
     app = open_log(isolated)
     try:
@@ -135,20 +164,27 @@ def test_one_corrupt_row_is_withheld_alone_and_an_undecodable_one_fails_verifica
         assert run is not None
         receipts = {k: run.blocks[k]["receipt"]["receipt_id"] for k in (a, b, c)}
         assert cli.read_block_from(app, "run-1", b, receipts[b], ACCOUNT).reason == "corrupt_body"
+        assert cli.read_block_from(app, "run-1", c, receipts[c], ACCOUNT).reason == "seal_unopenable"
         assert cli.read_block_from(app, "run-1", a, receipts[a], ACCOUNT).served
-        assert cli.read_block_from(app, "run-1", c, receipts[c], ACCOUNT).served
     finally:
         app.close()
     code, out, _ = run_cli(cli.export, isolated, "run-1")
     exported = {x["block_id"]: x for x in json.loads(out)["blocks"]}
     assert exported[b]["revisions"][0]["integrity"] == "corrupt_body"
 
-    overwrite_state(isolated, "run-1", version_of(isolated, "run-1", c) - 0, b"\x00not json")
+
+@pytest.mark.rule("R4")
+def test_an_undecodable_row_fails_verification_and_recover_appends_nothing_to_that_run(isolated: Settings) -> None:
+    blocks = write_run(isolated)
+    a, c = blocks["tool:call-a"], blocks["text:turn-1:0"]
+    overwrite_state(isolated, "run-1", version_of(isolated, "run-1", c), b"\x00not json")
     code, lines = replay_lines(isolated, "run-1", verify=True)
-    assert block_ids(lines[0]) == [a]
-    assert {w["reason"] for w in lines[0]["view"]["withheld"]} == {"corrupt_body", "undecodable_event"}
-    assert code == 1 and not lines[-1]["verify"]["aggregates_agree"]  # the run aggregate cannot be rebuilt
-    code, out, _ = run_cli(cli.recover, isolated, "run-1", True)
+    assert block_ids(lines[0]) == [a, blocks["tool:call-b"]]
+    assert {w["reason"] for w in lines[0]["view"]["withheld"]} == {"undecodable_event"}
+    verdict = lines[-1]["verify"]
+    assert code == 1 and not verdict["aggregates_agree"]  # the run aggregate cannot be rebuilt
+    assert [f["reason"] for f in verdict["failures"]] == ["undecodable_event"]
+    code, out, _ = run_cli(cli.recover, isolated, "run-1", True, read_kafka=False)
     recovered = json.loads(out)
     assert code == 0 and recovered["applied"] and not any(x["appended"] for x in recovered["applied"])
     assert all(x["error"].startswith("run aggregate could not be rebuilt") for x in recovered["applied"])
@@ -245,21 +281,24 @@ def test_recover_reports_and_apply_appends_findings_once(isolated: Settings) -> 
         app.close()
 
     code, out, _ = run_cli(cli.recover, isolated, "run-1")
-    (report,) = json.loads(out)["runs"]
-    assert code == 0
+    document = json.loads(out)
+    (report,) = document["runs"]
+    assert code == 0 and document["journal"]["availability"] == "absent"
     assert [p["candidate_id"] for p in report["previews_never_committed"]["previews"]] == ["tool:call-lost"]
     assert [(u["fact"], u["candidate_id"]) for u in report["save_unknowns"]["unresolved"]] == [
         ("save_failed", "tool:call-refused")]
     assert {e["tool_call_id"] for e in report["missing_tool_receipts"]["effects"]} == {"call-a", "call-b"}
-    assert report["committed_unjournaled"]["journal_consulted"] is False
+    unjournaled = report["committed_unjournaled"]  # no journal ever ran here: it recorded none of them
+    assert unjournaled["journal_consulted"] is True and len(unjournaled["blocks"]) == 3
     before = replay_lines(isolated, "run-1")[1][0]["sha256"]
 
     code, out, _ = run_cli(cli.recover, isolated, "run-1", True)
     applied = json.loads(out)
     assert code == 0 and sorted(x["kind"] for x in applied["applied"] if x["appended"]) == [
-        "effect_confirmed", "effect_confirmed", "preview_not_committed", "save_not_committed"]
+        *["committed_unjournaled"] * 3, "effect_confirmed", "effect_confirmed", "preview_not_committed",
+        "save_not_committed"]
     (after,) = applied["runs"]
-    assert len(after["reconciled"]) == 4
+    assert len(after["reconciled"]) == 7
     assert run_cli(cli.recover, isolated, "run-1", True)[1].count('"appended": true') == 0  # idempotent
     assert replay_lines(isolated, "run-1")[1][0]["sha256"] == before  # nothing in the answer moved
 
@@ -296,16 +335,17 @@ def test_the_imprint_console_script(isolated: Settings) -> None:
         return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=120,
                               cwd=str(isolated.state_dir.parent))
 
-    replayed = imprint("replay", "--run", "run-1", "--verify")
+    replayed = imprint("replay", "--run", "run-1", "--verify", "--json")
     assert replayed.returncode == 0, replayed.stderr
     lines = [json.loads(line) for line in replayed.stdout.splitlines()]
     assert block_ids(lines[0]) == list(blocks.values()) and lines[-1]["verify"]["verified"]
     assert lines[0]["sha256"] == replay_lines(isolated, "run-1")[1][0]["sha256"]  # same hash in-process
 
-    recovered = imprint("recover", "--run", "run-1", "--apply")
+    recovered = imprint("recover", "--run", "run-1", "--apply", "--json")
     assert recovered.returncode == 0, recovered.stderr
     report = json.loads(recovered.stdout)
-    assert report["apply"] is True and {x["kind"] for x in report["applied"]} == {"effect_confirmed"}
+    assert report["apply"] is True
+    assert {x["kind"] for x in report["applied"]} == {"effect_confirmed", "committed_unjournaled"}
 
     exported = imprint("export", "--run", "run-1")
     assert exported.returncode == 0, exported.stderr

@@ -1,0 +1,244 @@
+"""Human output of the recovery commands (rich tables on stdout, progress on stderr).
+
+Machines get JSON (``--json``) from :mod:`services.recovery.cli`; this module only
+turns the same documents into tables. Bodies are never printed unless asked for
+(``--bodies``), and never in a table cell."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO, TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+T = TypeVar("T")
+
+
+def console(out: TextIO) -> Console:
+    """A console on ``out``: colours on a terminal, plain text in a pipe or a file."""
+    return Console(file=out, soft_wrap=False, width=None if out.isatty() else 160, highlight=False)
+
+
+@contextmanager
+def progress(err: TextIO, label: str, total: int | None) -> Iterator[Any]:
+    """A progress bar on ``err`` when it is a terminal; otherwise nothing is drawn."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(file=err), transient=True, disable=not err.isatty())
+    with bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def tracked(items: Sequence[T], err: TextIO, label: str) -> Iterator[T]:
+    with progress(err, label, len(items)) as advance:
+        for item in items:
+            yield item
+            advance()
+
+
+def short(value: Any, width: int = 12) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def clock(at: str | None) -> str:
+    """``HH:MM:SS.mmm`` of an RFC 3339 time (UTC as recorded), or ``—``."""
+    if not at:
+        return "—"
+    _, _, time = at.partition("T")
+    return time[:12] if time else at
+
+
+def _ok(flag: bool) -> Text:
+    return Text("ok", style="green") if flag else Text("FAIL", style="bold red")
+
+
+# ------------------------------------------------------------------------------------- replay
+
+def replay_table(out: TextIO, rows: Iterable[Mapping[str, Any]], verify: Mapping[str, Any] | None,
+                 bodies: Mapping[str, list[Mapping[str, Any]]] | None) -> None:
+    c = console(out)
+    table = Table(title="Answer views rebuilt from the Publication log (R1)", title_justify="left")
+    for name in ("run", "blocks", "withheld", "view sha256"):
+        table.add_column(name, justify="right" if name in ("blocks", "withheld") else "left")
+    if verify is not None:
+        for name in ("replays", "aggregate", "integrity", "verified blocks"):
+            table.add_column(name)
+    for row in rows:
+        cells: list[Any] = [row["run_id"], str(row["blocks"]), str(row["withheld"]), short(row["sha256"], 16)]
+        if verify is not None:
+            integrity = row["integrity"]
+            cells += [_ok(row["replays_agree"]), _ok(row["aggregate_agrees"]), _ok(integrity["ok"]),
+                      f"{integrity['blocks_verified']}/{integrity['blocks']}"]
+        table.add_row(*cells)
+    c.print(table)
+    if bodies:
+        for run_id, blocks in bodies.items():
+            c.rule(f"bodies of {run_id}")
+            for block in blocks:
+                c.print(Text(f"[{block['delivery_ordinal']}] {block['block_id']} r{block['revision']}", style="bold"))
+                c.print(Text(block["content"]["markdown"]))
+    if verify is None:
+        return
+    failures = verify["failures"]
+    if failures:
+        bad = Table(title="Integrity failures", title_justify="left", title_style="bold red")
+        for name in ("run", "block", "rev", "log pos", "reason", "detail"):
+            bad.add_column(name)
+        for f in failures:
+            bad.add_row(f["run_id"], str(f["block_id"] or "—"), str(f["revision"] or "—"),
+                        str(f["log_position"] or "—"), Text(f["reason"], style="red"), f["detail"])
+        c.print(bad)
+    for problem in verify["aggregate_disagreements"]:
+        c.print(Text(f"run {problem['run_id']}: aggregate disagrees: {problem['why']}", style="red"))
+    for run_id in verify["mismatched_runs"]:
+        c.print(Text(f"run {run_id}: two replays of the same log gave different views", style="red"))
+    verdict = (f"{verify['runs']} runs, {verify['blocks_verified']} of {verify['blocks']} blocks verify, "
+               f"{verify['revisions']} revisions checked, {verify['seals_opened']} seals opened, "
+               f"{verify['shredded']} shredded")
+    if verify["verified"]:
+        c.print(Text(f"VERIFIED: {verdict}", style="bold green"))
+    else:
+        failed = sorted({f["run_id"] for f in failures} | set(verify["mismatched_runs"])
+                        | {d["run_id"] for d in verify["aggregate_disagreements"]})
+        c.print(Text(f"VERIFICATION FAILED in {len(failed)} run(s) ({', '.join(failed)}): {verdict}",
+                     style="bold red"))
+
+
+# ------------------------------------------------------------------------------------ recover
+
+def recover_table(out: TextIO, document: Mapping[str, Any]) -> None:
+    c = console(out)
+    journal = document["journal"]
+    c.print(Text(f"journal: {journal['availability']}" + (f" — {journal['reason']}" if journal["reason"] else "")))
+    announced = document["announcements"]
+    if not announced["available"]:
+        c.print(Text(f"save-unknowns on Kafka: not read — {announced['reason']}", style="yellow"))
+    summary = Table(title="Recovery report (R7)", title_justify="left")
+    for name in ("run", "committed", "unjournaled", "receipts missing", "save unresolved", "previews lost",
+                 "defects", "reconciled"):
+        summary.add_column(name, justify="left" if name == "run" else "right")
+    details: list[tuple[str, str, str, str]] = []
+    for report in document["runs"]:
+        run_id = report["run_id"]
+        unjournaled = report["committed_unjournaled"]
+        blocks = unjournaled["blocks"]
+        for b in blocks or ():
+            details.append((run_id, "committed, not journaled", f"{b['block_id']} r{b['revision']}",
+                            f"receipt {short(b['receipt_id'], 13)} {b['status']}"
+                            + (" · reconciled" if b["reconciled"] else "")))
+        for e in report["missing_tool_receipts"]["effects"]:
+            details.append((run_id, f"effect settled, receipt {e['receipt']}", e["candidate_id"],
+                            ", ".join(f"{x['block_id']} r{x['revision']}" for x in e["effects"])))
+        for u in report["save_unknowns"]["unresolved"]:
+            details.append((run_id, f"{u['fact']}, unresolved", u["candidate_id"], u["read_back"]))
+        for p in report["previews_never_committed"]["previews"]:
+            details.append((run_id, "previewed, never committed", p["candidate_id"],
+                            f"{p['block_id']} settlement: {p['settlement'] or 'none'}"))
+        for d in report["defects"]:
+            details.append((run_id, f"defect: {d['reason']}", str(d["block_id"] or "—"), d["detail"]))
+        summary.add_row(
+            run_id, str(len(report["committed_blocks"])),
+            "?" if blocks is None else str(len(blocks)),
+            str(len(report["missing_tool_receipts"]["effects"])),
+            str(len(report["save_unknowns"]["unresolved"])),
+            str(len(report["previews_never_committed"]["previews"])),
+            str(len(report["defects"])), str(len(report["reconciled"])))
+    c.print(summary)
+    if details:
+        table = Table(title="Findings", title_justify="left")
+        for name in ("run", "finding", "block / candidate", "detail"):
+            table.add_column(name)
+        for row in details:
+            table.add_row(*row)
+        c.print(table)
+    else:
+        c.print(Text("nothing to reconcile", style="green"))
+    if document["apply"]:
+        appended = [a for a in document["applied"] or () if a["appended"]]
+        failed = [a for a in document["applied"] or () if a["error"]]
+        c.print(Text(f"--apply: {len(appended)} reconciliation fact(s) appended, "
+                     f"{len(document['applied'] or ()) - len(appended) - len(failed)} already recorded"
+                     + (f", {len(failed)} not appended ({failed[0]['error']})" if failed else ""),
+                     style="bold"))
+
+
+# ------------------------------------------------------------------------------------ inspect
+
+MARK_LABELS = {
+    "committed_not_journaled": "committed, not journaled",
+    "journaled_not_committed": "journaled, not committed",
+    "journal_hash_differs": "journal saw another body",
+    "sent_not_committed": "sent, not committed",
+    "withheld": "withheld (integrity)",
+    "received_not_sent": "received, not sent",
+    "rendered_not_received": "rendered, not received",
+}
+
+
+def inspect_table(out: TextIO, document: Mapping[str, Any]) -> None:
+    c = console(out)
+    life = document["lifecycle"]
+    c.print(Text(f"run {document['run_id']}  account {document['account_id'] or '—'}  "
+                 f"log version {document['log_version'] if document['log_version'] is not None else '—'}",
+                 style="bold"))
+    if life["available"]:
+        states = " → ".join(f"{t['state']} {clock(t['at'])}" for t in life["transitions"]) or "no transitions"
+        c.print(Text(f"journal lifecycle: {states}" + (f"  outcome {life['outcome']}" if life["outcome"] else "")
+                     + ("" if life["found"] else "  (the journal has no record of this run)")))
+    else:
+        c.print(Text(f"journal: not consulted — {life['note']}", style="yellow"))
+    sources = document["sources"]
+    if not sources["observations"]:
+        c.print(Text(f"Kafka observations: not read — {sources['observations_note']}", style="yellow"))
+    table = Table(title="Timeline per block revision", title_justify="left")
+    for name in ("#", "block", "rev", "proposed", "previewed", "committed", "withdrawn", "sent (frames)",
+                 "received", "rendered", "journal", "disagreement"):
+        table.add_column(name)
+    for block in document["blocks"]:
+        for row in block["revisions"]:
+            committed = row["committed"]
+            sent = row["sent"]
+            journal = row["journaled"]
+            table.add_row(
+                str(block["delivery_ordinal"]), short(block["block_id"], 14), str(row["revision"]),
+                clock(row["proposed"]["at"]),
+                clock(row["previewed"]["at"]) if row["previewed"] else "—",
+                f"{clock(committed['at'])} @{committed['log_position']}"
+                + ("" if committed["integrity"] == "ok" else f" {committed['integrity']}"),
+                f"{clock(row['withdrawn']['at'])} {row['withdrawn']['cause']}" if row["withdrawn"] else "—",
+                (f"{clock(sent['at']) if sent['at'] else 'not yet'} #{','.join(map(str, sent['frame_ids']))}"
+                 if sent else "—"),
+                clock(row["received"]["at"]) if row["received"] else "—",
+                clock(row["rendered"]["at"]) if row["rendered"] else "—",
+                "?" if journal is None else (clock(journal[0]["at"]) if journal else "—"),
+                Text(", ".join(MARK_LABELS.get(m, m) for m in row["marks"]), style="bold red") if row["marks"]
+                else Text("agree", style="green"),
+            )
+    c.print(table)
+    if document["not_committed"]:
+        other = Table(title="Candidates without a commit", title_justify="left")
+        for name in ("candidate", "outcome", "reason", "block"):
+            other.add_column(name)
+        for item in document["not_committed"]:
+            other.add_row(item["candidate_id"] or "—", item["outcome"], str(item["reason"] or "—"),
+                          str(item["block_id"] or "—"))
+        c.print(other)
+    stray = [d for d in document["disagreements"] if d["kind"] in ("journaled_not_committed", "sent_not_committed")]
+    for d in stray:
+        c.print(Text(f"{MARK_LABELS[d['kind']]}: {d['block_id']} r{d['revision']} — {d['detail']}", style="red"))
+    count = len(document["disagreements"])
+    c.print(Text(f"{count} disagreement(s)" if count else "log, journal and delivery agree",
+                 style="bold red" if count else "bold green"))
+
+
+def tracked_pairs(items: Iterable[T], total: int, err: TextIO, label: str) -> Iterator[T]:
+    """Iterate ``items`` (``total`` of them) with a progress bar on ``err``."""
+    with progress(err, label, total) as advance:
+        for item in items:
+            yield item
+            advance()
