@@ -102,6 +102,10 @@ async def _read(settings: Settings, run_id: str | None, topics: tuple[Topic, ...
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    if topic not in await consumer.topics():  # refreshes the cluster metadata
-        return set()
-    return set(consumer.partitions_for_topic(topic) or ())
+    known = consumer.partitions_for_topic(topic)
+    if known:
+        return set(known)
+    # aiokafka's public ``topics()`` fetches the cluster's metadata but keeps only the names;
+    # the same call's partitions are what an assigned (group-less) reader needs.
+    cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
+    return set(cluster.partitions_for_topic(topic) or ())
