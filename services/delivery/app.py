@@ -29,6 +29,7 @@ from services.delivery.auth import RateLimiter, RequestSizeLimit, account_depend
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import SCOPE_KEY, DeliveryObserver, StreamTap
+from services.delivery.operator import operator_router
 from services.delivery.stream import EventStream, StreamConfig
 from services.delivery.view_store import RunRecord, ViewStore
 
@@ -231,6 +232,7 @@ def create_app(
         return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": CSP,
                                                             "Cache-Control": "no-cache"})
 
+    api.include_router(operator_router(settings, store))
     api.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     async def record(run_id: str, outcome: str) -> None:
