@@ -60,12 +60,14 @@ def _infra(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from services.recovery.cli import replay
 
+    preflight()
     return replay(get_settings(), run_id=args.run, verify=args.verify, output=_output(args), bodies=args.bodies)
 
 
 def _recover(args: argparse.Namespace) -> int:
     from services.recovery.cli import recover
 
+    preflight()
     return recover(get_settings(), run_id=args.run, apply=args.apply, output=_output(args),
                    read_kafka=not args.no_kafka)
 
@@ -73,13 +75,26 @@ def _recover(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from services.recovery.cli import export
 
+    preflight()
     return export(get_settings(), run_id=args.run)
 
 
 def _inspect(args: argparse.Namespace) -> int:
     from services.recovery.cli import inspect
 
+    preflight()
     return inspect(get_settings(), run_id=args.run, output=_output(args))
+
+
+def preflight() -> None:
+    """One plain connection first, so a database that does not answer is one clear line within
+    seconds (the stores' connection pools would wait and retry for half a minute)."""
+    settings = get_settings()
+    if settings.uses_postgres:
+        import psycopg
+
+        assert settings.database_url is not None
+        psycopg.connect(settings.database_url, connect_timeout=5).close()
 
 
 def _output(args: argparse.Namespace) -> str:
