@@ -1,0 +1,127 @@
+"""Hostile input at the HTTP edge: schemathesis against Delivery's OpenAPI document (D6, D1).
+
+A real Delivery (uvicorn on 127.0.0.1, PostgreSQL, Kafka) serves a seeded account's
+run and conversation. Delivery does not serve its OpenAPI document
+(``openapi_url=None``), so the document is FastAPI's own, generated from the running
+app object. For every operation schemathesis generates requests that fit the schema
+and requests that do not (bounded: a few dozen examples per operation and mode, no
+shrinking), and each is sent:
+
+* as generated, with the owner's token;
+* with the path's run or conversation id replaced by the seeded one, with the owner's
+  token (so the generated query, headers and bodies reach the code behind the 404);
+* with the seeded id and another account's token, and with an id that never existed
+  and the owner's token: the two answers must be the same (D6: another account's
+  run is indistinguishable from a missing one).
+
+No response may be a server error (5xx), and none may carry a Python traceback. Every
+failure is collected with its curl command, so one run reports them all."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis.generation import GenerationMode
+
+from tests.integration.delivery.support import Delivery
+from tests.unit.delivery.delivery_builders import closed, published, running, settled
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+EXAMPLES = 25
+RUN, CONVERSATION = "run-fuzz", "conv-run-fuzz"
+OWNER, STRANGER = "acct-1", "acct-2"
+SEEDED = {"run_id": RUN, "conversation_id": CONVERSATION}
+
+
+def seed(delivery: Delivery) -> None:
+    """A finished run (its stream ends after ``done``, so the SSE operation returns)."""
+    delivery.feeder.send(running(RUN), published(RUN, "b1", 1, "First block.", 1),
+                         published(RUN, "b2", 1, "Second block.", 2), settled(RUN), closed(RUN))
+
+
+def operations(schema: Any) -> list[Any]:
+    return [result.ok() for result in schema.get_all_operations()]
+
+
+@pytest.mark.rule("D6")
+@pytest.mark.rule("D1")
+def test_delivery_survives_schemathesis_without_a_server_error(delivery: Delivery) -> None:
+    seed(delivery)
+    schema = schemathesis.openapi.from_dict(delivery.app.openapi())
+    owner, stranger = delivery.token(OWNER), delivery.token(STRANGER)
+    session = requests.Session()
+    failures: list[str] = []
+    sent: Counter[str] = Counter()
+    statuses: Counter[int] = Counter()
+    no_negative: list[str] = []
+
+    def send(case: Any, token: str, label: str) -> requests.Response:
+        response = case.call(base_url=delivery.url, session=session, headers={"Authorization": f"Bearer {token}"},
+                             timeout=20)
+        sent[label] += 1
+        statuses[response.status_code] += 1
+        if response.status_code >= 500 or re.search(r"Traceback \(most recent call last\)", response.text):
+            failures.append(f"{response.status_code} {label}: {case.as_curl_command()}")
+        return response
+
+    for operation in operations(schema):
+        names = [name for name in SEEDED if name in (operation.path_parameters or {})
+                 or f"{{{name}}}" in operation.path]
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def exercise(case: Any) -> None:
+                label = f"{operation.method.upper()} {operation.path} [{mode.value}]"
+                send(case, owner, label)
+                if not names:
+                    return
+                case.path_parameters = {**(case.path_parameters or {}), **{n: SEEDED[n] for n in names}}
+                send(case, owner, label + " seeded")
+                foreign = send(case, stranger, label + " foreign")
+                case.path_parameters = {**case.path_parameters, **{n: "never-existed" for n in names}}
+                missing = send(case, owner, label + " missing")
+                if foreign.status_code != missing.status_code and 429 not in (foreign.status_code, missing.status_code):
+                    failures.append(f"D6 {label}: another account's id answers {foreign.status_code}, "
+                                    f"a missing id {missing.status_code}: {case.as_curl_command()}")
+
+            try:
+                exercise()
+            except Unsatisfiable:  # an operation without inputs has no negative cases
+                assert mode is GenerationMode.NEGATIVE, operation.path
+                no_negative.append(f"{operation.method.upper()} {operation.path}")
+
+    # What the document cannot describe: the bearer token and the SSE resume header.
+    hostile_ids = ["9" * 400, "-0", "\u0663", "7 ", "0x10", "1_000", "+5", "NaN", "9223372036854775808"]
+    for value in hostile_ids:
+        response = session.get(f"{delivery.url}/v1/runs/{RUN}/events", timeout=20,
+                               headers={"Authorization": f"Bearer {owner}", "Last-Event-ID": value.encode()})
+        sent["GET /v1/runs/{run_id}/events Last-Event-ID"] += 1
+        statuses[response.status_code] += 1
+        if response.status_code >= 500:
+            failures.append(f"{response.status_code} Last-Event-ID {value!r}")
+    forged = [owner[:-2] + ("AA" if not owner.endswith("AA") else "BB"), "a.b.c", "x" * 6000,
+              "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhY2N0LTEiLCJleHAiOjk5OTk5OTk5OTl9.", owner + " " + owner]
+    for token in forged:
+        for path in (f"/v1/runs/{RUN}", f"/v1/operator/runs/{RUN}/timeline"):
+            response = session.get(f"{delivery.url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=20)
+            sent["forged bearer"] += 1
+            statuses[response.status_code] += 1
+            if response.status_code not in (401, 431):
+                failures.append(f"{response.status_code} forged bearer {token[:20]!r} on {path}")
+
+    print(f"schemathesis: {sum(sent.values())} requests over {len(operations(schema))} operations; "
+          f"statuses {dict(sorted(statuses.items()))}; no negative inputs for {no_negative}")
+    for label, count in sorted(sent.items()):
+        print(f"  {count:4d}  {label}")
+    assert sum(sent.values()) > 10 * len(operations(schema))
+    assert not failures, "\n".join(failures[:20])
