@@ -133,12 +133,15 @@ def recover_table(out: TextIO, document: Mapping[str, Any]) -> None:
                             + (" · reconciled" if b["reconciled"] else "")))
         for e in report["missing_tool_receipts"]["effects"]:
             details.append((run_id, f"effect settled, receipt {e['receipt']}", e["candidate_id"],
-                            ", ".join(f"{x['block_id']} r{x['revision']}" for x in e["effects"])))
+                            ", ".join(f"{x['block_id']} r{x['revision']}" for x in e["effects"])
+                            + (" · reconciled" if all(x["reconciled"] for x in e["effects"]) else "")))
         for u in report["save_unknowns"]["unresolved"]:
-            details.append((run_id, f"{u['fact']}, unresolved", u["candidate_id"], u["read_back"]))
+            details.append((run_id, f"{u['fact']}, unresolved", u["candidate_id"],
+                            u["read_back"] + (" · reconciled" if u["reconciled"] else "")))
         for p in report["previews_never_committed"]["previews"]:
             details.append((run_id, "previewed, never committed", p["candidate_id"],
-                            f"{p['block_id']} settlement: {p['settlement'] or 'none'}"))
+                            f"{p['block_id']} settlement: {p['settlement'] or 'none'}"
+                            + (" · reconciled" if p["reconciled"] else "")))
         for d in report["defects"]:
             details.append((run_id, f"defect: {d['reason']}", str(d["block_id"] or "—"), d["detail"]))
         summary.add_row(
@@ -161,10 +164,10 @@ def recover_table(out: TextIO, document: Mapping[str, Any]) -> None:
     if document["apply"]:
         appended = [a for a in document["applied"] or () if a["appended"]]
         failed = [a for a in document["applied"] or () if a["error"]]
-        c.print(Text(f"--apply: {len(appended)} reconciliation fact(s) appended, "
-                     f"{len(document['applied'] or ()) - len(appended) - len(failed)} already recorded"
-                     + (f", {len(failed)} not appended ({failed[0]['error']})" if failed else ""),
-                     style="bold"))
+        recorded = sum(len(r["reconciled"]) for r in document["runs"])
+        c.print(Text(f"--apply: {len(appended)} reconciliation fact(s) appended now; {recorded} recorded in all"
+                     + (f"; {len(failed)} not appended ({failed[0]['error']})" if failed else "")
+                     + " (no model work re-run, no block changed)", style="bold"))
 
 
 # ------------------------------------------------------------------------------------ inspect
