@@ -87,19 +87,9 @@ def _decode(app: PublicationLog, fold: LogFold, stored: StoredEvent) -> None:
 def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | None = None) -> LogFold:
     """Fold the whole notification log, or one run's stream, up to ``bound`` (default: now)."""
     bound = bound if bound is not None else current_bound(app, run_id)
-    fold = LogFold()
     if run_id is not None:
-        if bound.version is None:
-            return fold
-        originator_id = PublicationRun.id_for(run_id)
-        after: int | None = None
-        while True:  # the stream a page at a time
-            page = app.recorder.select_events(originator_id, gt=after, lte=bound.version, limit=PAGE)
-            for stored in page:
-                _decode(app, fold, stored)
-            if len(page) < PAGE:
-                return fold
-            after = page[-1].originator_version
+        return _read_run(app, run_id, bound.version) if bound.version is not None else LogFold()
+    fold = LogFold()
     if bound.notification_id is None:
         return fold
     start = 1
@@ -112,6 +102,20 @@ def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | Non
             _decode(app, fold, notification)
         start = notifications[-1].id + 1
     return fold
+
+
+def _read_run(app: PublicationLog, run_id: str, lte: int | None) -> LogFold:
+    """One run's stream a page at a time, up to version ``lte`` (``None``: all of it)."""
+    fold = LogFold()
+    originator_id = PublicationRun.id_for(run_id)
+    after: int | None = None
+    while True:
+        page = app.recorder.select_events(originator_id, gt=after, lte=lte, limit=PAGE)
+        for stored in page:
+            _decode(app, fold, stored)
+        if len(page) < PAGE:
+            return fold
+        after = page[-1].originator_version
 
 
 OPENED_TOPIC = get_topic(PublicationRun.Opened)
@@ -150,8 +154,8 @@ def run_index(app: PublicationLog) -> RunIndex:
 def iter_ledgers(app: PublicationLog, run_ids: Iterable[str]) -> Iterable[tuple[RunLedger | None, Bound]]:
     """One run at a time: its ledger (``None`` if the run has no readable events) and the bound read."""
     for run_id in run_ids:
-        bound = current_bound(app, run_id)
-        yield read_fold(app, run_id, bound).ledger(run_id), bound
+        ledger = _read_run(app, run_id, None).ledger(run_id)
+        yield ledger, Bound(version=ledger.version if ledger is not None else None)
 
 
 def read_ledger(app: PublicationLog, run_id: str) -> RunLedger | None:
