@@ -102,7 +102,7 @@ def _assemble(settings: Settings, store: ViewStore, run_id: str, observed: Any) 
         if read_ledger(app, run_id) is None and store.run(run_id) is None:
             return None
         with JournalReader(settings) as journal:
-            return assemble_timeline(settings, app, run_id, store=store, observed=observed, journal=journal)
+            return assemble_timeline(app, run_id, store=store, observed=observed, journal=journal)
     finally:
         app.close()
 

@@ -331,8 +331,10 @@ def frames_of(store: Any, run_id: str) -> list[SentFrame]:
         last = page[-1].id
 
 
-def assemble_timeline(settings: Settings, app: PublicationLog, run_id: str, *, store: Any | None,
-                      observed: Observations, journal: JournalReader) -> dict[str, Any]:
+def assemble_timeline(app: PublicationLog, run_id: str, *, store: Any | None, observed: Observations,
+                      journal: JournalReader) -> dict[str, Any]:
+    """The inspector's document: the log's ledger, Delivery's frames (``store``), Kafka's
+    announcements and the journal's facts, put side by side by :func:`imprint.recovery.timeline`."""
     ledger = read_ledger(app, run_id)
     frames: list[SentFrame] | None = None
     if store is not None:
@@ -362,7 +364,7 @@ def inspect(settings: Settings, run_id: str, *, out: TextIO | None = None, err: 
             print(f"imprint: Delivery's store could not be read ({type(error).__name__}); frames unknown", file=err)
         observed = read_observations(settings, run_id, INSPECT_TOPICS, INSPECT_TYPES)
         with JournalReader(settings) as journal:
-            document = assemble_timeline(settings, app, run_id, store=store, observed=observed, journal=journal)
+            document = assemble_timeline(app, run_id, store=store, observed=observed, journal=journal)
         if output == "json":
             print(_dump(document, pretty=True), file=out)
         else:

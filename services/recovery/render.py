@@ -6,7 +6,7 @@ turns the same documents into tables. Bodies are never printed unless asked for
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO, TypeVar
 
@@ -31,13 +31,6 @@ def progress(err: TextIO, label: str, total: int | None) -> Iterator[Any]:
     with bar:
         task = bar.add_task(label, total=total)
         yield lambda: bar.advance(task)
-
-
-def tracked(items: Sequence[T], err: TextIO, label: str) -> Iterator[T]:
-    with progress(err, label, len(items)) as advance:
-        for item in items:
-            yield item
-            advance()
 
 
 def short(value: Any, width: int = 12) -> str:
