@@ -352,3 +352,25 @@ def test_the_imprint_console_script(isolated: Settings) -> None:
     assert [x["block_id"] for x in json.loads(exported.stdout)["blocks"]] == list(blocks.values())
     assert imprint("export", "--run", "missing").returncode == 2
     assert imprint("replay", "--run", "missing").returncode == 2
+
+
+@pytest.mark.rule("X8")
+@pytest.mark.rule("R4")
+def test_verify_counts_shredded_bodies_as_deleted_not_as_corruption(isolated: Settings) -> None:
+    from services.common.keyring import open_keyring
+
+    write_run(isolated)
+    write_run(isolated, "run-2")
+    keyring = open_keyring(isolated)
+    try:
+        keyring.destroy("conv-run-1")  # the conversation was deleted: its bodies' key is gone
+    finally:
+        keyring.close()
+    code, lines = replay_lines(isolated, verify=True)
+    verdict = lines[-1]["verify"]
+    assert code == 0 and verdict["verified"], verdict["failures"]
+    assert verdict["shredded"] == 3 and verdict["seals_opened"] == 3
+    per_run = views(lines[:-1])
+    assert per_run["run-1"]["view"]["blocks"] == []
+    assert {w["reason"] for w in per_run["run-1"]["view"]["withheld"]} == {"shredded"}
+    assert len(per_run["run-2"]["view"]["blocks"]) == 3
