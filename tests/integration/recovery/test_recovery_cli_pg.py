@@ -103,3 +103,34 @@ def test_errors_are_one_line_with_exit_codes(isolated: Settings) -> None:
         assert refused.stdout == ""
     minted = console(isolated, "token", "--account", "acct-1", "--ttl", "60")
     assert minted.returncode == 0 and minted.stdout.count(".") == 2
+
+
+@pytest.mark.rule("R1")
+def test_progress_goes_to_a_terminal_on_stderr_and_never_into_the_output(isolated: Settings) -> None:
+    import pty
+
+    write_run(isolated)
+    write_run(isolated, "run-2")
+    script = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "imprint"
+    if not script.exists():
+        script = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "imprint"
+    primary, terminal = pty.openpty()
+    try:
+        done = subprocess.run([str(script), "replay", "--verify", "--json"], env=environment(isolated),
+                              stdout=subprocess.PIPE, stderr=terminal, text=True, timeout=120,
+                              cwd=str(isolated.state_dir.parent))
+        os.close(terminal)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(primary)
+    assert done.returncode == 0
+    assert b"replaying" in drawn and b"2/2" in drawn  # a bar over the runs, on the terminal
+    assert all(json.loads(line) for line in done.stdout.splitlines())  # stdout stays machine-readable
