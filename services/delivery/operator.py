@@ -79,7 +79,7 @@ def operator_router(settings: Settings, store: ViewStore) -> APIRouter:
 
     @router.get("/v1/operator/runs/{run_id}/timeline")
     async def run_timeline(run_id: RunId, account: Operator) -> dict[str, Any]:
-        from services.recovery.cli import observe_run
+        from services.recovery.service import observe_run
 
         observed = await observe_run(settings, run_id)
         document = await asyncio.to_thread(_assemble, settings, store, run_id, observed)
@@ -93,9 +93,7 @@ def operator_router(settings: Settings, store: ViewStore) -> APIRouter:
 
 def _assemble(settings: Settings, store: ViewStore, run_id: str, observed: Any) -> dict[str, Any] | None:
     from services.publication.service import open_log
-    from services.recovery.cli import assemble_timeline
-    from services.recovery.journal_reader import JournalReader
-    from services.recovery.log_reader import read_ledger
+    from services.recovery.service import JournalReader, assemble_timeline, read_ledger
 
     app = open_log(settings)
     try:

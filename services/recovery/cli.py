@@ -55,8 +55,7 @@ from imprint.recovery import (
     view_hash,
 )
 from services.common.settings import Settings
-from services.publication.application import PublicationLog
-from services.publication.service import open_log
+from services.publication.service import PublicationLog, open_log
 from services.recovery import render
 from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import (

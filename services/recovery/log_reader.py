@@ -30,8 +30,8 @@ from services.common.observability import get_logger
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.publication.application import PublicationLog
-from services.publication.sealing import REMOVED, SEALED, UNREADABLE
+from services.publication.service import PublicationLog
+from services.publication.service import REMOVED, SEALED, UNREADABLE
 
 log = get_logger(__name__)
 PAGE = 500
