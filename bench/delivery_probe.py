@@ -249,6 +249,7 @@ async def _fanout(args: argparse.Namespace, settings: Settings, server: Server, 
 
     sampler = asyncio.create_task(sample())
     start = time.monotonic()
+    probe0 = time.process_time()
 
     def block(i: int) -> Any:
         return published(run_id, f"b{i}", 1, f"t={time.time_ns()} " + "x" * 300, i)
@@ -275,30 +276,34 @@ async def _fanout(args: argparse.Namespace, settings: Settings, server: Server, 
     return {"measure": "fanout", "clients": args.clients, "frames": args.frames, "rate_per_s": args.rate,
             "received": len(latencies), "expected": expected, "errors": len(errors),
             "p50_ms": pct(0.50), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0),
-            "server_cpu_share": round((cpu1 - cpu0) / elapsed, 2), "peak_rss_mb": round(server.peak_rss / 2**20, 1)}
+            "server_cpu_share": round((cpu1 - cpu0) / elapsed, 2), "peak_rss_mb": round(server.peak_rss / 2**20, 1),
+            "probe_cpu_share": round((time.process_time() - probe0) / elapsed, 2),
+            "load_average": os.getloadavg()[0]}
 
 
 def top(args: argparse.Namespace) -> dict[str, Any]:
-    """The heaviest functions of a ``py-spy record --format raw`` profile: inclusive share
-    (a function on the stack), counting each function once per sample; idle waits excluded."""
+    """The heaviest functions of a ``py-spy record --format raw`` profile, as a share of the
+    busy samples: inclusive (on the stack) and own (on top). Idle waits (selectors, thread
+    pools, locks) and start-up imports are left out."""
     inclusive: dict[str, int] = {}
     own: dict[str, int] = {}
     total = 0
-    idle = ("select (selectors.py", "_worker (concurrent/futures/thread.py", "wait (threading.py",
-            "_bootstrap (threading.py")
+    idle = re.compile(r"^(EpollSelector.select|select|Condition.wait|wait|_worker|Queue.get|Event.wait|"
+                      r"Connection.wait|_wait_for_tstate_lock|WaitGroup)\b")
     for line in Path(args.profile).read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")[1:]]
-        if not frames or any(frames[-1].startswith(i) for i in idle[:1]) or frames[-1].startswith(idle[2]):
+        if not frames or idle.match(frames[-1]) or any("_find_and_load" in f for f in frames):
             continue
         n = int(count)
         total += n
         for name in dict.fromkeys(frames):
             inclusive[name] = inclusive.get(name, 0) + n
         own[frames[-1]] = own.get(frames[-1], 0) + n
-    skip = re.compile(r"runpy|services/cli.py|asyncio/(runners|base_events|events)|threading.py|"
-                      r"concurrent/futures/thread.py|uvicorn/server.py|<module>|faststream/|_asyncio|asyncio/tasks")
-    ranked = [(k, v) for k, v in sorted(inclusive.items(), key=lambda kv: -kv[1]) if not skip.search(k)]
+    plumbing = re.compile(r"runpy|services/cli.py|asyncio/(runners|base_events|events|tasks)|threading.py|"
+                          r"concurrent/futures|uvicorn/server.py|<module>|_asyncio|contextlib|_run_code|"
+                          r"psycopg_pool/pool.py|to_thread|Context.run")
+    ranked = [(k, v) for k, v in sorted(inclusive.items(), key=lambda kv: -kv[1]) if not plumbing.search(k)]
     return {"busy_samples": total,
             "inclusive": [(k, round(100 * v / total, 1)) for k, v in ranked[:args.n]],
             "self": [(k, round(100 * v / total, 1)) for k, v in sorted(own.items(), key=lambda kv: -kv[1])[:args.n]]}

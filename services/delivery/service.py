@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 import uvicorn
 
@@ -30,7 +31,9 @@ log = get_logger(__name__)
 async def serve(settings: Settings) -> None:
     ensure_schema(settings)
     store = open_application(settings, lambda: ViewStore(settings))
-    broker = make_broker(settings, "imprint-delivery")
+    # One member of the consumer group per instance, named so an operator (and the
+    # multi-instance test) can tell which instance holds which partitions.
+    broker = make_broker(settings, f"imprint-delivery-{os.getpid()}")
     outbox = Outbox(broker, settings)
     notifier = Notifier(poll_interval=settings.sse_poll_seconds)
     notifier.bind(asyncio.get_running_loop())

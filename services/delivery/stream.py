@@ -121,10 +121,13 @@ class EventStream(Response):
             for frame in frames:
                 if frame.id <= last:
                     continue
-                try:
-                    await asyncio.wait_for(queue.put(frame), config.slow_client_timeout)
-                except TimeoutError as error:
-                    raise SlowClient() from error
+                if queue.full():
+                    try:
+                        await asyncio.wait_for(queue.put(frame), config.slow_client_timeout)
+                    except TimeoutError as error:
+                        raise SlowClient() from error
+                else:
+                    queue.put_nowait(frame)
                 last = frame.id
                 if frame.event == "done":
                     return True
