@@ -24,6 +24,11 @@ entry and the block's live frame with its skeleton), new frame rows, and one
 rows when asked. Only the terminal (once per run), a withdrawal after ``done`` and a
 conversation's deletion read a run's frames.
 
+**Several instances.** The instances form one consumer group over one shared store.
+During a rebalance the old and the new owner of a partition may apply overlapping polls
+at the same moment: a transaction-scoped advisory lock per partition, taken before the
+position is read, makes the second wait and then skip what the first committed.
+
 **Wake-ups.** On PostgreSQL the batch's transaction also ``NOTIFY``s the store's
 channel with the run ids that changed (delivered on commit), so every Delivery
 instance listening on the shared store wakes its live feeds (see
@@ -163,6 +168,10 @@ class DeliveryTables:
     def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
         """Announce changed runs to every listening instance, on commit (PostgreSQL)."""
 
+    def lock_positions(self, c: Any, names: Sequence[str]) -> None:
+        """Hold these partitions' positions until the transaction ends (PostgreSQL; SQLite
+        has one writer at a time anyway)."""
+
 
 class SQLiteDeliveryRecorder(SQLiteTrackingRecorder, DeliveryTables):
     prefix = "delivery"
@@ -203,6 +212,15 @@ class PostgresDeliveryRecorder(PostgresTrackingRecorder, DeliveryTables):
     def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
         for payload in notify_payloads(origin, run_ids):
             c.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+
+    def lock_positions(self, c: Any, names: Sequence[str]) -> None:
+        # During a rebalance the old and the new owner of a partition may apply
+        # overlapping polls at once; the second must read the position only after the
+        # first committed, or it would apply the overlap again. A transaction-scoped
+        # advisory lock per partition, taken in one order before any run row lock.
+        for name in sorted(names):
+            key = int.from_bytes(hashlib.sha256(f"{self.channel}|{name}".encode()).digest()[:8], "big", signed=True)
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
 
 
 def notify_payloads(origin: str, run_ids: Sequence[str]) -> list[str]:
@@ -256,6 +274,7 @@ class ViewStore:
         fresh: list[Inbound] = []
         with r.transaction(commit=True) as c:
             positions: dict[str, int | None] = {}
+            r.lock_positions(c, sorted({item.tracking.application_name for item in batch}))
             for item in batch:
                 name = item.tracking.application_name
                 if name not in positions:
