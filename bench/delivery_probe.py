@@ -183,6 +183,55 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
         drop_schema(settings)
 
 
+def wait_store(settings: Settings, runs: list[str], frames: int, timeout: float = 600) -> None:
+    """Until every run has ``frames`` frames, read from the database (no load on the server)."""
+    import psycopg
+
+    assert settings.database_url is not None
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        while time.monotonic() < deadline:
+            row = connection.execute(
+                f'SELECT count(*) FROM "{settings.database_schema}".delivery_runs '
+                "WHERE run_id = ANY(%s) AND last_frame_id >= %s", (runs, frames)).fetchone()
+            if row is not None and row[0] == len(runs):
+                return
+            time.sleep(0.05)
+    raise RuntimeError("the store never caught up")
+
+
+def sizes(args: argparse.Namespace) -> dict[str, Any]:
+    """Server CPU per block when runs hold ``size`` blocks each, the blocks of all runs interleaved."""
+    out: dict[str, Any] = {"measure": "sizes", "blocks": args.blocks}
+    for size in args.sizes:
+        settings = fresh_settings()
+        create_topics(settings)
+        server = Server(settings, None)
+        try:
+            server.wait_ready()
+            runs = [f"size{size}-{i}-{uuid.uuid4().hex[:4]}" for i in range(max(1, args.blocks // size))]
+            asyncio.run(produce_all(settings, [(Topic.RUNS, running(r)) for r in runs]))
+            wait_store(settings, runs, 1)
+            _, cpu0 = server.sample()
+            start = time.monotonic()
+            items = [(Topic.PUBLICATION, published(r, f"b{i}", 1, f"block {i} " + "x" * 400, i))
+                     for i in range(1, size + 1) for r in runs]
+            asyncio.run(produce_all(settings, items))
+            wait_store(settings, runs, 1 + size)
+            elapsed = time.monotonic() - start
+            _, cpu1 = server.sample()
+            total = size * len(runs)
+            out[f"size_{size}"] = {"runs": len(runs), "blocks": total, "seconds": round(elapsed, 2),
+                                   "cpu_ms_per_block": round((cpu1 - cpu0) * 1e3 / total, 3)}
+        finally:
+            server.stop()
+            drop_schema(settings)
+    first, last = (out[f"size_{s}"]["cpu_ms_per_block"] for s in (args.sizes[0], args.sizes[-1]))
+    out["ratio_largest_to_smallest"] = round(last / first, 2) if first else None
+    out["load_average"] = os.getloadavg()[0]
+    return out
+
+
 async def client(url: str, run_id: str, token: str, latencies: list[float], ready: asyncio.Event,
                  connected: list[int], stop: asyncio.Event, errors: list[str]) -> None:
     host, port = url.removeprefix("http://").split(":")
@@ -322,6 +371,10 @@ def main() -> None:
     f.add_argument("--rate", type=float, default=4.0)
     f.add_argument("--profile")
     f.set_defaults(func=fanout)
+    z = sub.add_parser("sizes")
+    z.add_argument("--blocks", type=int, default=4000)
+    z.add_argument("--sizes", type=int, nargs="+", default=[25, 400])
+    z.set_defaults(func=sizes)
     t = sub.add_parser("top")
     t.add_argument("profile")
     t.add_argument("-n", type=int, default=25)
