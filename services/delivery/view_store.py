@@ -129,6 +129,9 @@ class DeliveryTables:
     def table_names(self) -> dict[str, str]:
         raise NotImplementedError
 
+    def columns(self, c: Any, table: str) -> set[str]:
+        raise NotImplementedError
+
     def q(self, statement: str) -> str:
         statement = statement.format(**self.table_names())
         return statement.replace("?", self.placeholder) if self.placeholder != "?" else statement
@@ -182,8 +185,12 @@ class SQLiteDeliveryRecorder(SQLiteTrackingRecorder, DeliveryTables):
     def table_names(self) -> dict[str, str]:
         p = self.prefix
         return {"runs": f"{p}_runs", "blocks": f"{p}_blocks", "frames": f"{p}_frames",
-                "conflicts": f"{p}_conflicts", "runs_index": f"{p}_runs_conversation",
+                "conflicts": f"{p}_conflicts", "views": f"{p}_views", "runs_index": f"{p}_runs_conversation",
                 "frames_index": f"{p}_frames_key"}
+
+    def columns(self, c: Any, table: str) -> set[str]:
+        c.execute(f"PRAGMA table_info({self.prefix}_{table})")
+        return {row["name"] for row in c.fetchall()}
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *self.ddl()]
@@ -206,8 +213,13 @@ class PostgresDeliveryRecorder(PostgresTrackingRecorder, DeliveryTables):
     def table_names(self) -> dict[str, str]:
         s, p = self.datastore.schema, self.prefix
         return {"runs": f'"{s}"."{p}_runs"', "blocks": f'"{s}"."{p}_blocks"', "frames": f'"{s}"."{p}_frames"',
-                "conflicts": f'"{s}"."{p}_conflicts"', "runs_index": f"{p}_runs_conversation",
-                "frames_index": f"{p}_frames_key"}
+                "conflicts": f'"{s}"."{p}_conflicts"', "views": f'"{s}"."{p}_views"',
+                "runs_index": f"{p}_runs_conversation", "frames_index": f"{p}_frames_key"}
+
+    def columns(self, c: Any, table: str) -> set[str]:
+        c.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+                  (self.datastore.schema, f"{self.prefix}_{table}"))
+        return {row["column_name"] for row in c.fetchall()}
 
     def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
         for payload in notify_payloads(origin, run_ids):
@@ -256,6 +268,7 @@ class ViewStore:
         self.listeners: list[ConflictListener] = []
         self.origin = uuid.uuid4().hex
         """Names this process in its own notifications (it wakes its feeds directly)."""
+        self._upgrade()
 
     def close(self) -> None:
         self._factory.close()
@@ -444,6 +457,68 @@ class ViewStore:
             c.execute(r.q("SELECT COUNT(*) AS n FROM {runs} WHERE run_id = ?"), ("",))
             c.fetchone()
         return True
+
+    def _upgrade(self) -> None:
+        """A store written in the earlier layout (each run's whole answer state in one
+        ``views`` row, rewritten per batch) moves to the appending layout in place, once:
+        block rows from the answer states, each key's live frame from the frames that
+        still have a body, conflicts numbered in detection order. Frames, ids, positions
+        and delivery states stay as they are."""
+        r = self.recorder
+        with r.transaction(commit=True) as c:
+            if "live_frames" in r.columns(c, "runs"):
+                return
+            log.info("upgrading the delivery view store to the appending layout")
+            c.execute(r.q("ALTER TABLE {runs} ADD COLUMN live_frames TEXT NOT NULL DEFAULT '{{}}'"))
+            c.execute(r.q("ALTER TABLE {runs} ADD COLUMN conflict_count BIGINT NOT NULL DEFAULT 0"))
+            live: dict[tuple[str, str], tuple[int, str]] = {}
+            c.execute(r.q("SELECT run_id, frame_id, event, data, body_sha256, skey FROM {frames} "
+                          "WHERE superseded = 0 AND skey IS NOT NULL ORDER BY run_id, frame_id"))
+            for row in c.fetchall():
+                live[(row["run_id"], row["skey"])] = (int(row["frame_id"]), json.dumps(
+                    skeleton(row["event"], json.loads(row["data"]), row["body_sha256"]), ensure_ascii=False))
+            now, block_rows = _now(), []
+            if "state" in r.columns(c, "views"):
+                c.execute(r.q("SELECT run_id, state FROM {views}"))
+                for row in c.fetchall():
+                    answer = merge.AnswerState.model_validate_json(row["state"])
+                    for block_id, state in answer.blocks.items():
+                        display = merge.display(state)
+                        frame_id, frame_skeleton = live.get((row["run_id"], f"block:{block_id}"), (None, None))
+                        block_rows.append((row["run_id"], block_id, state.model_dump_json(),
+                                           json.dumps(display) if display is not None else None, frame_id,
+                                           frame_skeleton, now))
+            if block_rows:
+                c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, display, frame_id, frame_skeleton, "
+                                  "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"), block_rows)
+            run_keys: dict[str, dict[str, list[Any]]] = {}
+            for (run_id, key), (frame_id, frame_skeleton) in live.items():
+                if not key.startswith("block:"):
+                    run_keys.setdefault(run_id, {})[key] = [frame_id, frame_skeleton]
+            if run_keys:
+                c.executemany(r.q("UPDATE {runs} SET live_frames = ? WHERE run_id = ?"),
+                              [(json.dumps(keys), run_id) for run_id, keys in run_keys.items()])
+            if "seq" not in r.columns(c, "conflicts"):
+                c.execute(r.q("SELECT * FROM {conflicts} ORDER BY run_id, detected_at"))
+                rows = [dict(row) for row in c.fetchall()]
+                c.execute(r.q("DROP TABLE {conflicts}"))
+                for statement in self.recorder.ddl():
+                    if "{conflicts}".format(**r.table_names()) in statement and "CREATE TABLE" in statement:
+                        c.execute(statement)
+                counts: dict[str, int] = {}
+                for row in rows:
+                    counts[row["run_id"]] = counts.get(row["run_id"], 0) + 1
+                    row["seq"] = counts[row["run_id"]]
+                if rows:
+                    c.executemany(r.q("INSERT INTO {conflicts} (run_id, seq, block_id, revision, first_kind, "
+                                      "first_sha256, second_kind, second_sha256, frame_id, detected_at) "
+                                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                                  [(x["run_id"], x["seq"], x["block_id"], x["revision"], x["first_kind"],
+                                    x["first_sha256"], x["second_kind"], x["second_sha256"], x["frame_id"],
+                                    x["detected_at"]) for x in rows])
+                c.executemany(r.q("UPDATE {runs} SET conflict_count = ? WHERE run_id = ?"),
+                              [(n, run_id) for run_id, n in counts.items()])
+            c.execute(r.q("DROP TABLE IF EXISTS {views}"))
 
     # ------------------------------------------------------------------ internals
 

@@ -87,3 +87,53 @@ def test_overlapping_polls_of_two_instances_apply_each_message_once(
     frames = old_owner.frames_after(run, 0, limit=100)
     assert [f.id for f in frames] == list(range(1, 17)), "one run status and fifteen progress notes, each once"
     assert old_owner.position(RUNS, 1) == 14
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("P17")
+def test_a_store_in_the_earlier_layout_is_upgraded_in_place_on_postgres(isolated: Settings) -> None:
+    import json
+
+    from imprint.delivery import merge
+    from tests.unit.delivery.test_delivery_store_append import Feed, Reference, script
+    from tests.unit.delivery.test_delivery_store_sqlite import EARLIER_LAYOUT
+
+    batches = script(4)
+    reference, cut = Reference(), len(batches) // 2
+    for batch in batches[:cut]:
+        reference.batch(batch)
+    run_id, p = reference.projection.run_id, reference.projection
+    schema = isolated.database_schema
+    assert isolated.database_url is not None and schema is not None
+
+    def named(statement: str) -> str:
+        return statement.replace("delivery_", f'"{schema}".delivery_').replace("?", "%s")
+
+    with psycopg.connect(isolated.database_url) as db:  # what the earlier store wrote
+        for statement in EARLIER_LAYOUT:
+            db.execute(named(statement))
+        db.execute(named("INSERT INTO delivery_runs VALUES (?, ?, ?, ?, ?, ?, NULL, 'pending', 0, ?, 't0', 't0')"),
+                   (run_id, p.account_id, p.conversation_id, p.state, p.outcome, len(reference.frames),
+                    p.model_dump_json(exclude={"answer"})))
+        db.execute(named("INSERT INTO delivery_views VALUES (?, ?, '{}', 't0')"), (run_id, p.answer.model_dump_json()))
+        with db.cursor() as cursor:
+            cursor.executemany(named("INSERT INTO delivery_frames VALUES (?, ?, ?, ?, ?, ?, ?, 't0')"), [
+                (run_id, f["id"], f["event"], json.dumps(f["data"], ensure_ascii=False), f["sha"], f["key"],
+                 int(f["superseded"])) for f in reference.frames])
+            cursor.executemany(named("INSERT INTO delivery_conflicts VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)"), [
+                (run_id, x.block_id, x.revision, x.first_kind, x.first_sha256, x.second_kind, x.second_sha256,
+                 f"t{n:03d}") for n, x in enumerate(p.answer.conflicts)])
+    store = ViewStore(isolated)
+    try:
+        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        feed = Feed()
+        for batch in batches[cut:]:
+            store.process(feed(*batch))
+            reference.batch(batch)
+        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        answer = reference.projection.answer
+        assert store.answer_view(run_id) == {
+            "blocks": merge.view(answer),
+            "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
+    finally:
+        store.close()
