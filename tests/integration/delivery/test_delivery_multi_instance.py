@@ -254,3 +254,47 @@ def test_clients_on_either_instance_follow_live_and_resume_on_the_other(
     assert len({f["event_id"] for f in facts}) == len(facts), "no fact published twice"
     status = httpx.get(f"{a.url}/v1/runs/{run}", headers={"Authorization": f"Bearer {token}"}).json()
     assert status["last_event_id"] == ids[-1] and status["terminal"]
+
+
+def listeners(settings: Settings) -> list[int]:
+    """Backends of the Delivery instances' ``LISTEN`` connections."""
+    import psycopg
+
+    assert settings.database_url is not None
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        rows = connection.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                  "AND query LIKE 'LISTEN \"imprint_delivery_%%'").fetchall()
+    return [int(pid) for (pid,) in rows]
+
+
+@pytest.mark.rule("D1")
+def test_a_lost_wake_up_connection_loses_no_frame(isolated: Settings, pair: tuple[Instance, Instance]) -> None:
+    import psycopg
+
+    a, b = pair
+    owned = assignment(isolated)
+    publication = isolated.topic(Topic.PUBLICATION)
+    watcher = b if owned[a.process.pid] == [publication] else a  # its clients' blocks come from the other
+    run, token = "run-lost-wakeup", mint_token(isolated, "acct-1")
+    asyncio.run(produce(isolated, Topic.RUNS, running(run)))
+    wait_for_run(watcher, run, token)
+    reader = Reader(watcher.url, run, token)
+    reader.start()
+    deadline = time.monotonic() + 20
+    while reader.seen < 1:
+        assert time.monotonic() < deadline, "the stream never opened"
+        time.sleep(0.05)
+    before = listeners(isolated)
+    assert len(before) == 2, f"one LISTEN connection per instance: {before}"
+    assert isolated.database_url is not None
+    with psycopg.connect(isolated.database_url, autocommit=True) as connection:
+        for pid in before:  # both instances lose their wake-ups; frames committed now are not announced to them
+            connection.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    asyncio.run(produce(isolated, Topic.PUBLICATION,
+                        *[published(run, f"b{i}", 1, f"block {i}", i) for i in range(1, 4)], settled(run)))
+    asyncio.run(produce(isolated, Topic.RUNS, closed(run, "closed while nobody listened")))
+    frames = reader.result()
+    assert reader.ended, "the reconnected listener woke the feed (the fallback check is a minute away)"
+    ids = [f.id for f in frames]
+    assert ids == list(range(1, ids[-1] + 1)) and validate_stream(held(frames)).ok
+    assert sorted(listeners(isolated)) != sorted(before) and len(listeners(isolated)) == 2, "both listen again"
