@@ -157,6 +157,21 @@ def wait_frames(server: Server, run_id: str, token: str, count: int, timeout: fl
     raise RuntimeError(f"run {run_id} did not reach {count} frames")
 
 
+class Group:
+    """Several servers sampled as one: CPU summed, RSS of the largest."""
+
+    def __init__(self, servers: list[Server]) -> None:
+        self.servers = servers
+
+    @property
+    def peak_rss(self) -> int:
+        return max(s.peak_rss for s in self.servers)
+
+    def sample(self) -> tuple[int, float]:
+        samples = [s.sample() for s in self.servers]
+        return max(r for r, _ in samples), sum(c for _, c in samples)
+
+
 def burst(args: argparse.Namespace) -> dict[str, Any]:
     settings = fresh_settings()
     create_topics(settings)
@@ -261,29 +276,38 @@ async def client(url: str, run_id: str, token: str, latencies: list[float], read
 
 
 def fanout(args: argparse.Namespace) -> dict[str, Any]:
+    """``--instances N``: N Delivery processes sharing the store and the consumer group,
+    the clients split evenly across them (CPU summed, peak RSS of the largest)."""
     settings = fresh_settings()
     create_topics(settings)
-    server = Server(settings, args.profile)
+    servers = [Server(settings.model_copy(update={"http_port": settings.http_port if i == 0 else free_port()}),
+                      args.profile if i == 0 else None) for i in range(args.instances)]
     try:
-        server.wait_ready()
+        for server in servers:
+            server.wait_ready()
         run_id, token = f"fan-{uuid.uuid4().hex[:6]}", mint_token(settings, "acct-1")
         asyncio.run(produce_all(settings, [(Topic.RUNS, running(run_id))]))
-        wait_frames(server, run_id, token, 1)
-        return asyncio.run(_fanout(args, settings, server, run_id, token))
+        for server in servers:
+            wait_frames(server, run_id, token, 1)
+        return asyncio.run(_fanout(args, settings, servers, run_id, token))
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
         drop_schema(settings)
 
 
-async def _fanout(args: argparse.Namespace, settings: Settings, server: Server, run_id: str,
+async def _fanout(args: argparse.Namespace, settings: Settings, servers: list[Server], run_id: str,
                   token: str) -> dict[str, Any]:
+    group = Group(servers)
+    server: Any = group
     latencies: list[float] = []
     errors: list[str] = []
     ready, stop = asyncio.Event(), asyncio.Event()
     connected = [0, args.clients]
     tasks = []
-    for _ in range(args.clients):
-        tasks.append(asyncio.create_task(client(server.url, run_id, token, latencies, ready, connected, stop, errors)))
+    for n in range(args.clients):
+        url = servers[n % len(servers)].url
+        tasks.append(asyncio.create_task(client(url, run_id, token, latencies, ready, connected, stop, errors)))
         await asyncio.sleep(0.002)
     await asyncio.wait_for(ready.wait(), 120)
     await asyncio.sleep(2)
@@ -322,7 +346,7 @@ async def _fanout(args: argparse.Namespace, settings: Settings, server: Server, 
     def pct(p: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 1) if ordered else float("nan")
 
-    return {"measure": "fanout", "clients": args.clients, "frames": args.frames, "rate_per_s": args.rate,
+    return {"measure": "fanout", "instances": len(servers), "clients": args.clients, "frames": args.frames, "rate_per_s": args.rate,
             "received": len(latencies), "expected": expected, "errors": len(errors),
             "p50_ms": pct(0.50), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0),
             "server_cpu_share": round((cpu1 - cpu0) / elapsed, 2), "peak_rss_mb": round(server.peak_rss / 2**20, 1),
@@ -369,6 +393,7 @@ def main() -> None:
     f.add_argument("--clients", type=int, default=1000)
     f.add_argument("--frames", type=int, default=60)
     f.add_argument("--rate", type=float, default=4.0)
+    f.add_argument("--instances", type=int, default=1)
     f.add_argument("--profile")
     f.set_defaults(func=fanout)
     z = sub.add_parser("sizes")
