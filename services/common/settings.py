@@ -40,6 +40,8 @@ class Settings(BaseSettings):
 
     sse_keepalive_seconds: float = 15.0
     sse_client_queue: int = 1000
+    sse_poll_seconds: float = 1.0
+    """Delivery's fallback check for live runs whose wake-up was lost (one query for all of them)."""
     max_request_bytes: int = 64 * 1024
     retention_seconds: float = 30 * 24 * 3600
     """X8: a conversation idle for longer than this is deleted by the retention sweeper."""

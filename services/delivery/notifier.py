@@ -1,23 +1,178 @@
-"""In-process live notification: whoever called ``ViewStore.process()`` pokes the
-notifier with the run ids that got frames; SSE handlers wait on it and then read
-``frames_after`` from the store. The store stays the single source of frames, so the
-live path and the resume path are the same code.
+"""Live frames for SSE clients: one store read per run per wake-up, shared by every
+client of that run, on every Delivery instance.
 
-Versions make wake-ups loss-free: a handler reads ``version(run_id)`` *before* it
-queries the store and then waits only if the version is still the same."""
+* :class:`Notifier` is the process's hub. Whoever committed a batch (``ViewStore.process``
+  in this process) calls :meth:`Notifier.notify` with the run ids that changed; batches
+  committed by *other* instances arrive as PostgreSQL notifications on the store's
+  channel (:class:`PostgresWakeups`, ``LISTEN``; the store ``NOTIFY``s in the batch's own
+  transaction, so a notification never precedes the frames it announces).
+* A :class:`RunFeed` exists per run while at least one client follows it live. After a
+  wake-up it reads the new frames once (``ViewStore.read_feed``, in a worker thread),
+  encodes each frame's SSE bytes once, and hands them to every :class:`Subscription`.
+  Wake-ups that arrive during a read coalesce into one more read.
+* The store stays the single source of frames: a client reads its backlog (a resume,
+  a new client replaying from 1, a gap, a subscription that overflowed) from the store,
+  and follows the feed only from where it caught up. Frame ids are dense per run, so a
+  client recognises a gap or a duplicate by id alone.
+* A lost wake-up (a dropped ``LISTEN`` connection, a notification sent while this
+  process was not listening) is caught by one fallback query per ``poll_interval`` for
+  *all* live runs together (``ViewStore.heads``), never one query per client.
+
+``version``/``wait`` remain the process-local wake-up primitive (loss-free: read the
+version, then wait only while it is unchanged)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from imprint.delivery.frames import Frame
+from services.common.observability import get_logger
+
+if TYPE_CHECKING:
+    from services.delivery.view_store import ViewStore
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SharedFrame(Frame):
+    """A frame read once for every client of its run, with its SSE bytes encoded once."""
+
+    encoded: bytes = b""
+
+    @classmethod
+    def of(cls, frame: Frame) -> SharedFrame:
+        return cls(frame.run_id, frame.id, frame.event, frame.data, frame.body_sha256, frame.sse())
+
+    def sse(self) -> bytes:
+        return self.encoded
+
+
+class Subscription:
+    """One client's place on a run's feed: frames handed over since it last looked."""
+
+    def __init__(self, feed: RunFeed, limit: int) -> None:
+        self.feed = feed
+        self.limit = limit
+        self.floor = feed.cursor
+        """The feed had read every frame up to here before this subscription: read those from the store."""
+        self.frames: deque[Frame] = deque()
+        self.lagged = False
+        """More frames were handed over than ``limit`` while the client was busy: they were
+        dropped here, read them from the store."""
+        self.ended: str | None = None
+        self.error: BaseException | None = None
+        self._event = asyncio.Event()
+
+    def offer(self, frames: list[Frame]) -> None:
+        if len(self.frames) + len(frames) > self.limit:
+            self.frames.clear()
+            self.lagged = True
+        else:
+            self.frames.extend(frames)
+        self._event.set()
+
+    def end(self, reason: str) -> None:
+        self.ended = reason
+        self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self._event.set()
+
+    async def next(self) -> list[Frame]:
+        """The frames handed over since the last call (waits for some, an end or a lag)."""
+        while not self.frames and not self.lagged and self.ended is None and self.error is None:
+            self._event.clear()
+            await self._event.wait()
+        if self.error is not None:
+            raise self.error
+        out = list(self.frames)
+        self.frames.clear()
+        return out
+
+    def close(self) -> None:
+        self.feed.leave(self)
+
+
+class RunFeed:
+    """A run's live frames for every subscription of this process: one read per wake-up."""
+
+    def __init__(self, hub: Notifier, run_id: str, store: ViewStore, cursor: int) -> None:
+        self.hub = hub
+        self.run_id = run_id
+        self.store = store
+        self.cursor = cursor
+        self.subscriptions: set[Subscription] = set()
+        self.closed = False
+        self.reads = 0
+        self._wake = asyncio.Event()
+        self._wake.set()  # the first read: anything committed since the first client caught up
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"run-feed-{run_id}")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def leave(self, subscription: Subscription) -> None:
+        self.subscriptions.discard(subscription)
+        if not self.subscriptions:
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.hub._forget(self)
+            self._wake.set()
+
+    async def _run(self) -> None:
+        page = self.hub.page
+        try:
+            while not self.closed:
+                await self._wake.wait()
+                self._wake.clear()
+                if self.closed:
+                    return
+                while True:
+                    read = await asyncio.to_thread(self.store.read_feed, self.run_id, self.cursor, page)
+                    self.reads += 1
+                    if read.frames:
+                        frames: list[Frame] = [SharedFrame.of(f) for f in read.frames]
+                        self.cursor = frames[-1].id
+                        for subscription in list(self.subscriptions):
+                            subscription.offer(frames)
+                    if len(read.frames) < page:
+                        break
+                if not read.exists or read.deleted:
+                    for subscription in list(self.subscriptions):
+                        subscription.end("gone")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.error("run feed read failed", run_id=self.run_id, error=repr(error))
+            for subscription in list(self.subscriptions):
+                subscription.fail(error)
+        finally:
+            self.close()
 
 
 class Notifier:
-    def __init__(self) -> None:
+    """The process's live-frame hub: per-run feeds, local and remote wake-ups, the fallback."""
+
+    def __init__(self, *, poll_interval: float = 1.0, page: int = 500, buffer_limit: int = 10_000) -> None:
+        self.poll_interval = poll_interval
+        self.page = page
+        self.buffer_limit = buffer_limit
+        self.feeds: dict[str, RunFeed] = {}
         self._sequence = 0
         self._versions: dict[str, int] = {}
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._poller: asyncio.Task[None] | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Remember the event loop, for :meth:`notify_threadsafe`."""
@@ -26,6 +181,50 @@ class Notifier:
     @property
     def bound(self) -> bool:
         return self._loop is not None
+
+    # -------------------------------------------------------------- live feeds
+
+    def subscribe(self, run_id: str, store: ViewStore, position: int) -> Subscription:
+        """Follow ``run_id`` live from ``position`` (the last frame the client holds from
+        the store). Frames up to ``subscription.floor`` must be read from the store."""
+        feed = self.feeds.get(run_id)
+        if feed is None:
+            feed = self.feeds[run_id] = RunFeed(self, run_id, store, position)
+            if self._poller is None or self._poller.done():
+                self._poller = asyncio.get_running_loop().create_task(self._poll(), name="run-feed-fallback")
+        subscription = Subscription(feed, self.buffer_limit)
+        feed.subscriptions.add(subscription)
+        return subscription
+
+    def _forget(self, feed: RunFeed) -> None:
+        if self.feeds.get(feed.run_id) is feed:
+            del self.feeds[feed.run_id]
+
+    def subscribers(self) -> int:
+        return sum(len(f.subscriptions) for f in self.feeds.values())
+
+    def wake_all(self) -> None:
+        for feed in list(self.feeds.values()):
+            feed.wake()
+
+    async def _poll(self) -> None:
+        """The fallback for a lost wake-up: one query for every live run, per interval."""
+        while self.feeds:
+            await asyncio.sleep(self.poll_interval)
+            feeds = list(self.feeds.values())
+            if not feeds:
+                return
+            try:
+                heads = await asyncio.to_thread(feeds[0].store.heads, [f.run_id for f in feeds])
+            except Exception as error:  # the feeds' own reads report a store that stays down
+                log.warning("run feed fallback check failed", error=repr(error))
+                continue
+            for feed in feeds:
+                head = heads.get(feed.run_id)
+                if head is None or head[1] or head[0] > feed.cursor:
+                    feed.wake()
+
+    # -------------------------------------------------------------- wake-ups
 
     def version(self, run_id: str) -> int:
         return self._versions.get(run_id, 0)
@@ -37,6 +236,9 @@ class Notifier:
             self._versions[run_id] = self._sequence
             for event in self._waiters.get(run_id, ()):
                 event.set()
+            feed = self.feeds.get(run_id)
+            if feed is not None:
+                feed.wake()
         if len(self._versions) > 50_000:  # forget quiet runs; a waiter just re-reads the store
             for run_id in [r for r in self._versions if r not in self._waiters][:25_000]:
                 del self._versions[run_id]
@@ -68,3 +270,59 @@ class Notifier:
 
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
+
+    async def close(self) -> None:
+        tasks = [f._task for f in self.feeds.values()]
+        if self._poller is not None:
+            tasks.append(self._poller)
+        for feed in list(self.feeds.values()):
+            feed.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class PostgresWakeups:
+    """``LISTEN`` on the shared store's channel: wake this process's feeds for the runs
+    another instance's batch changed. Reconnects on failure and then wakes every feed
+    (a notification sent while nobody listened is otherwise lost)."""
+
+    def __init__(self, database_url: str, channel: str, origin: str, hub: Notifier, *,
+                 reconnect_seconds: float = 1.0) -> None:
+        self.database_url = database_url
+        self.channel = channel
+        self.origin = origin
+        self.hub = hub
+        self.reconnect_seconds = reconnect_seconds
+        self.listening = asyncio.Event()
+        self.received = 0
+
+    async def run(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as connection:
+                    await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    self.listening.set()
+                    self.hub.wake_all()
+                    async for note in connection.notifies():
+                        self._deliver(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.listening.clear()
+                log.warning("delivery wake-up listener lost its connection; reconnecting", error=repr(error))
+                await asyncio.sleep(self.reconnect_seconds)
+
+    def _deliver(self, payload: str) -> None:
+        try:
+            note: dict[str, Any] = json.loads(payload)
+        except ValueError:
+            return
+        if note.get("origin") == self.origin:
+            return  # this process's own batch: its consumer already woke the feeds
+        runs = [r for r in note.get("runs", ()) if isinstance(r, str)]
+        self.received += 1
+        self.hub.notify(runs)

@@ -1,35 +1,55 @@
-"""``imprint serve delivery``: the gateway — consumer, view store and HTTP on one loop."""
+"""``imprint serve delivery``: the gateway — consumer, view store and HTTP on one loop.
+
+Any number of instances may run behind any load balancer (no sticky sessions). With
+PostgreSQL they share one view store: the instances form one consumer group, so each
+fact is applied once (frame ids are assigned in the store, under the run's row lock),
+and each batch ``NOTIFY``s the store's channel, which every instance ``LISTEN``s to, so a
+client on any instance follows its run live and resumes on any other with
+``Last-Event-ID``. The embedded SQLite store is single-instance."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 
 import uvicorn
 
 from imprint.contracts.base import Message
-from services.common.settings import Settings
 from services.common.eventstore import ensure_schema, open_application
 from services.common.kafka import Outbox, make_broker
+from services.common.observability import get_logger
+from services.common.settings import Settings
 from services.delivery import consumer
 from services.delivery.app import create_app, topic_for
-from services.delivery.notifier import Notifier
+from services.delivery.notifier import Notifier, PostgresWakeups
 from services.delivery.view_store import ViewStore
+
+log = get_logger(__name__)
 
 
 async def serve(settings: Settings) -> None:
     ensure_schema(settings)
     store = open_application(settings, lambda: ViewStore(settings))
-    broker = make_broker(settings, "imprint-delivery")
+    # One member of the consumer group per instance, named so an operator (and the
+    # multi-instance test) can tell which instance holds which partitions.
+    broker = make_broker(settings, f"imprint-delivery-{os.getpid()}")
     outbox = Outbox(broker, settings)
-    notifier = Notifier()
+    notifier = Notifier(poll_interval=settings.sse_poll_seconds)
     notifier.bind(asyncio.get_running_loop())
     consumer.subscribe(broker, settings, outbox, store, notifier)
+    wakeups: asyncio.Task[None] | None = None
+    if settings.uses_postgres and store.channel is not None:
+        assert settings.database_url is not None
+        listener = PostgresWakeups(settings.database_url, store.channel, store.origin, notifier)
+        wakeups = asyncio.create_task(listener.run(), name="delivery-wakeups")
 
     async def publish(message: Message) -> None:
         await outbox.publish(topic_for(message), message)
 
     started = asyncio.Event()
-    app = create_app(settings, store, publish, notifier=notifier, caught_up=started.is_set)
+    app = create_app(settings, store, publish, notifier=notifier, caught_up=started.is_set,
+                     poll_interval=settings.sse_poll_seconds)
     server = uvicorn.Server(uvicorn.Config(
         app, host=settings.http_host, port=settings.http_port, log_config=None, access_log=False,
         lifespan="off", timeout_graceful_shutdown=5,
@@ -39,5 +59,10 @@ async def serve(settings: Settings) -> None:
     try:
         await server.serve()  # owns SIGINT/SIGTERM: stops accepting, then returns
     finally:
+        if wakeups is not None:
+            wakeups.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wakeups
+        await notifier.close()
         await broker.stop()
         store.close()

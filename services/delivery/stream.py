@@ -109,32 +109,67 @@ class EventStream(Response):
             log.warning("stream writer ended with an error", run_id=self.run_id, error=repr(writer.exception()))
 
     async def _pump(self, queue: asyncio.Queue[Any]) -> None:
+        """The backlog from the store, then the run's shared live feed (``self.notifier``):
+        one store read per run per wake-up for all its clients. A gap in the ids, an
+        overflowed subscription or frames the feed read before this client joined are read
+        from the store; ids at or below the last one sent are skipped (no duplicate)."""
         last = self.last_id
         config = self.config
-        while True:
-            seen = self.notifier.version(self.run_id)
-            frames: list[Frame] = await asyncio.to_thread(self.store.frames_after, self.run_id, last, config.page)
+
+        async def put(frames: list[Frame]) -> bool:
+            nonlocal last
             for frame in frames:
-                try:
-                    await asyncio.wait_for(queue.put(frame), config.slow_client_timeout)
-                except TimeoutError as error:
-                    raise SlowClient() from error
+                if frame.id <= last:
+                    continue
+                if queue.full():
+                    try:
+                        await asyncio.wait_for(queue.put(frame), config.slow_client_timeout)
+                    except TimeoutError as error:
+                        raise SlowClient() from error
+                else:
+                    queue.put_nowait(frame)
                 last = frame.id
                 if frame.event == "done":
+                    return True
+            return False
+
+        async def backlog() -> bool:
+            while True:
+                frames = await asyncio.to_thread(self.store.frames_after, self.run_id, last, config.page)
+                if await put(frames):
+                    return True
+                if len(frames) < config.page:
+                    return False
+
+        if await backlog():
+            return
+        record = await asyncio.to_thread(self.store.run, self.run_id)
+        if record is None or record.deleted:
+            self.tap.end_reason = "gone"
+            await queue.put(END)
+            return
+        if record.terminal and last >= record.last_frame_id:
+            self.tap.end_reason = "nothing_more"
+            await queue.put(END)
+            return
+        subscription = self.notifier.subscribe(self.run_id, self.store, last)
+        try:
+            if subscription.floor > last and await backlog():
+                return
+            while True:
+                frames = await subscription.next()
+                if subscription.lagged or (frames and frames[0].id > last + 1):
+                    subscription.lagged = False
+                    if await backlog():
+                        return
+                if await put(frames):
                     return
-            if len(frames) >= config.page:
-                continue
-            if not frames:
-                record = await asyncio.to_thread(self.store.run, self.run_id)
-                if record is None or record.deleted:
-                    self.tap.end_reason = "gone"
+                if subscription.ended is not None:
+                    self.tap.end_reason = subscription.ended
                     await queue.put(END)
                     return
-                if record.terminal and last >= record.last_frame_id:
-                    self.tap.end_reason = "nothing_more"
-                    await queue.put(END)
-                    return
-            await self.notifier.wait(self.run_id, seen, config.poll_interval)
+        finally:
+            subscription.close()
 
     async def _write(self, queue: asyncio.Queue[Any], send: Any) -> None:
         while True:

@@ -1,5 +1,5 @@
-"""The delivery projection, persisted: per-run frames, runs, answer views, conflicts
-and the Kafka position — all written in one transaction per batch.
+"""The delivery projection, persisted: per-run frames, runs, per-block answer state,
+conflicts and the Kafka position — all written in one transaction per batch.
 
 The Kafka position is eventsourcing's tracking record (``Inbound.tracking``:
 application ``<topic>#<partition>``, notification id = offset), recorded in the same
@@ -9,23 +9,45 @@ the tracking recorders and add their own tables. A redelivered message (its offs
 already tracked) changes nothing and appends no frame; a restart loses neither views
 nor resume positions.
 
-Frames get a per-run id 1, 2, 3, … (D1). A frame superseded by a newer frame of the
-same key (the same block, ``run-status``, ``progress``) keeps its id, event and hash
-but loses its body (see :mod:`imprint.delivery.frames`), so a new client replaying
-from id 1 first sees the current merged view, never a withdrawn body.
+Frames get a per-run id 1, 2, 3, … (D1), assigned here under the run row's lock, so
+any number of Delivery instances sharing this store agree on them. A frame superseded
+by a newer frame of the same key (the same block, ``run-status``, ``progress``) keeps
+its id, event and hash but loses its body (see :mod:`imprint.delivery.frames`), so a
+new client replaying from id 1 first sees the current merged view, never a withdrawn
+body.
+
+**Append, never rewrite.** A batch costs what it touches, not the run's history: the
+run row (identity, lifecycle, the live frame of its run-level keys), the rows of the
+blocks its messages name (:func:`imprint.delivery.merge.named_blocks`: state, display
+entry and the block's live frame with its skeleton), new frame rows, and one
+``UPDATE`` per superseded frame. ``answer_view`` assembles the shown blocks from their
+rows when asked. Only the terminal (once per run), a withdrawal after ``done`` and a
+conversation's deletion read a run's frames.
+
+**Several instances.** The instances form one consumer group over one shared store.
+During a rebalance the old and the new owner of a partition may apply overlapping polls
+at the same moment: a transaction-scoped advisory lock per partition, taken before the
+position is read, makes the second wait and then skip what the first committed.
+
+**Wake-ups.** On PostgreSQL the batch's transaction also ``NOTIFY``s the store's
+channel with the run ids that changed (delivered on commit), so every Delivery
+instance listening on the shared store wakes its live feeds (see
+:mod:`services.delivery.notifier`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.persistence import InfrastructureFactory, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from eventsourcing.sqlite import SQLiteDatastore, SQLiteTrackingRecorder
 from eventsourcing.utils import Environment
@@ -44,16 +66,18 @@ from imprint.delivery.frames import (
     terminal_drafts,
 )
 from imprint.delivery.summary import validate_stream
-from services.common.observability import get_logger
-from services.common.settings import Settings
 from services.common.eventstore import store_environment
 from services.common.inbound import Inbound
+from services.common.observability import get_logger
+from services.common.settings import Settings
 
 log = get_logger(__name__)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 PRIVATE_FRAME_EVENTS = ("answer-preview", "answer-publication", "answer-withdrawn", "answer-rejected",
                         "content", "evidence-summary", "progress", "error")
+NOTIFY_PAYLOAD_BYTES = 7000
+"""PostgreSQL caps a notification's payload at 8000 bytes; run ids are packed below that."""
 
 
 def _now() -> str:
@@ -81,15 +105,31 @@ class RunRecord:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class FeedRead:
+    """What a live feed reads after a wake-up: new frames and where the run stands."""
+
+    frames: list[Frame]
+    exists: bool
+    deleted: bool
+    terminal: bool
+    last_frame_id: int
+
+
 class DeliveryTables:
-    """SQL shared by both recorders. ``{runs}``, ``{views}``, ``{frames}``, ``{conflicts}``
+    """SQL shared by both recorders. ``{runs}``, ``{blocks}``, ``{frames}``, ``{conflicts}``
     are replaced by the (schema-qualified) table names; ``?`` is the placeholder."""
 
     prefix: str
     placeholder: str = "?"
     lock_suffix: str = ""
+    channel: str | None = None
+    """The LISTEN/NOTIFY channel of this store (PostgreSQL only)."""
 
     def table_names(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def columns(self, c: Any, table: str) -> set[str]:
         raise NotImplementedError
 
     def q(self, statement: str) -> str:
@@ -102,19 +142,21 @@ class DeliveryTables:
             " run_id TEXT PRIMARY KEY, account_id TEXT, conversation_id TEXT, state TEXT, outcome TEXT,"
             " last_frame_id BIGINT NOT NULL DEFAULT 0, terminal_frame_id BIGINT,"
             " delivery TEXT NOT NULL DEFAULT 'pending', deleted INTEGER NOT NULL DEFAULT 0,"
-            " projection TEXT NOT NULL, first_seen TEXT NOT NULL, updated_at TEXT NOT NULL)",
+            " projection TEXT NOT NULL, live_frames TEXT NOT NULL DEFAULT '{{}}',"
+            " conflict_count BIGINT NOT NULL DEFAULT 0, first_seen TEXT NOT NULL, updated_at TEXT NOT NULL)",
             "CREATE INDEX IF NOT EXISTS {runs_index} ON {runs} (conversation_id)",
-            "CREATE TABLE IF NOT EXISTS {views} ("
-            " run_id TEXT PRIMARY KEY, state TEXT NOT NULL, view TEXT NOT NULL, updated_at TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS {blocks} ("
+            " run_id TEXT NOT NULL, block_id TEXT NOT NULL, state TEXT NOT NULL, display TEXT,"
+            " frame_id BIGINT, frame_skeleton TEXT, updated_at TEXT NOT NULL, PRIMARY KEY (run_id, block_id))",
             "CREATE TABLE IF NOT EXISTS {frames} ("
             " run_id TEXT NOT NULL, frame_id BIGINT NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,"
             " body_sha256 TEXT NOT NULL, skey TEXT, superseded INTEGER NOT NULL DEFAULT 0,"
             " created_at TEXT NOT NULL, PRIMARY KEY (run_id, frame_id))",
             "CREATE INDEX IF NOT EXISTS {frames_index} ON {frames} (run_id, skey)",
             "CREATE TABLE IF NOT EXISTS {conflicts} ("
-            " run_id TEXT NOT NULL, block_id TEXT NOT NULL, revision BIGINT NOT NULL,"
+            " run_id TEXT NOT NULL, seq BIGINT NOT NULL, block_id TEXT NOT NULL, revision BIGINT NOT NULL,"
             " first_kind TEXT NOT NULL, first_sha256 TEXT NOT NULL, second_kind TEXT NOT NULL,"
-            " second_sha256 TEXT NOT NULL, frame_id BIGINT, detected_at TEXT NOT NULL)",
+            " second_sha256 TEXT NOT NULL, frame_id BIGINT, detected_at TEXT NOT NULL, PRIMARY KEY (run_id, seq))",
         )]
 
     # The recorders provide these (eventsourcing).
@@ -126,6 +168,13 @@ class DeliveryTables:
         with self.datastore.transaction(commit=commit) as c:  # type: ignore[attr-defined]
             yield c
 
+    def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
+        """Announce changed runs to every listening instance, on commit (PostgreSQL)."""
+
+    def lock_positions(self, c: Any, names: Sequence[str]) -> None:
+        """Hold these partitions' positions until the transaction ends (PostgreSQL; SQLite
+        has one writer at a time anyway)."""
+
 
 class SQLiteDeliveryRecorder(SQLiteTrackingRecorder, DeliveryTables):
     prefix = "delivery"
@@ -135,9 +184,13 @@ class SQLiteDeliveryRecorder(SQLiteTrackingRecorder, DeliveryTables):
 
     def table_names(self) -> dict[str, str]:
         p = self.prefix
-        return {"runs": f"{p}_runs", "views": f"{p}_views", "frames": f"{p}_frames",
-                "conflicts": f"{p}_conflicts", "runs_index": f"{p}_runs_conversation",
+        return {"runs": f"{p}_runs", "blocks": f"{p}_blocks", "frames": f"{p}_frames",
+                "conflicts": f"{p}_conflicts", "views": f"{p}_views", "runs_index": f"{p}_runs_conversation",
                 "frames_index": f"{p}_frames_key"}
+
+    def columns(self, c: Any, table: str) -> set[str]:
+        c.execute(f"PRAGMA table_info({self.prefix}_{table})")
+        return {row["name"] for row in c.fetchall()}
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *self.ddl()]
@@ -154,12 +207,49 @@ class PostgresDeliveryRecorder(PostgresTrackingRecorder, DeliveryTables):
         if not _IDENT.match(self.prefix) or not _IDENT.match(self.datastore.schema):
             raise ValueError(f"unsafe table prefix or schema: {self.prefix!r} {self.datastore.schema!r}")
         self.sql_create_statements.extend(SQL(s) for s in self.ddl())  # type: ignore[arg-type]
+        digest = hashlib.sha256(f"{self.datastore.schema}.{self.prefix}".encode()).hexdigest()[:20]
+        self.channel = f"imprint_delivery_{digest}"
 
     def table_names(self) -> dict[str, str]:
         s, p = self.datastore.schema, self.prefix
-        return {"runs": f'"{s}"."{p}_runs"', "views": f'"{s}"."{p}_views"', "frames": f'"{s}"."{p}_frames"',
-                "conflicts": f'"{s}"."{p}_conflicts"', "runs_index": f"{p}_runs_conversation",
-                "frames_index": f"{p}_frames_key"}
+        return {"runs": f'"{s}"."{p}_runs"', "blocks": f'"{s}"."{p}_blocks"', "frames": f'"{s}"."{p}_frames"',
+                "conflicts": f'"{s}"."{p}_conflicts"', "views": f'"{s}"."{p}_views"',
+                "runs_index": f"{p}_runs_conversation", "frames_index": f"{p}_frames_key"}
+
+    def columns(self, c: Any, table: str) -> set[str]:
+        c.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+                  (self.datastore.schema, f"{self.prefix}_{table}"))
+        return {row["column_name"] for row in c.fetchall()}
+
+    def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
+        for payload in notify_payloads(origin, run_ids):
+            c.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+
+    def lock_positions(self, c: Any, names: Sequence[str]) -> None:
+        # During a rebalance the old and the new owner of a partition may apply
+        # overlapping polls at once; the second must read the position only after the
+        # first committed, or it would apply the overlap again. A transaction-scoped
+        # advisory lock per partition, taken in one order before any run row lock.
+        for name in sorted(names):
+            key = int.from_bytes(hashlib.sha256(f"{self.channel}|{name}".encode()).digest()[:8], "big", signed=True)
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+
+
+def notify_payloads(origin: str, run_ids: Sequence[str]) -> list[str]:
+    """``{"origin": …, "runs": [...]}`` payloads, each under PostgreSQL's size cap."""
+    payloads: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for run_id in run_ids:
+        cost = len(json.dumps(run_id)) + 1
+        if chunk and size + cost > NOTIFY_PAYLOAD_BYTES:
+            payloads.append(json.dumps({"origin": origin, "runs": chunk}))
+            chunk, size = [], 0
+        chunk.append(run_id)
+        size += cost
+    if chunk:
+        payloads.append(json.dumps({"origin": origin, "runs": chunk}))
+    return payloads
 
 
 ConflictListener = Callable[[merge.Conflict], None]
@@ -176,19 +266,28 @@ class ViewStore:
         recorder_class = PostgresDeliveryRecorder if settings.uses_postgres else SQLiteDeliveryRecorder
         self.recorder: DeliveryTables = self._factory.tracking_recorder(recorder_class)  # type: ignore[arg-type]
         self.listeners: list[ConflictListener] = []
+        self.origin = uuid.uuid4().hex
+        """Names this process in its own notifications (it wakes its feeds directly)."""
+        self._upgrade()
 
     def close(self) -> None:
         self._factory.close()
+
+    @property
+    def channel(self) -> str | None:
+        return self.recorder.channel
 
     # ------------------------------------------------------------------ writing
 
     def process(self, batch: Sequence[Inbound]) -> list[str]:
         """Apply a poll in one transaction with its tracking records. Returns the run ids
-        that got new frames (poke the notifier with them after this returns)."""
+        whose streams changed: new frames, or a deletion (wake the feeds with them after
+        this returns; other instances hear it through NOTIFY)."""
         r = self.recorder
         fresh: list[Inbound] = []
         with r.transaction(commit=True) as c:
             positions: dict[str, int | None] = {}
+            r.lock_positions(c, sorted({item.tracking.application_name for item in batch}))
             for item in batch:
                 name = item.tracking.application_name
                 if name not in positions:
@@ -202,43 +301,50 @@ class ViewStore:
             # (the topics are not ordered against each other).
             ordered = [i for i in fresh if not isinstance(i.message, RunClosed)]
             ordered += [i for i in fresh if isinstance(i.message, RunClosed)]
-            conflicts: list[merge.Conflict] = []
-            touched: dict[str, None] = {}
-            cache: dict[str, _Loaded] = {}
+            work = _Work(self, c)
             # Lock every run of the batch up front, in one order, so two consumers
-            # sharing runs (publication and runs partitions) cannot deadlock.
-            for run_id in sorted({r for r in (getattr(i.message, "run_id", None) for i in ordered) if r}):
-                cache[run_id] = self._load(c, run_id, lock=True)
+            # sharing runs (publication and runs partitions) cannot deadlock; fetch the
+            # blocks each run's messages name, and only those.
+            named: dict[str, set[str] | None] = {}
+            for item in ordered:
+                run_id = getattr(item.message, "run_id", None)
+                if run_id:
+                    named[run_id] = _union(named.get(run_id, set()), merge.named_blocks(item.message))
+            for run_id in sorted(named):
+                work.blocks(work.run(run_id), named[run_id])
             for item in ordered:
                 run_id = getattr(item.message, "run_id", None)
                 if not run_id:
                     continue
-                loaded = cache.get(run_id) or self._load(c, run_id, lock=True)
-                cache[run_id] = loaded
-                result = step(loaded.projection, item.message)
-                loaded.dirty = True
+                run = work.run(run_id)
+                work.blocks(run, merge.named_blocks(item.message))
+                result = step(run.projection, item.message)
+                run.dirty = True
                 if result.purge_conversation is not None:
-                    for other in cache.values():
-                        self._save(c, other)
-                    cache.clear()
-                    self._purge(c, result.purge_conversation, loaded.projection.account_id)
+                    work.flush()
+                    work.forget()
+                    for purged in self._purge(c, result.purge_conversation, run.projection.account_id):
+                        work.touched[purged] = None
                     continue
-                if self._append(c, loaded, result.drafts, result.terminal, result.conflicts):
-                    touched[run_id] = None
+                work.append(run, result.drafts, result.conflicts)
+                if result.terminal:
+                    work.terminal(run)
                 for block_id in result.hidden_after_terminal:
+                    work.flush_frames()
                     self._strip(c, run_id, f"block:{block_id}", reason="withdrawn")
-                conflicts.extend(result.conflicts)
-            for loaded in cache.values():
-                self._save(c, loaded)
+            work.flush()
             for name, offset in positions.items():
                 if offset is not None and any(i.tracking.application_name == name for i in fresh):
-                    r._insert_tracking(c, _tracking(name, offset))
-        for conflict in conflicts:
+                    r._insert_tracking(c, Tracking(application_name=name, notification_id=offset))
+            touched = list(work.touched)
+            if touched:
+                r.notify(c, self.origin, touched)
+        for conflict in work.conflicts:
             log.warning("protocol conflict", run_id=conflict.run_id, block_id=conflict.block_id,
                         revision=conflict.revision, first=conflict.first_kind, second=conflict.second_kind)
             for listener in self.listeners:
                 listener(conflict)
-        return list(touched)
+        return touched
 
     def record_delivery(self, run_id: str, outcome: str) -> None:
         """D4/D5: ``completed`` (sticky) or ``interrupted`` for the run's delivery."""
@@ -251,20 +357,49 @@ class ViewStore:
 
     def purge_conversation(self, conversation_id: str, account_id: str | None = None) -> list[str]:
         """X8: drop every private body of the conversation's runs (frames' markdown and
-        text, answer text, views). Returns the purged run ids."""
+        text, answer text, block states). Returns the purged run ids."""
         with self.recorder.transaction(commit=True) as c:
-            return self._purge(c, conversation_id, account_id)
+            purged = self._purge(c, conversation_id, account_id)
+            if purged:
+                self.recorder.notify(c, self.origin, purged)
+            return purged
 
     # ------------------------------------------------------------------ reading
 
     def frames_after(self, run_id: str, last_id: int, limit: int = 1000) -> list[Frame]:
         r = self.recorder
         with r.transaction(commit=False) as c:
-            c.execute(r.q("SELECT frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? "
-                          "AND frame_id > ? ORDER BY frame_id LIMIT ?"), (run_id, int(last_id), int(limit)))
-            rows = c.fetchall()
-        return [Frame(run_id, int(row["frame_id"]), row["event"], json.loads(row["data"]), row["body_sha256"])
-                for row in rows]
+            return self._frames_after(c, run_id, last_id, limit)
+
+    def read_feed(self, run_id: str, last_id: int, limit: int = 1000) -> FeedRead:
+        """A live feed's one read after a wake-up: frames after ``last_id`` and the run's state."""
+        r = self.recorder
+        with r.transaction(commit=False) as c:
+            frames = self._frames_after(c, run_id, last_id, limit)
+            c.execute(r.q("SELECT deleted, terminal_frame_id, last_frame_id FROM {runs} WHERE run_id = ?"), (run_id,))
+            row = c.fetchone()
+        if row is None:
+            return FeedRead(frames, exists=False, deleted=False, terminal=False, last_frame_id=0)
+        return FeedRead(frames, exists=True, deleted=bool(row["deleted"]),
+                        terminal=row["terminal_frame_id"] is not None, last_frame_id=int(row["last_frame_id"]))
+
+    def heads(self, run_ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
+        """``{run_id: (last_frame_id, deleted)}`` of the given runs, in one query (the
+        feeds' fallback check when no wake-up arrived)."""
+        if not run_ids:
+            return {}
+        r = self.recorder
+        out: dict[str, tuple[int, bool]] = {}
+        with r.transaction(commit=False) as c:
+            ids = list(run_ids)
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                marks = ", ".join("?" for _ in part)
+                c.execute(r.q(f"SELECT run_id, last_frame_id, deleted FROM {{runs}} WHERE run_id IN ({marks})"),
+                          tuple(part))
+                for row in c.fetchall():
+                    out[row["run_id"]] = (int(row["last_frame_id"]), bool(row["deleted"]))
+        return out
 
     def run(self, run_id: str) -> RunRecord | None:
         r = self.recorder
@@ -277,9 +412,18 @@ class ViewStore:
         """``{"blocks": [...in ordinal order, withdrawn omitted], "conflicts": [...]}``."""
         r = self.recorder
         with r.transaction(commit=False) as c:
-            c.execute(r.q("SELECT view FROM {views} WHERE run_id = ?"), (run_id,))
-            row = c.fetchone()
-        return json.loads(row["view"]) if row is not None else None
+            c.execute(r.q("SELECT deleted FROM {runs} WHERE run_id = ?"), (run_id,))
+            run = c.fetchone()
+            if run is None:
+                return None
+            if run["deleted"]:
+                return {"blocks": [], "conflicts": []}
+            c.execute(r.q("SELECT display FROM {blocks} WHERE run_id = ? AND display IS NOT NULL"), (run_id,))
+            blocks = [json.loads(row["display"]) for row in c.fetchall()]
+            c.execute(r.q("SELECT block_id, revision FROM {conflicts} WHERE run_id = ? ORDER BY seq"), (run_id,))
+            conflicts = [{"block_id": row["block_id"], "revision": int(row["revision"])} for row in c.fetchall()]
+        blocks.sort(key=lambda e: (e["delivery_ordinal"], e["block_id"]))
+        return {"blocks": blocks, "conflicts": conflicts}
 
     def history(self, conversation_id: str) -> list[RunRecord]:
         r = self.recorder
@@ -300,7 +444,7 @@ class ViewStore:
     def conflicts(self, run_id: str) -> list[dict[str, Any]]:
         r = self.recorder
         with r.transaction(commit=False) as c:
-            c.execute(r.q("SELECT * FROM {conflicts} WHERE run_id = ? ORDER BY detected_at"), (run_id,))
+            c.execute(r.q("SELECT * FROM {conflicts} WHERE run_id = ? ORDER BY seq"), (run_id,))
             return [dict(row) for row in c.fetchall()]
 
     def position(self, topic: str, partition: int) -> int | None:
@@ -314,104 +458,86 @@ class ViewStore:
             c.fetchone()
         return True
 
+    def _upgrade(self) -> None:
+        """A store written in the earlier layout (each run's whole answer state in one
+        ``views`` row, rewritten per batch) moves to the appending layout in place, once:
+        block rows from the answer states, each key's live frame from the frames that
+        still have a body, conflicts numbered in detection order. Frames, ids, positions
+        and delivery states stay as they are."""
+        r = self.recorder
+        with r.transaction(commit=True) as c:
+            if "live_frames" in r.columns(c, "runs"):
+                return
+            log.info("upgrading the delivery view store to the appending layout")
+            c.execute(r.q("ALTER TABLE {runs} ADD COLUMN live_frames TEXT NOT NULL DEFAULT '{{}}'"))
+            c.execute(r.q("ALTER TABLE {runs} ADD COLUMN conflict_count BIGINT NOT NULL DEFAULT 0"))
+            live: dict[tuple[str, str], tuple[int, str]] = {}
+            c.execute(r.q("SELECT run_id, frame_id, event, data, body_sha256, skey FROM {frames} "
+                          "WHERE superseded = 0 AND skey IS NOT NULL ORDER BY run_id, frame_id"))
+            for row in c.fetchall():
+                live[(row["run_id"], row["skey"])] = (int(row["frame_id"]), json.dumps(
+                    skeleton(row["event"], json.loads(row["data"]), row["body_sha256"]), ensure_ascii=False))
+            now, block_rows = _now(), []
+            if "state" in r.columns(c, "views"):
+                c.execute(r.q("SELECT run_id, state FROM {views}"))
+                for row in c.fetchall():
+                    answer = merge.AnswerState.model_validate_json(row["state"])
+                    for block_id, state in answer.blocks.items():
+                        display = merge.display(state)
+                        frame_id, frame_skeleton = live.get((row["run_id"], f"block:{block_id}"), (None, None))
+                        block_rows.append((row["run_id"], block_id, state.model_dump_json(),
+                                           json.dumps(display) if display is not None else None, frame_id,
+                                           frame_skeleton, now))
+            if block_rows:
+                c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, display, frame_id, frame_skeleton, "
+                                  "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"), block_rows)
+            run_keys: dict[str, dict[str, list[Any]]] = {}
+            for (run_id, key), (frame_id, frame_skeleton) in live.items():
+                if not key.startswith("block:"):
+                    run_keys.setdefault(run_id, {})[key] = [frame_id, frame_skeleton]
+            if run_keys:
+                c.executemany(r.q("UPDATE {runs} SET live_frames = ? WHERE run_id = ?"),
+                              [(json.dumps(keys), run_id) for run_id, keys in run_keys.items()])
+            if "seq" not in r.columns(c, "conflicts"):
+                c.execute(r.q("SELECT * FROM {conflicts} ORDER BY run_id, detected_at"))
+                rows = [dict(row) for row in c.fetchall()]
+                c.execute(r.q("DROP TABLE {conflicts}"))
+                for statement in self.recorder.ddl():
+                    if "{conflicts}".format(**r.table_names()) in statement and "CREATE TABLE" in statement:
+                        c.execute(statement)
+                counts: dict[str, int] = {}
+                for row in rows:
+                    counts[row["run_id"]] = counts.get(row["run_id"], 0) + 1
+                    row["seq"] = counts[row["run_id"]]
+                if rows:
+                    c.executemany(r.q("INSERT INTO {conflicts} (run_id, seq, block_id, revision, first_kind, "
+                                      "first_sha256, second_kind, second_sha256, frame_id, detected_at) "
+                                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                                  [(x["run_id"], x["seq"], x["block_id"], x["revision"], x["first_kind"],
+                                    x["first_sha256"], x["second_kind"], x["second_sha256"], x["frame_id"],
+                                    x["detected_at"]) for x in rows])
+                c.executemany(r.q("UPDATE {runs} SET conflict_count = ? WHERE run_id = ?"),
+                              [(n, run_id) for run_id, n in counts.items()])
+            c.execute(r.q("DROP TABLE IF EXISTS {views}"))
+
     # ------------------------------------------------------------------ internals
 
-    def _load(self, c: Any, run_id: str, *, lock: bool) -> _Loaded:
+    def _frames_after(self, c: Any, run_id: str, last_id: int, limit: int) -> list[Frame]:
+        c.execute(self.recorder.q("SELECT frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? "
+                                  "AND frame_id > ? ORDER BY frame_id LIMIT ?"), (run_id, int(last_id), int(limit)))
+        return [Frame(run_id, int(row["frame_id"]), row["event"], json.loads(row["data"]), row["body_sha256"])
+                for row in c.fetchall()]
+
+    def _strip(self, c: Any, run_id: str, key: str, *, reason: str) -> None:
+        """Replace the bodies of every frame of a key with skeletons (ids and hashes stay)."""
         r = self.recorder
-        c.execute(r.q("SELECT projection, last_frame_id FROM {runs} WHERE run_id = ?" + r.lock_suffix),
-                  (run_id,))
-        row = c.fetchone()
-        if row is None:
-            now = _now()
-            projection = RunProjection.new(run_id)
-            c.execute(r.q("INSERT INTO {runs} (run_id, projection, first_seen, updated_at) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT (run_id) DO NOTHING"),
-                      (run_id, projection.model_dump_json(exclude={"answer"}), now, now))
-            if lock and r.lock_suffix:
-                return self._load(c, run_id, lock=lock)
-            return _Loaded(projection, 0)
-        data = json.loads(row["projection"])
-        c.execute(r.q("SELECT state FROM {views} WHERE run_id = ?"), (run_id,))
-        view_row = c.fetchone()
-        answer = (merge.AnswerState.model_validate_json(view_row["state"]) if view_row is not None
-                  else merge.AnswerState(run_id=run_id))
-        return _Loaded(RunProjection.model_validate({**data, "answer": answer}), int(row["last_frame_id"]))
-
-    def _save(self, c: Any, loaded: _Loaded) -> None:
-        if not loaded.dirty:
-            return
-        r, p, now = self.recorder, loaded.projection, _now()
-        c.execute(r.q("UPDATE {runs} SET account_id = ?, conversation_id = ?, state = ?, outcome = ?, "
-                      "last_frame_id = ?, deleted = ?, projection = ?, updated_at = ? WHERE run_id = ?"),
-                  (p.account_id, p.conversation_id, p.state, p.outcome, loaded.last_frame_id, int(p.deleted),
-                   p.model_dump_json(exclude={"answer"}), now, p.run_id))
-        view = {"blocks": merge.view(p.answer),
-                "conflicts": [{"block_id": x.block_id, "revision": x.revision} for x in p.answer.conflicts]}
-        c.execute(r.q("INSERT INTO {views} (run_id, state, view, updated_at) VALUES (?, ?, ?, ?) "
-                      "ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, view = excluded.view, "
-                      "updated_at = excluded.updated_at"),
-                  (p.run_id, p.answer.model_dump_json(), json.dumps(view), now))
-        loaded.dirty = False
-
-    def _append(self, c: Any, loaded: _Loaded, drafts: list[FrameDraft], terminal: bool,
-                conflicts: list[merge.Conflict]) -> bool:
-        r, run_id = self.recorder, loaded.projection.run_id
-        if not drafts and not terminal:
-            return False
-        error_frames: dict[tuple[str, int], int] = {}
-        for draft in drafts:
-            frame_id = self._insert_frame(c, loaded, draft)
-            if draft.event == "error":
-                error_frames[(draft.data["block_id"], draft.data["revision"])] = frame_id
-        for conflict in conflicts:
-            c.execute(r.q("INSERT INTO {conflicts} (run_id, block_id, revision, first_kind, first_sha256, "
-                          "second_kind, second_sha256, frame_id, detected_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                      (run_id, conflict.block_id, conflict.revision, conflict.first_kind, conflict.first_sha256,
-                       conflict.second_kind, conflict.second_sha256,
-                       error_frames.get((conflict.block_id, conflict.revision)), _now()))
-        if terminal:
-            c.execute(r.q("SELECT frame_id, event, body_sha256 FROM {frames} WHERE run_id = ? ORDER BY frame_id"),
-                      (run_id,))
-            rows = c.fetchall()
-            if any(row["event"] in (SUMMARY, DONE) for row in rows):
-                raise AssertionError(f"run {run_id} already has a terminal frame")
-            semantic = [(int(row["frame_id"]), row["body_sha256"]) for row in rows]
-            held: list[tuple[int, str, Any]] = [(i, "x", {"body_sha256": h}) for i, h in semantic]
-            for draft in terminal_drafts(semantic):
-                frame_id = self._insert_frame(c, loaded, draft)
-                held.append((frame_id, draft.event, draft.data))
-            check = validate_stream(held)
-            if not check.ok:  # never write a completion projection that a client would reject
-                raise AssertionError(f"terminal of {run_id} does not validate: {check.problems}")
-            c.execute(r.q("UPDATE {runs} SET terminal_frame_id = ? WHERE run_id = ?"),
-                      (loaded.last_frame_id, run_id))
-        return True
-
-    def _insert_frame(self, c: Any, loaded: _Loaded, draft: FrameDraft) -> int:
-        r, run_id = self.recorder, loaded.projection.run_id
-        loaded.last_frame_id += 1
-        frame_id = loaded.last_frame_id
-        if draft.key is not None:
-            self._strip(c, run_id, draft.key, reason="superseded", before=frame_id)
-        c.execute(r.q("INSERT INTO {frames} (run_id, frame_id, event, data, body_sha256, skey, created_at) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?)"),
-                  (run_id, frame_id, draft.event, json.dumps(draft.data, ensure_ascii=False), draft.body_sha256,
-                   draft.key, _now()))
-        return frame_id
-
-    def _strip(self, c: Any, run_id: str, key: str, *, reason: str, before: int | None = None) -> None:
-        """Replace the bodies of a key's frames with skeletons (ids and hashes stay)."""
-        r = self.recorder
-        query = "SELECT frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? AND skey = ?"
-        params: tuple[Any, ...] = (run_id, key)
-        if before is not None:
-            query += " AND superseded = 0 AND frame_id < ?"
-            params += (before,)
-        c.execute(r.q(query), params)
-        for row in c.fetchall():
-            data = skeleton(row["event"], json.loads(row["data"]), row["body_sha256"], reason=reason)
-            c.execute(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
-                      (json.dumps(data, ensure_ascii=False), run_id, row["frame_id"]))
+        c.execute(r.q("SELECT frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? AND skey = ?"),
+                  (run_id, key))
+        updates = [(json.dumps(skeleton(row["event"], json.loads(row["data"]), row["body_sha256"], reason=reason),
+                               ensure_ascii=False), run_id, row["frame_id"]) for row in c.fetchall()]
+        if updates:
+            c.executemany(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
+                          updates)
 
     def _purge(self, c: Any, conversation_id: str, account_id: str | None) -> list[str]:
         r = self.recorder
@@ -420,40 +546,276 @@ class ViewStore:
         if account_id is not None:
             query += " AND account_id = ?"
             params += (account_id,)
-        c.execute(r.q(query), params)
+        c.execute(r.q(query + " ORDER BY run_id"), params)
         run_ids = [row["run_id"] for row in c.fetchall()]
         marks = ", ".join("?" for _ in PRIVATE_FRAME_EVENTS)
         for run_id in run_ids:
-            loaded = self._load(c, run_id, lock=True)
-            p = loaded.projection
+            work = _Work(self, c)
+            run = work.run(run_id)
+            p = run.projection
             p.deleted = True
             p.answer_text = None
             p.evidence = []
-            p.answer = merge.AnswerState(run_id=run_id)
-            loaded.dirty = True
-            self._save(c, loaded)
+            run.dirty = True
+            work.flush()
+            c.execute(r.q("DELETE FROM {blocks} WHERE run_id = ?"), (run_id,))
             c.execute(r.q(f"SELECT frame_id, event, data, body_sha256 FROM {{frames}} WHERE run_id = ? "
                           f"AND event IN ({marks})"), (run_id, *PRIVATE_FRAME_EVENTS))
-            for row in c.fetchall():
-                data = skeleton(row["event"], json.loads(row["data"]), row["body_sha256"], reason="purged")
-                c.execute(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
-                          (json.dumps(data), run_id, row["frame_id"]))
+            updates = [(json.dumps(skeleton(row["event"], json.loads(row["data"]), row["body_sha256"],
+                                            reason="purged")), run_id, row["frame_id"]) for row in c.fetchall()]
+            if updates:
+                c.executemany(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
+                              updates)
         if run_ids:
             log.info("conversation purged", conversation_id=conversation_id, runs=len(run_ids))
         return run_ids
 
 
+def _union(have: set[str] | None, more: tuple[str, ...] | None) -> set[str] | None:
+    if have is None or more is None:
+        return None
+    return have | set(more)
+
+
+# ---------------------------------------------------------------------- one batch's work
+
+
 @dataclass
-class _Loaded:
+class _Block:
+    """A block row as loaded: its state (as stored, to see whether it changed) and its live frame."""
+
+    stored: str | None
+    frame_id: int | None
+    frame_skeleton: str | None
+
+    def __post_init__(self) -> None:
+        self.stored_frame_id = self.frame_id
+
+    def changed(self, state: str) -> bool:
+        return state != self.stored or self.frame_id != self.stored_frame_id
+
+
+@dataclass
+class _Run:
     projection: RunProjection
     last_frame_id: int
+    conflict_count: int
+    live: dict[str, list[Any]]
+    """Run-level keys (``run-status``, ``progress``) → [live frame id, its skeleton]."""
+    rows: dict[str, _Block] = field(default_factory=dict)
+    """Loaded block rows (a name loaded and absent has ``stored`` None)."""
+    all_blocks: bool = False
     dirty: bool = False
 
 
-def _tracking(name: str, offset: int) -> Any:
-    from eventsourcing.persistence import Tracking
+class _Work:
+    """The rows one batch reads and writes, collected so each is written once."""
 
-    return Tracking(application_name=name, notification_id=offset)
+    def __init__(self, store: ViewStore, c: Any) -> None:
+        self.store = store
+        self.r = store.recorder
+        self.c = c
+        self.runs: dict[str, _Run] = {}
+        self.touched: dict[str, None] = {}
+        self.conflicts: list[merge.Conflict] = []
+        self.inserts: list[list[Any]] = []
+        """Pending frame rows: run_id, frame_id, event, data, body_sha256, skey, superseded, created_at."""
+        self.pending: dict[tuple[str, str], int] = {}
+        """(run_id, key) → index in ``inserts`` of the key's newest pending frame."""
+        self.strips: list[tuple[str, str, int]] = []
+        self.conflict_rows: list[tuple[Any, ...]] = []
+
+    # -------------------------------------------------------------- loading
+
+    def run(self, run_id: str) -> _Run:
+        run = self.runs.get(run_id)
+        if run is not None:
+            return run
+        r, c = self.r, self.c
+        select = r.q("SELECT projection, last_frame_id, live_frames, conflict_count FROM {runs} WHERE run_id = ?"
+                     + r.lock_suffix)
+        c.execute(select, (run_id,))
+        row = c.fetchone()
+        if row is None:
+            now = _now()
+            fresh = RunProjection.new(run_id)
+            c.execute(r.q("INSERT INTO {runs} (run_id, projection, first_seen, updated_at) VALUES (?, ?, ?, ?) "
+                          "ON CONFLICT (run_id) DO NOTHING"),
+                      (run_id, fresh.model_dump_json(exclude={"answer"}), now, now))
+            c.execute(select, (run_id,))
+            row = c.fetchone()
+        data = json.loads(row["projection"])
+        projection = RunProjection.model_validate({**data, "answer": merge.AnswerState(run_id=run_id)})
+        run = self.runs[run_id] = _Run(projection, int(row["last_frame_id"]), int(row["conflict_count"]),
+                                       json.loads(row["live_frames"] or "{}"))
+        return run
+
+    def blocks(self, run: _Run, names: set[str] | tuple[str, ...] | None) -> None:
+        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
+        if run.all_blocks:
+            return
+        r, c, run_id = self.r, self.c, run.projection.run_id
+        if names is None:
+            c.execute(r.q("SELECT block_id, state, frame_id, frame_skeleton FROM {blocks} WHERE run_id = ?"),
+                      (run_id,))
+            run.all_blocks = True
+            self._adopt(run, c.fetchall(), skip_loaded=True)
+            return
+        missing = sorted(n for n in names if n not in run.rows)
+        for start in range(0, len(missing), 400):
+            part = missing[start:start + 400]
+            marks = ", ".join("?" for _ in part)
+            c.execute(r.q(f"SELECT block_id, state, frame_id, frame_skeleton FROM {{blocks}} "
+                          f"WHERE run_id = ? AND block_id IN ({marks})"), (run_id, *part))
+            self._adopt(run, c.fetchall(), skip_loaded=False)
+            for name in part:
+                run.rows.setdefault(name, _Block(None, None, None))
+
+    def _adopt(self, run: _Run, rows: list[Any], *, skip_loaded: bool) -> None:
+        for row in rows:
+            block_id = row["block_id"]
+            if skip_loaded and block_id in run.rows:
+                continue
+            run.rows[block_id] = _Block(row["state"], row["frame_id"], row["frame_skeleton"])
+            run.projection.answer.blocks[block_id] = merge.BlockState.model_validate_json(row["state"])
+
+    def forget(self) -> None:
+        """Drop what was loaded (after a purge rewrote runs behind it)."""
+        self.runs.clear()
+
+    # -------------------------------------------------------------- frames
+
+    def append(self, run: _Run, drafts: list[FrameDraft], conflicts: list[merge.Conflict]) -> None:
+        run_id = run.projection.run_id
+        error_frames: dict[tuple[str, int], int] = {}
+        for draft in drafts:
+            frame_id = self.frame(run, draft)
+            if draft.event == "error":
+                error_frames[(draft.data["block_id"], draft.data["revision"])] = frame_id
+        for conflict in conflicts:
+            run.conflict_count += 1
+            self.conflict_rows.append((
+                run_id, run.conflict_count, conflict.block_id, conflict.revision, conflict.first_kind,
+                conflict.first_sha256, conflict.second_kind, conflict.second_sha256,
+                error_frames.get((conflict.block_id, conflict.revision)), _now()))
+            self.conflicts.append(conflict)
+        if drafts:
+            self.touched[run_id] = None
+
+    def frame(self, run: _Run, draft: FrameDraft) -> int:
+        run_id = run.projection.run_id
+        run.last_frame_id += 1
+        frame_id = run.last_frame_id
+        data = json.dumps(draft.data, ensure_ascii=False)
+        if draft.key is not None:
+            pending = self.pending.get((run_id, draft.key))
+            if pending is not None:  # superseded within this batch: written as a skeleton
+                row = self.inserts[pending]
+                row[3] = json.dumps(skeleton(row[2], json.loads(row[3]), row[4]), ensure_ascii=False)
+                row[6] = 1
+            else:
+                live = self._live(run, draft.key)
+                if live is not None and live[0] is not None:
+                    self.strips.append((live[1], run_id, int(live[0])))
+            self.pending[(run_id, draft.key)] = len(self.inserts)
+            self._set_live(run, draft.key, frame_id,
+                           json.dumps(skeleton(draft.event, draft.data, draft.body_sha256), ensure_ascii=False))
+        self.inserts.append([run_id, frame_id, draft.event, data, draft.body_sha256, draft.key, 0, _now()])
+        return frame_id
+
+    def _live(self, run: _Run, key: str) -> tuple[int | None, str | None] | None:
+        if key.startswith("block:"):
+            block_id = key.removeprefix("block:")
+            if block_id not in run.rows and run.all_blocks:  # a block new in this batch
+                run.rows[block_id] = _Block(None, None, None)
+            row = run.rows.get(block_id)
+            if row is None:  # never happens: a block frame names a block its message named
+                raise AssertionError(f"block frame {key} of {run.projection.run_id} without its block row")
+            return row.frame_id, row.frame_skeleton
+        live = run.live.get(key)
+        return (int(live[0]), live[1]) if live else None
+
+    def _set_live(self, run: _Run, key: str, frame_id: int, frame_skeleton: str) -> None:
+        if key.startswith("block:"):
+            row = run.rows[key.removeprefix("block:")]
+            row.frame_id, row.frame_skeleton = frame_id, frame_skeleton
+        else:
+            run.live[key] = [frame_id, frame_skeleton]
+        run.dirty = True
+
+    def terminal(self, run: _Run) -> None:
+        """``stream-summary`` over every semantic frame of the run, then ``done`` (once per run)."""
+        r, c, run_id = self.r, self.c, run.projection.run_id
+        self.flush_frames()
+        c.execute(r.q("SELECT frame_id, event, body_sha256 FROM {frames} WHERE run_id = ? ORDER BY frame_id"),
+                  (run_id,))
+        rows = c.fetchall()
+        if any(row["event"] in (SUMMARY, DONE) for row in rows):
+            raise AssertionError(f"run {run_id} already has a terminal frame")
+        semantic = [(int(row["frame_id"]), row["body_sha256"]) for row in rows]
+        held: list[tuple[int, str, Any]] = [(i, "x", {"body_sha256": h}) for i, h in semantic]
+        for draft in terminal_drafts(semantic):
+            frame_id = self.frame(run, draft)
+            held.append((frame_id, draft.event, draft.data))
+        check = validate_stream(held)
+        if not check.ok:  # never write a completion projection that a client would reject
+            raise AssertionError(f"terminal of {run_id} does not validate: {check.problems}")
+        self.flush_frames()
+        c.execute(r.q("UPDATE {runs} SET terminal_frame_id = ? WHERE run_id = ?"), (run.last_frame_id, run_id))
+        self.touched[run_id] = None
+
+    # -------------------------------------------------------------- writing
+
+    def flush_frames(self) -> None:
+        r, c = self.r, self.c
+        if self.strips:
+            c.executemany(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
+                          self.strips)
+            self.strips = []
+        if self.inserts:
+            c.executemany(r.q("INSERT INTO {frames} (run_id, frame_id, event, data, body_sha256, skey, superseded, "
+                              "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"), [tuple(row) for row in self.inserts])
+            self.inserts = []
+            self.pending = {}
+
+    def flush(self) -> None:
+        """Write every pending frame and every changed run and block row."""
+        r, c, now = self.r, self.c, _now()
+        self.flush_frames()
+        if self.conflict_rows:
+            c.executemany(r.q("INSERT INTO {conflicts} (run_id, seq, block_id, revision, first_kind, first_sha256, "
+                              "second_kind, second_sha256, frame_id, detected_at) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"), self.conflict_rows)
+            self.conflict_rows = []
+        block_rows: list[tuple[Any, ...]] = []
+        run_rows: list[tuple[Any, ...]] = []
+        for run in self.runs.values():
+            if not run.dirty:
+                continue
+            p = run.projection
+            for block_id, state in p.answer.blocks.items():
+                row = run.rows.setdefault(block_id, _Block(None, None, None))
+                stored = state.model_dump_json()
+                if not row.changed(stored):
+                    continue
+                display = merge.display(state)
+                block_rows.append((p.run_id, block_id, stored, json.dumps(display) if display is not None else None,
+                                   row.frame_id, row.frame_skeleton, now))
+                row.stored, row.stored_frame_id = stored, row.frame_id
+            run_rows.append((p.account_id, p.conversation_id, p.state, p.outcome, run.last_frame_id, int(p.deleted),
+                             p.model_dump_json(exclude={"answer"}), json.dumps(run.live), run.conflict_count, now,
+                             p.run_id))
+            run.dirty = False
+        if block_rows:
+            c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, display, frame_id, frame_skeleton, "
+                              "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, block_id) DO UPDATE SET "
+                              "state = excluded.state, display = excluded.display, frame_id = excluded.frame_id, "
+                              "frame_skeleton = excluded.frame_skeleton, updated_at = excluded.updated_at"),
+                          block_rows)
+        if run_rows:
+            c.executemany(r.q("UPDATE {runs} SET account_id = ?, conversation_id = ?, state = ?, outcome = ?, "
+                              "last_frame_id = ?, deleted = ?, projection = ?, live_frames = ?, conflict_count = ?, "
+                              "updated_at = ? WHERE run_id = ?"), run_rows)
 
 
 def _record(row: Any) -> RunRecord:

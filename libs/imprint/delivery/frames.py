@@ -262,7 +262,10 @@ def _publication(p: RunProjection, message: Any, out: Step) -> Step:
     event = _EVENT_OF.get(type(message))
     if event is None:
         return out
-    before = {b: merge.display(p.answer.blocks[b]) for b in p.answer.blocks}
+    # Only the blocks this message can touch: the cost of a message never grows with the run.
+    names = merge.named_blocks(message)
+    held = p.answer.blocks if names is None else {b: p.answer.blocks[b] for b in names if b in p.answer.blocks}
+    before = {b: merge.display(state) for b, state in held.items()}
     result = merge.apply(p.answer, message)
     out.conflicts.extend(result.conflicts)
     if p.terminal:

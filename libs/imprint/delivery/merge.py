@@ -263,6 +263,23 @@ def _hide(block: BlockState, through: int, cause: str) -> None:
     block.preview = None
 
 
+def named_blocks(message: Any) -> tuple[str, ...] | None:
+    """The blocks :func:`apply` may read or change for ``message``: ``()`` for none,
+    ``None`` for every block of the run (a save outcome naming no block). A store
+    needs to hold only these blocks of ``state`` when it applies the message."""
+    if isinstance(message, AnswerPreview | AnswerPublished):
+        return (message.block.block_id,)
+    if isinstance(message, AnswerUnchanged | AnswerWithdrawn):
+        return (message.block_id,)
+    if isinstance(message, AnswerRejected):
+        return (message.block_id,) if message.block_id is not None else ()
+    if isinstance(message, AnswerRevisionRejected):
+        return (message.target_block_id,)
+    if isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
+        return tuple(message.block_ids) if message.block_ids else None
+    return ()
+
+
 def apply(state: AnswerState, message: Any) -> MergeResult:
     """Fold one ``imprint.publication.v1`` message into ``state`` (in place)."""
     result = MergeResult()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from imprint.delivery import merge
 from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
@@ -169,3 +170,63 @@ def test_conflicts_are_recorded_and_announced(store: ViewStore) -> None:
     assert len(rows) == 1 and rows[0]["block_id"] == "b1" and rows[0]["frame_id"] is not None
     assert len(seen) == 1
     assert store.answer_view(RUN)["conflicts"] == [{"block_id": "b1", "revision": 1}]  # type: ignore[index]
+
+
+EARLIER_LAYOUT = (
+    "CREATE TABLE delivery_runs (run_id TEXT PRIMARY KEY, account_id TEXT, conversation_id TEXT, state TEXT,"
+    " outcome TEXT, last_frame_id BIGINT NOT NULL DEFAULT 0, terminal_frame_id BIGINT,"
+    " delivery TEXT NOT NULL DEFAULT 'pending', deleted INTEGER NOT NULL DEFAULT 0, projection TEXT NOT NULL,"
+    " first_seen TEXT NOT NULL, updated_at TEXT NOT NULL)",
+    "CREATE TABLE delivery_views (run_id TEXT PRIMARY KEY, state TEXT NOT NULL, view TEXT NOT NULL,"
+    " updated_at TEXT NOT NULL)",
+    "CREATE TABLE delivery_frames (run_id TEXT NOT NULL, frame_id BIGINT NOT NULL, event TEXT NOT NULL,"
+    " data TEXT NOT NULL, body_sha256 TEXT NOT NULL, skey TEXT, superseded INTEGER NOT NULL DEFAULT 0,"
+    " created_at TEXT NOT NULL, PRIMARY KEY (run_id, frame_id))",
+    "CREATE TABLE delivery_conflicts (run_id TEXT NOT NULL, block_id TEXT NOT NULL, revision BIGINT NOT NULL,"
+    " first_kind TEXT NOT NULL, first_sha256 TEXT NOT NULL, second_kind TEXT NOT NULL,"
+    " second_sha256 TEXT NOT NULL, frame_id BIGINT, detected_at TEXT NOT NULL)",
+)
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("P17")
+def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settings: Settings) -> None:
+    import sqlite3
+
+    from tests.unit.delivery.test_delivery_store_append import Reference, script
+
+    batches = script(4)
+    reference, cut = Reference(), len(batches) // 2
+    for batch in batches[:cut]:
+        reference.batch(batch)
+    run_id, p = reference.projection.run_id, reference.projection
+    path = settings.state_dir / "data"
+    path.mkdir(parents=True)
+    with sqlite3.connect(path / "delivery.sqlite") as db:  # what the earlier store wrote
+        for statement in EARLIER_LAYOUT:
+            db.execute(statement)
+        db.execute("INSERT INTO delivery_runs VALUES (?, ?, ?, ?, ?, ?, NULL, 'interrupted', 0, ?, 't0', 't0')",
+                   (run_id, p.account_id, p.conversation_id, p.state, p.outcome, len(reference.frames),
+                    p.model_dump_json(exclude={"answer"})))
+        db.execute("INSERT INTO delivery_views VALUES (?, ?, '{}', 't0')", (run_id, p.answer.model_dump_json()))
+        db.executemany("INSERT INTO delivery_frames VALUES (?, ?, ?, ?, ?, ?, ?, 't0')", [
+            (run_id, f["id"], f["event"], json.dumps(f["data"], ensure_ascii=False), f["sha"], f["key"],
+             int(f["superseded"])) for f in reference.frames])
+        db.executemany("INSERT INTO delivery_conflicts VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)", [
+            (run_id, x.block_id, x.revision, x.first_kind, x.first_sha256, x.second_kind, x.second_sha256,
+             f"t{n:03d}") for n, x in enumerate(p.answer.conflicts)])
+    store = ViewStore(settings)
+    try:
+        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        assert store.run(run_id).delivery == "interrupted"  # type: ignore[union-attr]
+        feed = Feed()
+        for batch in batches[cut:]:
+            store.process(feed(*batch))
+            reference.batch(batch)
+        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        answer = reference.projection.answer
+        assert store.answer_view(run_id) == {
+            "blocks": merge.view(answer),
+            "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
+    finally:
+        store.close()

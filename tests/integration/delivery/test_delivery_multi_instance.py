@@ -1,0 +1,300 @@
+"""Two Delivery processes behind no sticky session: real Kafka, PostgreSQL and HTTP.
+
+Both instances are one consumer group over the publication and runs topics (one
+partition each here, so each instance owns exactly one of them: every run's frames are
+consumed partly by each instance) writing one shared view store. Their fallback check
+is set to a minute, so within the test only the PostgreSQL ``NOTIFY`` wake-ups can move
+a frame from the instance that consumed it to a client of the other one."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+
+from imprint.contracts.topics import Topic
+from imprint.delivery.summary import validate_stream
+from services.common.settings import Settings
+from services.delivery.auth import mint_token
+from tests.integration.delivery.support import SSE, free_port, read_stream
+from tests.support.kafka import produce, read_topic
+from tests.support.stack import environment
+from tests.unit.delivery.delivery_builders import closed, published, running, settled
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@dataclass
+class Instance:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+
+def start(settings: Settings, name: str, directory: Path) -> Instance:
+    port = free_port()
+    env = environment(settings)
+    env.update(IMPRINT_HTTP_PORT=str(port), IMPRINT_SSE_POLL_SECONDS="60", IMPRINT_SSE_KEEPALIVE_SECONDS="1")
+    log = directory / f"delivery-{name}.log"
+    process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "delivery"], env=env,
+                               stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    return Instance(name, port, process, log)
+
+
+def stop(instance: Instance) -> None:
+    if instance.process.poll() is None:
+        instance.process.send_signal(signal.SIGTERM)
+        try:
+            instance.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            instance.process.kill()
+            instance.process.wait()
+
+
+def wait_ready(instance: Instance, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if instance.process.poll() is not None:
+            raise AssertionError(f"delivery {instance.name} exited:\n{instance.tail()}")
+        try:
+            if httpx.get(f"{instance.url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"delivery {instance.name} never became ready:\n{instance.tail()}")
+
+
+def assignment(settings: Settings) -> dict[int, list[str]]:
+    """The group's members by process id (their client id), with the topics each owns."""
+
+    async def describe() -> dict[int, list[str]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            [response] = await admin.describe_consumer_groups([f"{settings.group_prefix}.delivery"])
+        finally:
+            await admin.close()
+        group = response.groups[0]
+        owned: dict[int, list[str]] = {}
+        for member in next(field for field in group if isinstance(field, list)):
+            client_id = next(f for f in member if isinstance(f, str) and re.fullmatch(r"imprint-delivery-\d+", f))
+            raw = [f for f in member if isinstance(f, bytes)][-1]
+            topics = [t for t, partitions in ConsumerProtocolMemberAssignment.decode(raw).assignment if partitions]
+            owned[int(client_id.rsplit("-", 1)[1])] = sorted(topics)
+        return owned
+
+    return asyncio.run(describe())
+
+
+@pytest.fixture
+def pair(isolated: Settings, tmp_path: Path) -> Iterator[tuple[Instance, Instance]]:
+    a = start(isolated, "a", tmp_path)
+    b = start(isolated, "b", tmp_path)
+    try:
+        wait_ready(a)
+        wait_ready(b)
+        deadline = time.monotonic() + 60
+        while True:  # until the group settled with one topic partition on each instance
+            owned = assignment(isolated)
+            if sorted(owned) == sorted([a.process.pid, b.process.pid]) and all(len(t) == 1 for t in owned.values()):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the consumer group never split the topics: {owned}")
+            time.sleep(0.5)
+        yield a, b
+    except BaseException:
+        for instance in (a, b):
+            print(f"----- delivery {instance.name} -----\n{instance.tail()}", file=sys.stderr)
+        raise
+    finally:
+        stop(a)
+        stop(b)
+
+
+class Reader(threading.Thread):
+    def __init__(self, url: str, run_id: str, token: str, *, last_event_id: int | None = None,
+                 until: Any = None) -> None:
+        super().__init__(daemon=True)
+        self.args = (url, run_id, token)
+        self.last_event_id = last_event_id
+        self.until = until
+        self.frames: list[SSE] = []
+        self.seen = 0
+        self.ended = False
+        self.error: BaseException | None = None
+
+    def _until(self, frames: list[SSE]) -> bool:
+        self.seen = len(frames)
+        return bool(self.until is not None and self.until(frames))
+
+    def run(self) -> None:
+        try:
+            self.frames, self.ended = read_stream(*self.args, last_event_id=self.last_event_id, until=self._until,
+                                                  timeout=40)
+        except BaseException as error:
+            self.error = error
+
+    def result(self) -> list[SSE]:
+        self.join(60)
+        assert self.error is None, self.error
+        return self.frames
+
+
+def wait_for_run(instance: Instance, run_id: str, token: str, frames: int = 1) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{instance.url}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"})
+        if response.status_code == 200 and response.json()["last_event_id"] >= frames:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"delivery {instance.name} never learned run {run_id}")
+
+
+def held(frames: list[SSE]) -> list[tuple[int, str, object]]:
+    return [(f.id, f.event, f.data if f.event == "done" else f.json) for f in frames]  # type: ignore[misc]
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("D3")
+@pytest.mark.rule("D4")
+@pytest.mark.rule("D5")
+@pytest.mark.rule("D6")
+def test_clients_on_either_instance_follow_live_and_resume_on_the_other(
+        isolated: Settings, pair: tuple[Instance, Instance]) -> None:
+    a, b = pair
+    owned = assignment(isolated)
+    publication = isolated.topic(Topic.PUBLICATION)
+    consumer_of_blocks = a if owned[a.process.pid] == [publication] else b
+    other = b if consumer_of_blocks is a else a
+    run, token = "run-two-instances", mint_token(isolated, "acct-1")
+
+    asyncio.run(produce(isolated, Topic.RUNS, running(run)))
+    wait_for_run(a, run, token)
+    # D6 holds on both instances: another account's client learns nothing of the run.
+    stranger = mint_token(isolated, "acct-2")
+    for instance in (a, b):
+        response = httpx.get(f"{instance.url}/v1/runs/{run}/events", headers={"Authorization": f"Bearer {stranger}"})
+        assert response.status_code == 404
+
+    # One client on each instance, live from the start; a third on the instance that does
+    # not consume the blocks, which drops after three frames and resumes on the other.
+    live = {instance.name: Reader(instance.url, run, token) for instance in (a, b)}
+    mover = Reader(other.url, run, token, until=lambda fs: len(fs) >= 3)
+    for reader in (*live.values(), mover):
+        reader.start()
+    deadline = time.monotonic() + 20
+    while not all(r.seen >= 1 for r in (*live.values(), mover)):  # every stream holds frame 1 (run status)
+        assert time.monotonic() < deadline, "the streams never opened"
+        time.sleep(0.05)
+
+    asyncio.run(produce(isolated, Topic.PUBLICATION,
+                        *[published(run, f"b{i}", 1, f"block {i}", i) for i in range(1, 4)]))
+    first = mover.result()
+    assert [f.id for f in first] == [1, 2, 3] and not mover.ended, "block frames reached the other instance live"
+
+    asyncio.run(produce(isolated, Topic.PUBLICATION,
+                        *[published(run, f"b{i}", 1, f"block {i}", i) for i in range(4, 7)], settled(run)))
+    asyncio.run(produce(isolated, Topic.RUNS, closed(run, "the closed answer text, long enough for two chunks")))
+    resumed = Reader(consumer_of_blocks.url, run, token, last_event_id=first[-1].id)
+    resumed.start()
+    second = resumed.result()
+    assert resumed.ended, "the stream resumed on the other instance ran to done"
+    ids = [f.id for f in first + second]
+    assert ids == list(range(1, ids[-1] + 1)), f"no gap and no duplicate across instances: {ids}"
+
+    expected = held(first + second)
+    assert validate_stream(expected).ok
+    for name, reader in live.items():
+        frames = reader.result()
+        assert reader.ended, f"the client on {name} got done live"
+        assert held(frames) == expected, f"the client on {name} saw every frame, the same ids as the others"
+
+    # D4/D5: each connection's delivery facts, once, from the instance that served it.
+    receipt = httpx.post(f"{other.url}/v1/runs/{run}/receipts", headers={"Authorization": f"Bearer {token}"},
+                         json={"type": "client.received", "last_event_id": ids[-1]})
+    assert receipt.status_code == 202
+
+    def complete(values: list[dict[str, Any]]) -> bool:
+        kinds = [v["type"] for v in values]
+        return kinds.count("delivery.completed") >= 3 and "delivery.interrupted" in kinds and "client.received" in kinds
+
+    facts = asyncio.run(read_topic(isolated, Topic.DELIVERY, until=complete, timeout=30))
+    time.sleep(1.0)
+    facts = asyncio.run(read_topic(isolated, Topic.DELIVERY, until=lambda v: len(v) >= len(facts), timeout=30))
+    ended = [f for f in facts if f["type"] in ("delivery.completed", "delivery.interrupted")]
+    by_connection: dict[str, list[str]] = {}
+    for fact in ended:
+        by_connection.setdefault(fact["connection_id"], []).append(fact["type"])
+    assert sorted(kinds[0] for kinds in by_connection.values()) == [
+        "delivery.completed", "delivery.completed", "delivery.completed", "delivery.interrupted"]
+    assert all(len(kinds) == 1 for kinds in by_connection.values()), f"one outcome per connection: {by_connection}"
+    assert [f["type"] for f in facts].count("client.received") == 1, "a receipt is published once"
+    assert len({f["event_id"] for f in facts}) == len(facts), "no fact published twice"
+    status = httpx.get(f"{a.url}/v1/runs/{run}", headers={"Authorization": f"Bearer {token}"}).json()
+    assert status["last_event_id"] == ids[-1] and status["terminal"]
+
+
+def listeners(settings: Settings) -> list[int]:
+    """Backends of the Delivery instances' ``LISTEN`` connections."""
+    import psycopg
+
+    assert settings.database_url is not None
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        rows = connection.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                  "AND query LIKE 'LISTEN \"imprint_delivery_%%'").fetchall()
+    return [int(pid) for (pid,) in rows]
+
+
+@pytest.mark.rule("D1")
+def test_a_lost_wake_up_connection_loses_no_frame(isolated: Settings, pair: tuple[Instance, Instance]) -> None:
+    import psycopg
+
+    a, b = pair
+    owned = assignment(isolated)
+    publication = isolated.topic(Topic.PUBLICATION)
+    watcher = b if owned[a.process.pid] == [publication] else a  # its clients' blocks come from the other
+    run, token = "run-lost-wakeup", mint_token(isolated, "acct-1")
+    asyncio.run(produce(isolated, Topic.RUNS, running(run)))
+    wait_for_run(watcher, run, token)
+    reader = Reader(watcher.url, run, token)
+    reader.start()
+    deadline = time.monotonic() + 20
+    while reader.seen < 1:
+        assert time.monotonic() < deadline, "the stream never opened"
+        time.sleep(0.05)
+    before = listeners(isolated)
+    assert len(before) == 2, f"one LISTEN connection per instance: {before}"
+    assert isolated.database_url is not None
+    with psycopg.connect(isolated.database_url, autocommit=True) as connection:
+        for pid in before:  # both instances lose their wake-ups; frames committed now are not announced to them
+            connection.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    asyncio.run(produce(isolated, Topic.PUBLICATION,
+                        *[published(run, f"b{i}", 1, f"block {i}", i) for i in range(1, 4)], settled(run)))
+    asyncio.run(produce(isolated, Topic.RUNS, closed(run, "closed while nobody listened")))
+    frames = reader.result()
+    assert reader.ended, "the reconnected listener woke the feed (the fallback check is a minute away)"
+    ids = [f.id for f in frames]
+    assert ids == list(range(1, ids[-1] + 1)) and validate_stream(held(frames)).ok
+    assert sorted(listeners(isolated)) != sorted(before) and len(listeners(isolated)) == 2, "both listen again"

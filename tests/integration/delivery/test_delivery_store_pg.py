@@ -1,0 +1,139 @@
+"""The view store on PostgreSQL shared by two instances: when a rebalance lets the old
+and the new owner of a partition apply overlapping polls at the same moment, every
+message is applied once (the second reads the position only after the first committed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from services.common.inbound import Inbound
+from services.common.settings import Settings
+from services.delivery.view_store import ViewStore
+from tests.unit.delivery.delivery_builders import RunProgress, running
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+RUNS = "imprint.runs.v1"
+
+
+@pytest.fixture
+def stores(isolated: Settings) -> Iterator[tuple[ViewStore, ViewStore]]:
+    first, second = ViewStore(isolated), ViewStore(isolated)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def blocked_by(connection: psycopg.Connection, root: int) -> set[int]:
+    """Backends waiting, directly or through one another, on ``root``."""
+    rows = connection.execute("SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
+                              "WHERE datname = current_database()").fetchall()
+    waiting, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, blockers in rows:
+            if pid not in waiting and set(blockers or ()) & waiting:
+                waiting.add(pid)
+                grew = True
+    return waiting - {root}
+
+
+@pytest.mark.rule("D1")
+def test_overlapping_polls_of_two_instances_apply_each_message_once(
+        isolated: Settings, stores: tuple[ViewStore, ViewStore]) -> None:
+    old_owner, new_owner = stores
+    run = "run-rebalance"
+    old_owner.process([Inbound(RUNS, 0, 0, running(run))])
+    # Progress notes: unlike a block's receipt, applying one twice would show twice.
+    messages = [Inbound(RUNS, 1, offset, RunProgress(run_id=run, account_id="acct-1", stage=f"step {offset}"))
+                for offset in range(15)]
+    table = sql.Identifier(isolated.database_schema or "", "delivery_runs")
+    assert isolated.database_url is not None
+    with psycopg.connect(isolated.database_url) as holder:
+        # Hold the run row so both polls are in flight together, then let them race.
+        holder.execute(sql.SQL("SELECT 1 FROM {} WHERE run_id = %s FOR UPDATE").format(table), (run,))
+        holder_pid = holder.info.backend_pid
+        results: dict[str, list[str]] = {}
+        errors: list[BaseException] = []
+
+        def poll(store: ViewStore, name: str, batch: list[Inbound]) -> None:
+            try:
+                results[name] = store.process(batch)
+            except BaseException as error:
+                errors.append(error)
+
+        # The old owner's poll (offsets 0-9) gets in line first, then the new owner's (0-14).
+        threads = []
+        with psycopg.connect(isolated.database_url, autocommit=True) as watcher:
+            for waiting, (store, name, batch) in enumerate(((old_owner, "old", messages[:10]),
+                                                           (new_owner, "new", messages)), start=1):
+                thread = threading.Thread(target=poll, args=(store, name, batch))
+                thread.start()
+                threads.append(thread)
+                deadline = time.monotonic() + 30
+                while len(blocked_by(watcher, holder_pid)) < waiting:
+                    assert time.monotonic() < deadline, f"the {name} owner's poll never got in flight"
+                    time.sleep(0.02)
+        holder.rollback()
+    for thread in threads:
+        thread.join(30)
+    assert not errors and set(results) == {"old", "new"}, errors
+    frames = old_owner.frames_after(run, 0, limit=100)
+    assert [f.id for f in frames] == list(range(1, 17)), "one run status and fifteen progress notes, each once"
+    assert old_owner.position(RUNS, 1) == 14
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("P17")
+def test_a_store_in_the_earlier_layout_is_upgraded_in_place_on_postgres(isolated: Settings) -> None:
+    import json
+
+    from imprint.delivery import merge
+    from tests.unit.delivery.test_delivery_store_append import Feed, Reference, script
+    from tests.unit.delivery.test_delivery_store_sqlite import EARLIER_LAYOUT
+
+    batches = script(4)
+    reference, cut = Reference(), len(batches) // 2
+    for batch in batches[:cut]:
+        reference.batch(batch)
+    run_id, p = reference.projection.run_id, reference.projection
+    schema = isolated.database_schema
+    assert isolated.database_url is not None and schema is not None
+
+    def named(statement: str) -> str:
+        return statement.replace("delivery_", f'"{schema}".delivery_').replace("?", "%s")
+
+    with psycopg.connect(isolated.database_url) as db:  # what the earlier store wrote
+        for statement in EARLIER_LAYOUT:
+            db.execute(named(statement))
+        db.execute(named("INSERT INTO delivery_runs VALUES (?, ?, ?, ?, ?, ?, NULL, 'pending', 0, ?, 't0', 't0')"),
+                   (run_id, p.account_id, p.conversation_id, p.state, p.outcome, len(reference.frames),
+                    p.model_dump_json(exclude={"answer"})))
+        db.execute(named("INSERT INTO delivery_views VALUES (?, ?, '{}', 't0')"), (run_id, p.answer.model_dump_json()))
+        with db.cursor() as cursor:
+            cursor.executemany(named("INSERT INTO delivery_frames VALUES (?, ?, ?, ?, ?, ?, ?, 't0')"), [
+                (run_id, f["id"], f["event"], json.dumps(f["data"], ensure_ascii=False), f["sha"], f["key"],
+                 int(f["superseded"])) for f in reference.frames])
+            cursor.executemany(named("INSERT INTO delivery_conflicts VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)"), [
+                (run_id, x.block_id, x.revision, x.first_kind, x.first_sha256, x.second_kind, x.second_sha256,
+                 f"t{n:03d}") for n, x in enumerate(p.answer.conflicts)])
+    store = ViewStore(isolated)
+    try:
+        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        feed = Feed()
+        for batch in batches[cut:]:
+            store.process(feed(*batch))
+            reference.batch(batch)
+        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        answer = reference.projection.answer
+        assert store.answer_view(run_id) == {
+            "blocks": merge.view(answer),
+            "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
+    finally:
+        store.close()

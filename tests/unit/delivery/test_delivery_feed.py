@@ -1,0 +1,137 @@
+"""The live-feed hub without a database: a fake store stands in for ``read_feed``/``heads``
+(the real store and HTTP are in tests/integration/delivery/test_delivery_feed_pg.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from imprint.delivery.frames import Frame
+from services.delivery.notifier import Notifier, PostgresWakeups, SharedFrame
+from services.delivery.view_store import FeedRead
+
+RUN = "run-feed"
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.reads = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.reading = threading.Event()
+
+    def add(self, count: int) -> None:
+        for _ in range(count):
+            n = len(self.frames) + 1
+            self.frames.append(Frame(RUN, n, "progress", {"stage": f"s{n}"}, f"h{n}"))
+
+    def read_feed(self, run_id: str, last_id: int, limit: int = 1000) -> FeedRead:
+        self.reads += 1
+        self.reading.set()
+        self.gate.wait(10)
+        frames = [f for f in self.frames if f.id > last_id][:limit]
+        return FeedRead(frames, exists=True, deleted=False, terminal=False, last_frame_id=len(self.frames))
+
+    def heads(self, run_ids: list[str]) -> dict[str, tuple[int, bool]]:
+        return {r: (len(self.frames), False) for r in run_ids}
+
+
+async def settle(condition: Any, what: str) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.mark.rule("D1")
+async def test_clients_of_a_run_share_each_read_and_each_encoding() -> None:
+    store, hub = FakeStore(), Notifier(poll_interval=60)
+    first = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    second = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    await settle(lambda: store.reads == 1, "the first read")
+    store.add(3)
+    hub.notify([RUN])
+    a, b = await first.next(), await second.next()
+    assert [f.id for f in a] == [1, 2, 3] and a == b
+    assert all(x is y and isinstance(x, SharedFrame) for x, y in zip(a, b, strict=True)), "one object per frame"
+    assert a[0].sse() == Frame(RUN, 1, "progress", {"stage": "s1"}, "h1").sse()
+    assert store.reads == 2, "one read for both clients"
+    first.close()
+    second.close()
+    assert RUN not in hub.feeds, "the feed ends with its last client"
+    await hub.close()
+
+
+@pytest.mark.rule("D1")
+async def test_wake_ups_during_a_read_coalesce_into_one_more_read() -> None:
+    store, hub = FakeStore(), Notifier(poll_interval=60)
+    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    await settle(lambda: store.reads == 1, "the first read")
+    store.gate.clear()
+    store.reading.clear()
+    hub.notify([RUN])
+    await asyncio.to_thread(store.reading.wait, 10)  # the second read is in flight, held
+    for n in range(10):
+        store.add(1)
+        hub.notify([RUN])
+    store.gate.set()
+    frames: list[Frame] = []
+    while len(frames) < 10:
+        frames += await subscription.next()
+    await asyncio.sleep(0.05)
+    assert [f.id for f in frames] == list(range(1, 11))
+    assert store.reads == 3, "ten wake-ups during a read cost one more read"
+    subscription.close()
+    await hub.close()
+
+
+@pytest.mark.rule("D1")
+async def test_a_late_client_learns_what_the_feed_read_before_it_and_an_overflow_is_flagged() -> None:
+    store, hub = FakeStore(), Notifier(poll_interval=60, buffer_limit=4)
+    early = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    store.add(2)
+    hub.notify([RUN])
+    assert [f.id for f in await early.next()] == [1, 2]
+    late = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    assert late.floor == 2, "frames 1-2 were read before it joined: it reads them from the store"
+    store.add(6)
+    hub.notify([RUN])
+    await settle(lambda: early.lagged, "the overflow")
+    assert early.lagged and not early.frames, "six frames do not fit in four: dropped here, read from the store"
+    assert await early.next() == []
+    early.close()
+    late.close()
+    await hub.close()
+
+
+@pytest.mark.rule("D1")
+async def test_a_lost_wake_up_is_caught_by_one_fallback_check_for_all_runs() -> None:
+    store, hub = FakeStore(), Notifier(poll_interval=0.05)
+    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    await settle(lambda: store.reads == 1, "the first read")
+    store.add(1)  # committed, never announced
+    assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]
+    subscription.close()
+    await hub.close()
+
+
+@pytest.mark.rule("D1")
+async def test_notifications_wake_the_feeds_of_other_instances_only() -> None:
+    store, hub = FakeStore(), Notifier(poll_interval=60)
+    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    await settle(lambda: store.reads == 1, "the first read")
+    wakeups = PostgresWakeups("postgresql://unused", "channel", "me", hub)
+    store.add(1)
+    wakeups._deliver('{"origin": "me", "runs": ["run-feed"]}')
+    wakeups._deliver("not json")
+    await asyncio.sleep(0.05)
+    assert store.reads == 1, "this process's own batch already woke its feeds"
+    wakeups._deliver('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
+    assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]
+    subscription.close()
+    await hub.close()
