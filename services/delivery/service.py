@@ -25,6 +25,9 @@ from services.delivery.app import create_app, topic_for
 from services.delivery.notifier import Notifier, PostgresWakeups
 from services.delivery.view_store import ViewStore
 
+__all__ = ["ViewStore", "serve"]
+"""Delivery as the operator tools see it: its view store."""
+
 log = get_logger(__name__)
 
 

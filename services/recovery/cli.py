@@ -356,7 +356,7 @@ def inspect(settings: Settings, run_id: str, *, out: TextIO | None = None, err: 
         if read_ledger(app, run_id) is None:
             return _no_run(run_id, err)
         try:
-            from services.delivery.view_store import ViewStore
+            from services.delivery.service import ViewStore
 
             store = (open_store or (lambda: ViewStore(settings)))()
         except Exception as error:  # noqa: BLE001 — the timeline says the frames are unknown
