@@ -21,7 +21,9 @@ from services.delivery.app import create_app, topic_for
 from services.delivery.auth import RateLimiter, mint_token, verify_token
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
-from services.delivery.observer import SCOPE_KEY, DeliveryObserver
+from services.delivery.observer import DeliveryRecorder
+from services.delivery.stream import DeliveryReport, EventStream, StreamConfig
+from imprint.delivery.frames import Frame
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, parse_sse
 from tests.unit.delivery.delivery_builders import closed, published, running, settled
@@ -43,7 +45,8 @@ class Collect:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", database_url=None, max_request_bytes=2048)
+    return Settings(state_dir=tmp_path / "state", database_url=None, max_request_bytes=2048,
+                    stream_open_wait_seconds=0.3)
 
 
 @pytest.fixture
@@ -268,27 +271,22 @@ async def test_a_finished_run_streams_to_done_and_records_completed(
 # ---------------------------------------------------------------------- observer
 
 
-class FakeStream:
-    """An ASGI app that behaves like the SSE endpoint, for the observer alone."""
-
-    def __init__(self, frames: list[bytes], *, finish: bool, end_reason: str | None = None,
-                 disconnect_first: bool = False) -> None:
-        self.frames, self.finish, self.end_reason, self.disconnect_first = frames, finish, end_reason, disconnect_first
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        tap = scope[SCOPE_KEY]
-        tap.run_id, tap.account_id, tap.connection_id = RUN, "acct-1", "conn-1"
-        tap.end_reason = self.end_reason
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        for frame in self.frames:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-        if self.disconnect_first:
-            await receive()
-        if self.finish:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+def written(events: list[str], *, finish: bool, end_reason: str | None = None,
+            disconnect_first: bool = False) -> DeliveryReport:
+    """What a stream's report holds after writing ``events`` (ids 1..n), the client
+    perhaps leaving, then perhaps the final body going out."""
+    report = DeliveryReport(run_id=RUN, account_id="acct-1", connection_id="conn-1")
+    report.end_reason = end_reason
+    for frame_id, event in enumerate(events, start=1):
+        report.wrote(Frame(run_id=RUN, id=frame_id, event=event, data={}, body_sha256=""))
+    if disconnect_first:
+        report.client_left()
+    if finish:
+        report.response_finished()
+    return report
 
 
-async def observe(app: FakeStream, *, disconnect: bool = False) -> tuple[list[str], list[tuple[str, str]]]:
+async def observe(report: DeliveryReport) -> tuple[list[str], list[tuple[str, str]]]:
     published: list[Message] = []
     recorded: list[tuple[str, str]] = []
 
@@ -298,38 +296,63 @@ async def observe(app: FakeStream, *, disconnect: bool = False) -> tuple[list[st
     async def record(run_id: str, outcome: str) -> None:
         recorded.append((run_id, outcome))
 
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.disconnect"} if disconnect else {"type": "http.request", "body": b""}
-
-    async def send(_: Any) -> None:
-        return None
-
-    observer = DeliveryObserver(app, publish=publish, record=record, metrics=DeliveryMetrics())
-    await observer({"type": "http", "method": "GET", "path": "/"}, receive, send)
+    await DeliveryRecorder(publish=publish, record=record, metrics=DeliveryMetrics())(report)
     return [m.type for m in published], recorded
 
 
-DONE = b"id: 3\nevent: done\ndata: [DONE]\n\n"
-FRAME = b"id: 1\nevent: progress\ndata: {}\n\n"
+DONE = "done"
+FRAME = "progress"
 
 
 @pytest.mark.rule("D4")
 async def test_observer_completed_needs_the_terminal_and_the_finished_response() -> None:
-    assert await observe(FakeStream([FRAME, DONE], finish=True)) == (
+    assert await observe(written([FRAME, DONE], finish=True)) == (
         ["delivery.sent", "delivery.completed"], [(RUN, "completed")])
-    assert await observe(FakeStream([FRAME, DONE], finish=False)) == (
+    assert await observe(written([FRAME, DONE], finish=False)) == (
         ["delivery.sent", "delivery.interrupted"], [(RUN, "interrupted")]), "terminal written, response not finished"
-    assert await observe(FakeStream([FRAME], finish=True, end_reason="slow_client")) == (
+    assert await observe(written([FRAME], finish=True, end_reason="slow_client")) == (
         ["delivery.sent", "delivery.interrupted"], [(RUN, "interrupted")])
 
 
 @pytest.mark.rule("D4")
 @pytest.mark.rule("D5")
 async def test_observer_a_disconnect_before_the_end_is_an_interruption_never_a_completion() -> None:
-    types, recorded = await observe(FakeStream([FRAME, DONE], finish=True, disconnect_first=True), disconnect=True)
+    types, recorded = await observe(written([FRAME, DONE], finish=True, disconnect_first=True))
     assert "delivery.completed" not in types and "delivery.interrupted" in types
     assert recorded == [(RUN, "interrupted")]
-    assert await observe(FakeStream([], finish=True, end_reason="nothing_more")) == ([], [])
+    assert await observe(written([], finish=True, end_reason="nothing_more")) == ([], [])
+
+
+@pytest.mark.rule("D4")
+@pytest.mark.rule("D5")
+async def test_the_stream_reports_a_client_that_left_before_done_as_interrupted(
+    store: ViewStore, settings: Settings,
+) -> None:
+    """The real EventStream over the store: the client leaves at once; what the stream
+    reports (not bytes read back) is an interruption, never a completion."""
+    store.feed(running(RUN), published(RUN, "b1", 1, "v1"))  # type: ignore[attr-defined]
+    reports: list[DeliveryReport] = []
+
+    async def report_to(report: DeliveryReport) -> None:
+        reports.append(report)
+
+    notifier = Notifier()
+    notifier.bind()
+    stream = EventStream(run_id=RUN, last_id=0, store=store, notifier=notifier, config=StreamConfig(poll_interval=0.05),
+                         metrics=DeliveryMetrics(), report=DeliveryReport(RUN, "acct-1", "conn-1"), report_to=report_to)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.2)
+        return {"type": "http.disconnect"}
+
+    await asyncio.wait_for(stream({"type": "http"}, receive, send), 5)
+    [report] = reports
+    assert report.frames == 2 and report.last_event_id == 2 and not report.terminal_sent
+    assert report.disconnected and report.outcome() == "interrupted"
 
 
 # ---------------------------------------------------------------------- notifier
