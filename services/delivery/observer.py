@@ -85,17 +85,22 @@ class AccessLog:
         started = time.monotonic()
         status = 0
 
+        def route() -> str:
+            matched = scope.get("route")
+            return getattr(matched, "path", None) or "unmatched"
+
         async def observed_send(message: Any) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # counted as the response starts: a stream is counted while it is open
+                self.metrics.requests.labels(scope["method"], route(), str(status)).inc()
             await send(message)
 
         try:
             await self.app(scope, receive, observed_send)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
-            log.info("http request", method=scope["method"], route=path, status=status,
+            if status == 0:
+                self.metrics.requests.labels(scope["method"], route(), "0").inc()
+            log.info("http request", method=scope["method"], route=route(), status=status,
                      duration_ms=round((time.monotonic() - started) * 1000, 1))
