@@ -4,6 +4,7 @@ auth and isolation (D6), receipts and cancel (D4/D2), limits, the observer (D4).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,9 +25,20 @@ from services.delivery.notifier import Notifier
 from services.delivery.observer import DeliveryRecorder
 from services.delivery.stream import DeliveryReport, EventStream, StreamConfig
 from imprint.delivery.frames import Frame
+from imprint.delivery.tickets import Grant, TicketBook
+from imprint.delivery.ui_message_stream import UIMessageStream
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, parse_sse
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.unit.delivery.delivery_builders import (
+    AnswerRejected,
+    AnswerWithdrawn,
+    RunProgress,
+    closed,
+    preview,
+    published,
+    running,
+    settled,
+)
 
 RUN = "run-u"
 
@@ -372,3 +384,101 @@ async def test_notifier_wakes_waiters_and_never_loses_a_poke() -> None:
     assert await asyncio.wait_for(waiter, 1) != seen
     assert notifier.waiting() == 0
     assert await notifier.wait("quiet", notifier.version("quiet"), 0.01) == 0
+
+
+# ---------------------------------------------------------------------- stream tickets
+
+
+@pytest.mark.rule("D6")
+def test_a_stream_ticket_is_bound_to_its_run_and_expires_a_ttl_after_its_last_use() -> None:
+    book = TicketBook(ttl=60.0)
+    book.issue("t-1", Grant(account_id="acct-1", run_id="run-1"), now=1000.0)
+    assert book.use("t-1", "run-2", now=1001.0) is None, "another run"
+    assert book.use("t-unknown", "run-1", now=1001.0) is None
+    assert book.use("t-1", "run-1", now=1059.0) == Grant("acct-1", "run-1")
+    assert book.use("t-1", "run-1", now=1118.0) is not None, "each use extends its life (browser reconnects)"
+    assert book.use("t-1", "run-1", now=1178.0) is None, "a minute after its last use it is gone"
+    assert len(book) == 0
+    book.issue("t-2", Grant("acct-1", "run-1"), now=0.0)
+    assert "t-2" not in repr(book._grants), "only a hash of the ticket is held"
+
+
+# ---------------------------------------------------------------------- the AI SDK mapping
+
+# The keys each part type may carry: the strict schemas of ai 5.0.0 / 6.0.0
+# (packages/ai/src/ui-message-stream/ui-message-chunks.ts, z.strictObject).
+UI_PART_KEYS = {
+    "start": {"type", "messageId", "messageMetadata"},
+    "finish": {"type", "messageMetadata"},
+    "message-metadata": {"type", "messageMetadata"},
+    "text-start": {"type", "id", "providerMetadata"},
+    "text-delta": {"type", "id", "delta", "providerMetadata"},
+    "text-end": {"type", "id", "providerMetadata"},
+    "source-document": {"type", "sourceId", "mediaType", "title", "filename", "providerMetadata"},
+    "data-": {"type", "id", "data", "transient"},
+}
+
+
+def ui_parts(frames: list[Frame]) -> list[dict[str, Any]]:
+    mapping = UIMessageStream(run_id=RUN, conversation_id="conv-u")
+    parts = mapping.start()
+    for frame in frames:
+        parts += mapping.parts(frame)
+    return parts
+
+
+@pytest.mark.rule("D2")
+@pytest.mark.rule("P18")
+@pytest.mark.rule("P21")
+def test_every_frame_kind_maps_to_parts_a_strict_ai_sdk_client_accepts(store: ViewStore) -> None:
+    store.feed(running(RUN), RunProgress(run_id=RUN, account_id="acct-1", stage="retrieval", detail=""),  # type: ignore[attr-defined]
+               preview(RUN, "b1", 1, "draft"), published(RUN, "b1", 1, "one"), published(RUN, "b2", 1, "two", 2),
+               published(RUN, "b1", 2, "one, revised"),
+               AnswerWithdrawn(run_id=RUN, block_id="b2", revision=1, cause="source_revoked", source_id="src-x"),
+               AnswerRejected(run_id=RUN, candidate_id="tool:c9", block_index=0, reason="unauthorized_source"),
+               settled(RUN), closed(RUN, "z" * 40))
+    frames = store.frames_after(RUN, 0, 1000)
+    assert {f.event for f in frames} >= {"run-status", "progress", "answer-preview", "answer-publication",
+                                         "answer-withdrawn", "answer-rejected", "content", "evidence-summary",
+                                         "stream-summary", "done"}
+    parts = ui_parts(frames)
+    for part in parts:
+        allowed = UI_PART_KEYS["data-" if part["type"].startswith("data-") else part["type"]]
+        assert set(part) <= allowed, part
+        json.dumps(part)
+    assert parts[0]["type"] == "start" and parts[-1]["type"] == "finish"
+    finals: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        if part["type"] == "data-block":
+            finals[part["id"]] = part["data"]  # what the SDK does: same type and id replace in place
+    assert list(finals) == ["b1", "b2"]
+    assert finals["b1"]["state"] == "committed" and finals["b1"]["markdown"] == "one, revised"
+    assert finals["b2"] == {"block_id": "b2", "state": "withdrawn", "revision": 1, "cause": "source_revoked"}
+    assert "src-x" not in json.dumps(parts), "a withdrawal never names its source (D6)"
+    assert any(p["type"] == "data-rejection" and p["data"]["reason"] == "not_publishable" for p in parts)
+    assert all(p.get("transient") for p in parts if p["type"] == "data-progress")
+    text = "".join(p["delta"] for p in parts if p["type"] == "text-delta")
+    assert text == "z" * 40
+    assert parts[-1]["messageMetadata"]["run"]["state"] == "completed"
+
+
+@pytest.mark.rule("D1")
+def test_a_replay_and_a_live_reader_end_with_the_same_blocks(store: ViewStore) -> None:
+    store.feed(running(RUN), published(RUN, "b1", 1, "one"))  # type: ignore[attr-defined]
+    live = UIMessageStream(run_id=RUN)
+    seen = live.start()
+    seen += [p for f in store.frames_after(RUN, 0, 1000) for p in live.parts(f)]
+    last = store.frames_after(RUN, 0, 1000)[-1].id
+    store.feed(published(RUN, "b1", 2, "one, revised"), published(RUN, "b2", 1, "two", 2),  # type: ignore[attr-defined]
+               settled(RUN), closed(RUN, "t"))
+    seen += [p for f in store.frames_after(RUN, last, 1000) for p in live.parts(f)]
+    replay = ui_parts(store.frames_after(RUN, 0, 1000))
+
+    def final(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for part in parts:
+            if part["type"] == "data-block":
+                out[part["id"]] = part["data"]
+        return out
+
+    assert final(seen) == final(replay) and list(final(replay)) == ["b1", "b2"]
