@@ -482,3 +482,16 @@ def test_a_replay_and_a_live_reader_end_with_the_same_blocks(store: ViewStore) -
         return out
 
     assert final(seen) == final(replay) and list(final(replay)) == ["b1", "b2"]
+
+
+@pytest.mark.rule("D6")
+async def test_the_openapi_document_is_served_and_names_every_route_and_its_404(client: httpx.AsyncClient) -> None:
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    assert {"/v1/runs/{run_id}/events", "/v1/runs/{run_id}/stream-tickets", "/v1/ai-sdk/runs/{run_id}/stream",
+            "/v1/ai-sdk/conversations/{conversation_id}/stream", "/v1/runs/{run_id}/answer",
+            "/v1/runs/{run_id}/receipts", "/v1/runs/{run_id}/cancel",
+            "/v1/conversations/{conversation_id}/history"} <= set(paths)
+    events = paths["/v1/runs/{run_id}/events"]["get"]["responses"]
+    assert {"200", "204", "401", "404"} <= set(events) and "text/event-stream" in events["200"]["content"]
