@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from imprint.contracts.base import Message
+from imprint.contracts.registry import topic_of
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.delivery.auth import (
@@ -36,16 +37,9 @@ from services.delivery.view_store import ViewStore
 
 Publish = Callable[[Message], Awaitable[None]]
 
-_TOPIC_OF_TYPE = {
-    "delivery.sent": Topic.DELIVERY, "delivery.interrupted": Topic.DELIVERY, "delivery.completed": Topic.DELIVERY,
-    "client.received": Topic.DELIVERY, "client.rendered": Topic.DELIVERY, "client.conflict": Topic.DELIVERY,
-    "run.cancel_requested": Topic.CONTROL, "conversation.delete_requested": Topic.CONTROL,
-}
-
-
 def topic_for(message: Message) -> Topic:
-    """The contract topic of a message Delivery produces."""
-    return _TOPIC_OF_TYPE[message.type]
+    """The contract topic of a message Delivery produces (the contract's one map)."""
+    return topic_of(message)
 
 
 def create_app(
