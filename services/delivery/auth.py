@@ -87,6 +87,11 @@ class StreamTickets:
         self.book.issue(ticket, Grant(account_id=account, run_id=run_id), time.monotonic())
         return ticket, self.book.ttl
 
+    def touch(self, ticket: str, run_id: str) -> None:
+        """A stream opened with ``ticket`` ended: that is a use too, so a connection that
+        lasted longer than ``ttl`` can still be resumed with the same ticket."""
+        self.book.use(ticket, run_id, time.monotonic())
+
     def account(self, ticket: str, run_id: str) -> str | None:
         grant = self.book.use(ticket, run_id, time.monotonic())
         return grant.account_id if grant is not None else None
@@ -102,6 +107,7 @@ def stream_account_dependency(settings: Settings, tickets: StreamTickets) -> Cal
             account = tickets.account(ticket, request.path_params.get("run_id", ""))
             if account is None:
                 raise Unauthorized("invalid or expired stream ticket")
+            request.state.ticket = ticket
         else:
             account = verify_token(settings, bearer(request))
         request.state.account = account

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
 
 from imprint.contracts.base import Message
 from imprint.delivery.execution import presentation
@@ -24,7 +24,7 @@ from services.delivery.auth import RateLimiter, StreamTickets
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import DeliveryRecorder
-from services.delivery.stream import StreamConfig
+from services.delivery.stream import DeliveryReport, ReportTo, StreamConfig
 from services.delivery.view_store import RunRecord, ViewStore
 
 Publish = Callable[[Message], Awaitable[None]]
@@ -80,6 +80,19 @@ class Context:
             if remaining <= 0:
                 raise HTTPException(status_code=404, detail="run not found")
             await self.notifier.wait(run_id, seen, min(remaining, self.config.poll_interval))
+
+    def report_to(self, request: Request, run_id: str) -> ReportTo:
+        """Where a stream's report goes when its connection ends: the recorder, and (for a
+        stream opened with a ticket) the ticket, whose life that end extends."""
+        ticket = getattr(request.state, "ticket", None)
+        if ticket is None:
+            return self.recorder
+
+        async def record_and_touch(report: DeliveryReport) -> None:
+            self.tickets.touch(ticket, run_id)
+            await self.recorder(report)
+
+        return record_and_touch
 
     def execution(self, record: RunRecord) -> dict[str, Any]:
         return {

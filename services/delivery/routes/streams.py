@@ -44,7 +44,7 @@ def router(ctx: Context) -> APIRouter:
         report = DeliveryReport(run_id=run_id, account_id=account, connection_id=uuid.uuid4().hex,
                                 resumed_from=last)
         return EventStream(run_id=run_id, last_id=last, store=ctx.store, notifier=ctx.notifier, config=ctx.config,
-                           metrics=ctx.metrics, report=report, report_to=ctx.recorder)
+                           metrics=ctx.metrics, report=report, report_to=ctx.report_to(request, run_id))
 
     @api.post("/v1/runs/{run_id}/stream-tickets", status_code=201, responses={**UNAUTHORIZED, **NOT_FOUND})
     async def stream_ticket(run_id: str, account: Account) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import asyncio
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from imprint.delivery.ui_message_stream import UIMessageStream
@@ -35,30 +35,31 @@ def router(ctx: Context) -> APIRouter:
     StreamAccount = Annotated[str, Depends(ctx.stream_account)]
     Account = Annotated[str, Depends(ctx.current_account)]
 
-    def stream(record: RunRecord, account: str) -> EventStream:
+    def stream(record: RunRecord, account: str, request: Request) -> EventStream:
         report = DeliveryReport(run_id=record.run_id, account_id=account, connection_id=uuid.uuid4().hex,
                                 stream="ui-message")
         mapping = UIMessageStream(run_id=record.run_id, conversation_id=record.conversation_id)
         return EventStream(run_id=record.run_id, last_id=0, store=ctx.store, notifier=ctx.notifier,
-                           config=ctx.config, metrics=ctx.metrics, report=report, report_to=ctx.recorder,
+                           config=ctx.config, metrics=ctx.metrics, report=report,
+                           report_to=ctx.report_to(request, record.run_id),
                            form=UIMessageParts(mapping))
 
     @api.get("/v1/ai-sdk/runs/{run_id}/stream", responses={**UI_RESPONSE, **NOT_FOUND}, response_class=Response)
-    async def run_stream(run_id: str, account: StreamAccount,
+    async def run_stream(run_id: str, request: Request, account: StreamAccount,
                          ticket: Annotated[str | None, Query(description="a stream ticket instead of the "
                                                              "Authorization header")] = None) -> Any:
         """The run as one assistant UI message, replayed from ``start``."""
-        return stream(await ctx.awaited_run(run_id, account), account)
+        return stream(await ctx.awaited_run(run_id, account), account, request)
 
     @api.get("/v1/ai-sdk/conversations/{conversation_id}/stream",
              responses={**UI_RESPONSE, 204: {"description": "no run of this conversation is streaming"}},
              response_class=Response)
-    async def conversation_stream(conversation_id: str, account: Account) -> Any:
+    async def conversation_stream(conversation_id: str, request: Request, account: Account) -> Any:
         """The SDK's resume request for a chat: its newest run while that run's stream is open."""
         records = await asyncio.to_thread(ctx.store.history, conversation_id)
         active = [r for r in records if ctx.owns(r, account) and not r.terminal]
         if not active:
             return Response(status_code=204)
-        return stream(active[-1], account)
+        return stream(active[-1], account, request)
 
     return api
