@@ -13,9 +13,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Request
+from fastapi import Depends, HTTPException, Request
 
 from imprint.contracts.base import Message
 from imprint.delivery.execution import presentation
@@ -102,3 +102,17 @@ class Context:
             **presentation(state=record.state, outcome=record.outcome, delivery=record.delivery,
                            closed=record.closed),
         }
+
+
+def rate_limited(ctx: Context) -> Any:
+    """A dependency: the bearer's account, within the per-account POST rate limit (429 beyond)."""
+    Account = Annotated[str, Depends(ctx.current_account)]
+
+    async def limited(request: Request, account: Account) -> str:
+        allowed, retry_after = ctx.limiter.allow(account)
+        if not allowed:
+            raise HTTPException(status_code=429, detail="too many requests",
+                                headers={"Retry-After": str(max(1, int(retry_after + 0.999)))})
+        return account
+
+    return limited

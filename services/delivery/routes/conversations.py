@@ -9,8 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.delivery.execution import shown_answer_text
 from services.common.observability import get_logger
-from services.delivery.routes import UNAUTHORIZED, Context
-from services.delivery.routes.runs import rate_limited
+from services.delivery.routes import UNAUTHORIZED, Context, rate_limited
 from services.delivery.view_store import RunRecord
 
 log = get_logger(__name__)

@@ -6,13 +6,13 @@ import asyncio
 import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from imprint.contracts.control import RunCancelRequested
 from imprint.contracts.delivery import ClientConflict, ClientReceived, ClientRendered
 from services.common.observability import get_logger
-from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
 
 log = get_logger(__name__)
 
@@ -29,19 +29,6 @@ class ReceiptIn(BaseModel):
     detail: str = Field("", max_length=2000)
     event_id: uuid.UUID | None = None
     """The client's idempotency key for a retried receipt."""
-
-
-def rate_limited(ctx: Context) -> Any:
-    Account = Annotated[str, Depends(ctx.current_account)]
-
-    async def limited(request: Request, account: Account) -> str:
-        allowed, retry_after = ctx.limiter.allow(account)
-        if not allowed:
-            raise HTTPException(status_code=429, detail="too many requests",
-                                headers={"Retry-After": str(max(1, int(retry_after + 0.999)))})
-        return account
-
-    return limited
 
 
 def router(ctx: Context) -> APIRouter:

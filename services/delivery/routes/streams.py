@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
-from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
 from services.delivery.stream import DeliveryReport, EventStream
 
 SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), ending after `done`",
@@ -21,7 +21,7 @@ SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), 
 def router(ctx: Context) -> APIRouter:
     api = APIRouter(tags=["streams"])
     StreamAccount = Annotated[str, Depends(ctx.stream_account)]
-    Account = Annotated[str, Depends(ctx.current_account)]
+    Limited = Annotated[str, Depends(rate_limited(ctx))]
 
     @api.get("/v1/runs/{run_id}/events", responses=SSE_RESPONSE, response_class=Response)
     async def events(run_id: str, request: Request, account: StreamAccount,
@@ -47,7 +47,7 @@ def router(ctx: Context) -> APIRouter:
                            metrics=ctx.metrics, report=report, report_to=ctx.report_to(request, run_id))
 
     @api.post("/v1/runs/{run_id}/stream-tickets", status_code=201, responses={**UNAUTHORIZED, **NOT_FOUND})
-    async def stream_ticket(run_id: str, account: Account) -> dict[str, Any]:
+    async def stream_ticket(run_id: str, account: Limited) -> dict[str, Any]:
         """A short-lived ticket that opens this run's streams (``?ticket=``) without a
         header — for the browser's own ``EventSource``. Bound to the account and the
         run; it expires ``expires_in`` seconds after its last use, so the browser's
