@@ -11,7 +11,7 @@ export PG_PORT ?= 5432
 TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
-.PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps clean
+.PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,13 +27,21 @@ run: install
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-127.0.0.1:$(KAFKA_PORT)} $(BIN)/imprint up --demo $(RUN_ARGS)
 
 ## make test: install, start Kafka and PostgreSQL, run every tier.
-test: install browser-deps infra-up
+test: install browser-deps node-deps infra-up
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
 	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)} \
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+## The AI SDK client tier (tests/node): pinned `ai` 5.x/6.x/7.x and Node 22, from package-lock.json.
+NODE_DEPS := tests/node/node_modules/.package-lock.json
+$(NODE_DEPS): tests/node/package.json tests/node/package-lock.json
+	npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+	touch $(NODE_DEPS)
+
+node-deps: $(NODE_DEPS)
 
 browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     sse_poll_seconds: float = 1.0
     """Delivery's fallback check for live runs whose wake-up was lost (one query for all of them)."""
     max_request_bytes: int = 64 * 1024
+    stream_open_wait_seconds: float = 10.0
+    """D6: how long a stream opened before Delivery knows its run waits for it; a run that
+    never appears or belongs to another account answers 404 after the same wait."""
+    stream_ticket_ttl_seconds: float = 60.0
+    """A stream ticket (``POST /v1/runs/{run_id}/stream-tickets``) expires this long after its last use."""
     retention_seconds: float = 30 * 24 * 3600
     """X8: a conversation idle for longer than this is deleted by the retention sweeper."""
     retention_sweep_seconds: float = 3600

@@ -1,11 +1,13 @@
-"""D6: bearer tokens (HS256, ``sub`` = account, ``exp`` required), the request size
-limit and a per-account rate limit for POST routes.
+"""D6: bearer tokens (HS256, ``sub`` = account, ``exp`` required), stream tickets
+(for clients that cannot send a header), the request size limit and a per-account
+rate limit for POST routes.
 
 A malformed, unsigned, wrongly signed or expired token is 401. Whether a run does
 not exist or belongs to another account is indistinguishable: both are 404."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from typing import Any
 import jwt
 from fastapi import HTTPException, Request
 
+from imprint.delivery.tickets import Grant, TicketBook
 from services.common.settings import Settings
 
 ALGORITHM = "HS256"
@@ -68,6 +71,49 @@ def account_dependency(settings: Settings) -> Callable[[Request], Awaitable[str]
         return account
 
     return current_account
+
+
+class StreamTickets:
+    """The process's stream tickets (:mod:`imprint.delivery.tickets`): random, opaque,
+    held as hashes, bound to (account, run), expiring ``ttl`` seconds after last use.
+    Held in this process: a deployment with several Delivery instances routes a
+    ticket's reconnects to the instance that minted it (or uses the bearer header)."""
+
+    def __init__(self, ttl: float) -> None:
+        self.book = TicketBook(ttl=ttl)
+
+    def mint(self, account: str, run_id: str) -> tuple[str, float]:
+        ticket = secrets.token_urlsafe(32)
+        self.book.issue(ticket, Grant(account_id=account, run_id=run_id), time.monotonic())
+        return ticket, self.book.ttl
+
+    def touch(self, ticket: str, run_id: str) -> None:
+        """A stream opened with ``ticket`` ended: that is a use too, so a connection that
+        lasted longer than ``ttl`` can still be resumed with the same ticket."""
+        self.book.use(ticket, run_id, time.monotonic())
+
+    def account(self, ticket: str, run_id: str) -> str | None:
+        grant = self.book.use(ticket, run_id, time.monotonic())
+        return grant.account_id if grant is not None else None
+
+
+def stream_account_dependency(settings: Settings, tickets: StreamTickets) -> Callable[[Request], Awaitable[str]]:
+    """The account of a stream request: a bearer header, or a live ``ticket`` query
+    parameter for exactly this run (``run_id`` path parameter)."""
+
+    async def stream_account(request: Request) -> str:
+        ticket = request.query_params.get("ticket")
+        if ticket and "authorization" not in request.headers:
+            account = tickets.account(ticket, request.path_params.get("run_id", ""))
+            if account is None:
+                raise Unauthorized("invalid or expired stream ticket")
+            request.state.ticket = ticket
+        else:
+            account = verify_token(settings, bearer(request))
+        request.state.account = account
+        return account
+
+    return stream_account
 
 
 @dataclass

@@ -24,5 +24,8 @@ class DeliveryMetrics:
                                     registry=r)
         self.receipts = Counter("imprint_delivery_client_receipts", "client receipts accepted", ["type"],
                                 registry=r)
+        self.requests = Counter("imprint_delivery_http_requests", "HTTP requests by route template and status",
+                                ["method", "route", "status"], registry=r)
+        self.tickets = Counter("imprint_delivery_stream_tickets", "stream tickets minted", registry=r)
         self.publish_failures = Counter("imprint_delivery_publish_failures", "observations that could not be "
                                         "published", ["type"], registry=r)

@@ -19,7 +19,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 @pytest.fixture
 def delivery(isolated: Settings) -> Iterator[Delivery]:
-    yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 1.0}))
+    yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 1.0, "stream_open_wait_seconds": 1.0}))
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, previ
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 
 
-def open_run(page: Any, base_url: str, run_id: str, token: str) -> None:
-    page.goto(f"{base_url}/#run={run_id}&token={token}")
+def open_run(page: Any, base_url: str, run_id: str, token: str, transport: str | None = None) -> None:
+    page.goto(f"{base_url}/#run={run_id}&token={token}" + (f"&transport={transport}" if transport else ""))
     page.wait_for_function("() => window.imprintClient && window.imprintClient.connections >= 1")
 
 
@@ -107,6 +107,7 @@ def test_a_killed_connection_resumes_without_duplicates(page: Any, delivery: Del
         assert state["dups"] == 0 and state["errors"] == []
         assert state["ids"] == list(range(1, len(state["ids"]) + 1))
         assert state["validated"] is True and state["connections"] >= 2
+        assert page.evaluate("() => window.imprintClient.transport") == "eventsource"
         assert proxy.accepted >= 2
         wait_blocks(page, [f"b{i}" for i in range(1, 7)])
         assert page.get_attribute("#integrity", "data-state") == "ok"
@@ -156,22 +157,29 @@ def test_the_page_posts_received_and_rendered_receipts(page: Any, delivery: Deli
     assert any(v["type"] == "delivery.completed" for v in values), "server-side fact, separate from receipts"
 
 
+FORGED_SUMMARY = ('id: 3\nevent: stream-summary\ndata: {"last_id": 2, "frame_count": 2, "digest": "0000"}\n\n'
+                  "id: 4\nevent: done\ndata: [DONE]\n\n")
+FRAME_AFTER_DONE = "id: 3\nevent: done\ndata: [DONE]\n\nid: 4\nevent: progress\ndata: {\"stage\": \"late\"}\n\n"
+
+
 @pytest.mark.rule("D3")
-@pytest.mark.parametrize(("tail", "problem"), [
-    ('id: 3\nevent: stream-summary\ndata: {"last_id": 2, "frame_count": 2, "digest": "0000"}\n\n'
-     "id: 4\nevent: done\ndata: [DONE]\n\n", "summary_mismatch"),
-    ("id: 3\nevent: done\ndata: [DONE]\n\nid: 4\nevent: progress\ndata: {\"stage\": \"late\"}\n\n",
-     "frame_after_terminal"),
+@pytest.mark.parametrize(("tail", "problem", "transport"), [
+    (FORGED_SUMMARY, "summary_mismatch", "eventsource"),
+    (FORGED_SUMMARY, "summary_mismatch", "fetch"),
+    # The EventSource path closes its source on done, so a later frame is never
+    # dispatched at all; the fetch path's parser sees it and must call it an error.
+    (FRAME_AFTER_DONE, "frame_after_terminal", "fetch"),
 ])
 def test_the_client_rejects_a_stream_whose_summary_or_terminal_is_wrong(
-    page: Any, delivery: Delivery, tail: str, problem: str,
+    page: Any, delivery: Delivery, tail: str, problem: str, transport: str,
 ) -> None:
     run = "run-b-forged"
     delivery.feeder.send(running(run))
     head = ('id: 1\nevent: run-status\ndata: {"state": "running", "body_sha256": "aa"}\n\n'
             'id: 2\nevent: progress\ndata: {"stage": "x", "detail": "", "body_sha256": "bb"}\n\n')
-    page.route(f"**/v1/runs/{run}/events", lambda route: route.fulfill(
+    page.route(f"**/v1/runs/{run}/events*", lambda route: route.fulfill(
         status=200, headers={"content-type": "text/event-stream"}, body=head + tail))
-    open_run(page, delivery.url, run, delivery.token())
+    open_run(page, delivery.url, run, delivery.token(), transport=transport)
+    assert page.evaluate("() => window.imprintClient.transport") == transport
     page.wait_for_function("p => window.imprintClient.errors.includes(p)", arg=problem)
     assert page.get_attribute("#integrity", "data-state") == "error"

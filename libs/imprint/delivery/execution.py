@@ -41,3 +41,10 @@ def presentation(*, state: str | None, outcome: str | None, delivery: str, close
         "outcome": outcome if state == "completed" else None,
         "delivery": delivery,
     }
+
+
+def shown_answer_text(presented: dict[str, Any], text: str | None) -> str | None:
+    """D5: the closed answer text a refresh or the history shows — only once its
+    delivery completed (``presented`` is :func:`presentation`'s result); before that,
+    nothing, so an interrupted or pending delivery never reads as a received answer."""
+    return text if presented["complete"] else None

@@ -1,7 +1,11 @@
 /* imprint reference web client: no build step, no dependencies.
  *
- * - opens /v1/runs/{run}/events with fetch + a streaming SSE parser (EventSource
- *   cannot send Authorization), resumes with Last-Event-ID after any drop;
+ * - opens /v1/runs/{run}/events with the browser's own EventSource, authorized by a
+ *   short-lived stream ticket (POST …/stream-tickets with the bearer token; EventSource
+ *   cannot send Authorization): the browser reconnects by itself with Last-Event-ID,
+ *   and the source is closed on `done` (a reconnect after the end would get 204).
+ *   Without EventSource (or with #transport=fetch) it reads the stream with fetch and
+ *   a streaming SSE parser and resumes with Last-Event-ID after any drop;
  * - applies state-carrying block frames: blocks[block_id] = frame.block (null removes);
  *   renders blocks by delivery_ordinal, replaces revisions in place, marks previews
  *   as unsaved, shows source hints and truncation, drops withdrawn blocks;
@@ -81,7 +85,7 @@
     done: false, validated: null,
     errors: [], duplicates: 0, connections: 0,
     status: null,
-    abort: null, retryDelay: 250, stopped: false,
+    abort: null, source: null, transport: "", retryDelay: 250, stopped: false,
     receipts: { received: 0, rendered: 0, timers: {} },
     renderQueued: false,
   };
@@ -393,7 +397,74 @@
   }
 
   // ---------------------------------------------------------------- the stream
-  async function connect() {
+  const FRAME_KINDS = ["progress", "answer-preview", "answer-publication", "answer-withdrawn", "answer-rejected",
+    "run-status", "content", "evidence-summary", "error", "stream-summary", "done"];
+
+  function connect() {
+    if (client.stopped || client.done) return;
+    if (client.transport === "eventsource") return openEventSource();
+    return connectFetch();
+  }
+
+  /** A stream ticket for this run, or null (the failure is reported and the client stops). */
+  async function streamTicket() {
+    let response;
+    try {
+      response = await fetch(`/v1/runs/${encodeURIComponent(client.runId)}/stream-tickets`, {
+        method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + client.token } });
+    } catch (e) {
+      return undefined;  // network: try again later
+    }
+    if (response.status === 401) { fail("unauthorized", "The token was refused."); stop(); return null; }
+    if (response.status === 404) { fail("not_found", "No such run for this account."); stop(); return null; }
+    if (!response.ok) return undefined;
+    return (await response.json()).ticket;
+  }
+
+  async function openEventSource() {
+    $("connection").dataset.state = "connecting";
+    $("connection").textContent = client.lastId ? "resuming after " + client.lastId : "connecting";
+    const ticket = await streamTicket();
+    if (ticket === null) return;
+    if (ticket === undefined) return retry();
+    if (client.stopped || client.done) return;
+    let url = `/v1/runs/${encodeURIComponent(client.runId)}/events?ticket=${encodeURIComponent(ticket)}`;
+    if (client.lastId > 0) url += `&last_event_id=${client.lastId}`;  // a new source sends no Last-Event-ID
+    const source = new EventSource(url);
+    client.source = source;
+    source.onopen = () => {
+      client.connections += 1;
+      client.retryDelay = 250;
+      $("connection").dataset.state = "open";
+      $("connection").textContent = "connected";
+    };
+    const onFrame = (event) => {
+      // "error" is both a frame kind (a protocol conflict) and EventSource's own
+      // connection-error event: only a MessageEvent is a frame.
+      if (client.source !== source || !(event instanceof MessageEvent)) return;
+      handleFrame(event.lastEventId === "" ? NaN : Number(event.lastEventId), event.type, event.data);
+      if (client.done) {
+        source.close();  // nothing comes after done: no reconnect
+        client.source = null;
+        $("connection").dataset.state = "closed";
+        $("connection").textContent = "finished";
+      }
+    };
+    for (const kind of FRAME_KINDS) source.addEventListener(kind, onFrame);
+    source.onerror = () => {
+      if (client.source !== source || client.done) return;
+      if (source.readyState === EventSource.CLOSED) {
+        // Refused (an expired ticket, a deleted run): the browser gave up; mint a new
+        // ticket and continue after the last frame held.
+        client.source = null;
+        return retry();
+      }
+      $("connection").dataset.state = "retrying";  // the browser reconnects by itself
+      $("connection").textContent = "reconnecting";
+    };
+  }
+
+  async function connectFetch() {
     if (client.stopped || client.done) return;
     const controller = new AbortController();
     client.abort = controller;
@@ -465,12 +536,16 @@
 
   function stop() {
     client.stopped = true;
+    if (client.source) { client.source.close(); client.source = null; }
     $("connection").dataset.state = "closed";
     $("connection").textContent = "closed";
   }
 
   /** For tests and the curious: drop the current connection; the client resumes. */
-  client.dropConnection = function () { if (client.abort) client.abort.abort(); };
+  client.dropConnection = function () {
+    if (client.source) { client.source.close(); client.source = null; connect(); }
+    else if (client.abort) client.abort.abort();
+  };
 
   // ---------------------------------------------------------------- start
   function params() {
@@ -481,6 +556,8 @@
   }
 
   function start(runId, token) {
+    const wanted = params().get("transport");
+    client.transport = wanted === "fetch" || typeof window.EventSource !== "function" ? "fetch" : "eventsource";
     client.runId = runId;
     client.token = token;
     $("run-id").value = runId;

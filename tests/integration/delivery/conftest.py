@@ -15,5 +15,5 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def delivery(isolated: Settings) -> Iterator[Delivery]:
-    settings = isolated.model_copy(update={"sse_keepalive_seconds": 0.5})
+    settings = isolated.model_copy(update={"sse_keepalive_seconds": 0.5, "stream_open_wait_seconds": 0.1})
     yield from start_delivery(settings)

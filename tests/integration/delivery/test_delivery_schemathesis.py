@@ -1,9 +1,8 @@
 """Hostile input at the HTTP edge: schemathesis against Delivery's OpenAPI document (D6, D1).
 
 A real Delivery (uvicorn on 127.0.0.1, PostgreSQL, Kafka) serves a seeded account's
-run and conversation. Delivery does not serve its OpenAPI document
-(``openapi_url=None``), so the document is FastAPI's own, generated from the running
-app object. For every operation schemathesis generates requests that fit the schema
+run and conversation. The document is FastAPI's own, the one Delivery serves at
+``/openapi.json``, taken from the running app object. For every operation schemathesis generates requests that fit the schema
 and requests that do not (bounded: a few dozen examples per operation and mode, no
 shrinking), and each is sent:
 

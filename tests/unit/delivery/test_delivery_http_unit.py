@@ -4,6 +4,7 @@ auth and isolation (D6), receipts and cancel (D4/D2), limits, the observer (D4).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,10 +22,23 @@ from services.delivery.app import create_app, topic_for
 from services.delivery.auth import RateLimiter, mint_token, verify_token
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
-from services.delivery.observer import SCOPE_KEY, DeliveryObserver
+from services.delivery.observer import DeliveryRecorder
+from services.delivery.stream import DeliveryReport, EventStream, StreamConfig
+from imprint.delivery.frames import Frame
+from imprint.delivery.tickets import Grant, TicketBook
+from imprint.delivery.ui_message_stream import UIMessageStream
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, parse_sse
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.unit.delivery.delivery_builders import (
+    AnswerRejected,
+    AnswerWithdrawn,
+    RunProgress,
+    closed,
+    preview,
+    published,
+    running,
+    settled,
+)
 
 RUN = "run-u"
 
@@ -43,7 +57,8 @@ class Collect:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", database_url=None, max_request_bytes=2048)
+    return Settings(state_dir=tmp_path / "state", database_url=None, max_request_bytes=2048,
+                    stream_open_wait_seconds=0.3)
 
 
 @pytest.fixture
@@ -268,27 +283,22 @@ async def test_a_finished_run_streams_to_done_and_records_completed(
 # ---------------------------------------------------------------------- observer
 
 
-class FakeStream:
-    """An ASGI app that behaves like the SSE endpoint, for the observer alone."""
-
-    def __init__(self, frames: list[bytes], *, finish: bool, end_reason: str | None = None,
-                 disconnect_first: bool = False) -> None:
-        self.frames, self.finish, self.end_reason, self.disconnect_first = frames, finish, end_reason, disconnect_first
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        tap = scope[SCOPE_KEY]
-        tap.run_id, tap.account_id, tap.connection_id = RUN, "acct-1", "conn-1"
-        tap.end_reason = self.end_reason
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        for frame in self.frames:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-        if self.disconnect_first:
-            await receive()
-        if self.finish:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+def written(events: list[str], *, finish: bool, end_reason: str | None = None,
+            disconnect_first: bool = False) -> DeliveryReport:
+    """What a stream's report holds after writing ``events`` (ids 1..n), the client
+    perhaps leaving, then perhaps the final body going out."""
+    report = DeliveryReport(run_id=RUN, account_id="acct-1", connection_id="conn-1")
+    report.end_reason = end_reason
+    for frame_id, event in enumerate(events, start=1):
+        report.wrote(Frame(run_id=RUN, id=frame_id, event=event, data={}, body_sha256=""))
+    if disconnect_first:
+        report.client_left()
+    if finish:
+        report.response_finished()
+    return report
 
 
-async def observe(app: FakeStream, *, disconnect: bool = False) -> tuple[list[str], list[tuple[str, str]]]:
+async def observe(report: DeliveryReport) -> tuple[list[str], list[tuple[str, str]]]:
     published: list[Message] = []
     recorded: list[tuple[str, str]] = []
 
@@ -298,38 +308,63 @@ async def observe(app: FakeStream, *, disconnect: bool = False) -> tuple[list[st
     async def record(run_id: str, outcome: str) -> None:
         recorded.append((run_id, outcome))
 
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.disconnect"} if disconnect else {"type": "http.request", "body": b""}
-
-    async def send(_: Any) -> None:
-        return None
-
-    observer = DeliveryObserver(app, publish=publish, record=record, metrics=DeliveryMetrics())
-    await observer({"type": "http", "method": "GET", "path": "/"}, receive, send)
+    await DeliveryRecorder(publish=publish, record=record, metrics=DeliveryMetrics())(report)
     return [m.type for m in published], recorded
 
 
-DONE = b"id: 3\nevent: done\ndata: [DONE]\n\n"
-FRAME = b"id: 1\nevent: progress\ndata: {}\n\n"
+DONE = "done"
+FRAME = "progress"
 
 
 @pytest.mark.rule("D4")
 async def test_observer_completed_needs_the_terminal_and_the_finished_response() -> None:
-    assert await observe(FakeStream([FRAME, DONE], finish=True)) == (
+    assert await observe(written([FRAME, DONE], finish=True)) == (
         ["delivery.sent", "delivery.completed"], [(RUN, "completed")])
-    assert await observe(FakeStream([FRAME, DONE], finish=False)) == (
+    assert await observe(written([FRAME, DONE], finish=False)) == (
         ["delivery.sent", "delivery.interrupted"], [(RUN, "interrupted")]), "terminal written, response not finished"
-    assert await observe(FakeStream([FRAME], finish=True, end_reason="slow_client")) == (
+    assert await observe(written([FRAME], finish=True, end_reason="slow_client")) == (
         ["delivery.sent", "delivery.interrupted"], [(RUN, "interrupted")])
 
 
 @pytest.mark.rule("D4")
 @pytest.mark.rule("D5")
 async def test_observer_a_disconnect_before_the_end_is_an_interruption_never_a_completion() -> None:
-    types, recorded = await observe(FakeStream([FRAME, DONE], finish=True, disconnect_first=True), disconnect=True)
+    types, recorded = await observe(written([FRAME, DONE], finish=True, disconnect_first=True))
     assert "delivery.completed" not in types and "delivery.interrupted" in types
     assert recorded == [(RUN, "interrupted")]
-    assert await observe(FakeStream([], finish=True, end_reason="nothing_more")) == ([], [])
+    assert await observe(written([], finish=True, end_reason="nothing_more")) == ([], [])
+
+
+@pytest.mark.rule("D4")
+@pytest.mark.rule("D5")
+async def test_the_stream_reports_a_client_that_left_before_done_as_interrupted(
+    store: ViewStore, settings: Settings,
+) -> None:
+    """The real EventStream over the store: the client leaves at once; what the stream
+    reports (not bytes read back) is an interruption, never a completion."""
+    store.feed(running(RUN), published(RUN, "b1", 1, "v1"))  # type: ignore[attr-defined]
+    reports: list[DeliveryReport] = []
+
+    async def report_to(report: DeliveryReport) -> None:
+        reports.append(report)
+
+    notifier = Notifier()
+    notifier.bind()
+    stream = EventStream(run_id=RUN, last_id=0, store=store, notifier=notifier, config=StreamConfig(poll_interval=0.05),
+                         metrics=DeliveryMetrics(), report=DeliveryReport(RUN, "acct-1", "conn-1"), report_to=report_to)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.2)
+        return {"type": "http.disconnect"}
+
+    await asyncio.wait_for(stream({"type": "http"}, receive, send), 5)
+    [report] = reports
+    assert report.frames == 2 and report.last_event_id == 2 and not report.terminal_sent
+    assert report.disconnected and report.outcome() == "interrupted"
 
 
 # ---------------------------------------------------------------------- notifier
@@ -349,3 +384,114 @@ async def test_notifier_wakes_waiters_and_never_loses_a_poke() -> None:
     assert await asyncio.wait_for(waiter, 1) != seen
     assert notifier.waiting() == 0
     assert await notifier.wait("quiet", notifier.version("quiet"), 0.01) == 0
+
+
+# ---------------------------------------------------------------------- stream tickets
+
+
+@pytest.mark.rule("D6")
+def test_a_stream_ticket_is_bound_to_its_run_and_expires_a_ttl_after_its_last_use() -> None:
+    book = TicketBook(ttl=60.0)
+    book.issue("t-1", Grant(account_id="acct-1", run_id="run-1"), now=1000.0)
+    assert book.use("t-1", "run-2", now=1001.0) is None, "another run"
+    assert book.use("t-unknown", "run-1", now=1001.0) is None
+    assert book.use("t-1", "run-1", now=1059.0) == Grant("acct-1", "run-1")
+    assert book.use("t-1", "run-1", now=1118.0) is not None, "each use extends its life (browser reconnects)"
+    assert book.use("t-1", "run-1", now=1178.0) is None, "a minute after its last use it is gone"
+    assert len(book) == 0
+    book.issue("t-2", Grant("acct-1", "run-1"), now=0.0)
+    assert "t-2" not in repr(book._grants), "only a hash of the ticket is held"
+
+
+# ---------------------------------------------------------------------- the AI SDK mapping
+
+# The keys each part type may carry: the strict schemas of ai 5.0.0 / 6.0.0
+# (packages/ai/src/ui-message-stream/ui-message-chunks.ts, z.strictObject).
+UI_PART_KEYS = {
+    "start": {"type", "messageId", "messageMetadata"},
+    "finish": {"type", "messageMetadata"},
+    "message-metadata": {"type", "messageMetadata"},
+    "text-start": {"type", "id", "providerMetadata"},
+    "text-delta": {"type", "id", "delta", "providerMetadata"},
+    "text-end": {"type", "id", "providerMetadata"},
+    "source-document": {"type", "sourceId", "mediaType", "title", "filename", "providerMetadata"},
+    "data-": {"type", "id", "data", "transient"},
+}
+
+
+def ui_parts(frames: list[Frame]) -> list[dict[str, Any]]:
+    mapping = UIMessageStream(run_id=RUN, conversation_id="conv-u")
+    parts = mapping.start()
+    for frame in frames:
+        parts += mapping.parts(frame)
+    return parts
+
+
+@pytest.mark.rule("D2")
+@pytest.mark.rule("P18")
+@pytest.mark.rule("P21")
+def test_every_frame_kind_maps_to_parts_a_strict_ai_sdk_client_accepts(store: ViewStore) -> None:
+    store.feed(running(RUN), RunProgress(run_id=RUN, account_id="acct-1", stage="retrieval", detail=""),  # type: ignore[attr-defined]
+               preview(RUN, "b1", 1, "draft"), published(RUN, "b1", 1, "one"), published(RUN, "b2", 1, "two", 2),
+               published(RUN, "b1", 2, "one, revised"),
+               AnswerWithdrawn(run_id=RUN, block_id="b2", revision=1, cause="source_revoked", source_id="src-x"),
+               AnswerRejected(run_id=RUN, candidate_id="tool:c9", block_index=0, reason="unauthorized_source"),
+               settled(RUN), closed(RUN, "z" * 40))
+    frames = store.frames_after(RUN, 0, 1000)
+    assert {f.event for f in frames} >= {"run-status", "progress", "answer-preview", "answer-publication",
+                                         "answer-withdrawn", "answer-rejected", "content", "evidence-summary",
+                                         "stream-summary", "done"}
+    parts = ui_parts(frames)
+    for part in parts:
+        allowed = UI_PART_KEYS["data-" if part["type"].startswith("data-") else part["type"]]
+        assert set(part) <= allowed, part
+        json.dumps(part)
+    assert parts[0]["type"] == "start" and parts[-1]["type"] == "finish"
+    finals: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        if part["type"] == "data-block":
+            finals[part["id"]] = part["data"]  # what the SDK does: same type and id replace in place
+    assert list(finals) == ["b1", "b2"]
+    assert finals["b1"]["state"] == "committed" and finals["b1"]["markdown"] == "one, revised"
+    assert finals["b2"] == {"block_id": "b2", "state": "withdrawn", "revision": 1, "cause": "source_revoked"}
+    assert "src-x" not in json.dumps(parts), "a withdrawal never names its source (D6)"
+    assert any(p["type"] == "data-rejection" and p["data"]["reason"] == "not_publishable" for p in parts)
+    assert all(p.get("transient") for p in parts if p["type"] == "data-progress")
+    text = "".join(p["delta"] for p in parts if p["type"] == "text-delta")
+    assert text == "z" * 40
+    assert parts[-1]["messageMetadata"]["run"]["state"] == "completed"
+
+
+@pytest.mark.rule("D1")
+def test_a_replay_and_a_live_reader_end_with_the_same_blocks(store: ViewStore) -> None:
+    store.feed(running(RUN), published(RUN, "b1", 1, "one"))  # type: ignore[attr-defined]
+    live = UIMessageStream(run_id=RUN)
+    seen = live.start()
+    seen += [p for f in store.frames_after(RUN, 0, 1000) for p in live.parts(f)]
+    last = store.frames_after(RUN, 0, 1000)[-1].id
+    store.feed(published(RUN, "b1", 2, "one, revised"), published(RUN, "b2", 1, "two", 2),  # type: ignore[attr-defined]
+               settled(RUN), closed(RUN, "t"))
+    seen += [p for f in store.frames_after(RUN, last, 1000) for p in live.parts(f)]
+    replay = ui_parts(store.frames_after(RUN, 0, 1000))
+
+    def final(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for part in parts:
+            if part["type"] == "data-block":
+                out[part["id"]] = part["data"]
+        return out
+
+    assert final(seen) == final(replay) and list(final(replay)) == ["b1", "b2"]
+
+
+@pytest.mark.rule("D6")
+async def test_the_openapi_document_is_served_and_names_every_route_and_its_404(client: httpx.AsyncClient) -> None:
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    assert {"/v1/runs/{run_id}/events", "/v1/runs/{run_id}/stream-tickets", "/v1/ai-sdk/runs/{run_id}/stream",
+            "/v1/ai-sdk/conversations/{conversation_id}/stream", "/v1/runs/{run_id}/answer",
+            "/v1/runs/{run_id}/receipts", "/v1/runs/{run_id}/cancel",
+            "/v1/conversations/{conversation_id}/history"} <= set(paths)
+    events = paths["/v1/runs/{run_id}/events"]["get"]["responses"]
+    assert {"200", "204", "401", "404"} <= set(events) and "text/event-stream" in events["200"]["content"]

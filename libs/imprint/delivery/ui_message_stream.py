@@ -1,0 +1,188 @@
+"""One run's frames as an AI SDK UI message stream (the ``ai`` npm package's
+protocol, 5.x, 6.x and 7.x lines), so ``readUIMessageStream`` / ``useChat`` with
+``DefaultChatTransport`` read a run unmodified.
+
+The wire: SSE events of ``data: <JSON part>``, then ``data: [DONE]``; the response
+carries ``x-vercel-ai-ui-message-stream: v1``. One run is one assistant message:
+
+* ``start`` with a stable ``messageId`` (:func:`message_id`: the same for every
+  replay of the run, before and after it ends) and the run's identity as metadata;
+* every block as a ``data-block`` part whose ``id`` is the ``block_id``. The SDK
+  keeps one part per (type, id) and replaces its ``data`` in place, so a revision
+  replaces its block (P18) and a withdrawal is the same id with
+  ``state: "withdrawn"`` (the protocol has no delete; P21). Preview versus committed
+  (``state``), ``revision``, ``ordinal``, ``source_hint``, ``citations`` — all inside
+  ``data``: 5.x/6.x clients validate every part strictly (no extra top-level keys);
+* a block whose first frame was superseded before this reader came holds its place
+  with ``state: "superseded"`` until its newest frame replaces it, so parts keep the
+  order in which blocks first appeared;
+* the closed answer (``content`` frames, D5: only once the closed record exists) as
+  ``text-start`` / ``text-delta`` / ``text-end``; the evidence as ``source-document``
+  parts and one ``data-evidence`` part;
+* ``run-status`` as ``message-metadata``; ``progress`` as a transient
+  ``data-progress`` (never kept in the message); a protocol conflict (P17) as a
+  ``data-conflict`` part; a refused new block as ``data-rejection``;
+* ``done`` as ``finish`` (its metadata carries the run's state, outcome and the D3
+  stream summary), then the stream ends. ``finishReason`` is never sent: 5.0's
+  strict ``finish`` schema has no such key.
+
+Everything in a part is what the SSE frame already carries (client-safe, D6)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from imprint.delivery.frames import (
+    CONTENT,
+    DONE,
+    ERROR,
+    EVIDENCE,
+    PREVIEW,
+    PROGRESS,
+    PUBLICATION,
+    REJECTED,
+    RUN_STATUS,
+    SUMMARY,
+    WITHDRAWN,
+    Frame,
+)
+
+HEADER = ("x-vercel-ai-ui-message-stream", "v1")
+DONE_EVENT = b"data: [DONE]\n\n"
+BLOCK_EVENTS = frozenset({PREVIEW, PUBLICATION, WITHDRAWN, REJECTED})
+_STRIPPED = ("superseded", "withdrawn", "purged")
+
+Part = dict[str, Any]
+
+
+def message_id(run_id: str) -> str:
+    """The assistant message's id for a run: stable across replays and resumes."""
+    return f"imprint-run-{run_id}"
+
+
+def encode(part: Part) -> bytes:
+    """One part as one SSE event (what the SDK's ``JsonToSseTransformStream`` writes)."""
+    return b"data: " + json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+
+
+def block_data(block_id: str, entry: dict[str, Any] | None, frame: dict[str, Any]) -> dict[str, Any]:
+    """``data`` of a ``data-block`` part: the block's display entry, or its withdrawal."""
+    if entry is None:
+        cause = frame.get("cause") or frame.get("reason") or frame.get("status") or "withdrawn"
+        return {"block_id": block_id, "state": "withdrawn", "revision": frame.get("revision"), "cause": cause}
+    status = entry.get("status")
+    content = entry.get("content") or None
+    return {
+        "block_id": block_id,
+        "state": "committed" if status == "saved" else "conflict" if status == "conflict" else "preview",
+        "status": status,
+        "revision": entry.get("revision"),
+        "ordinal": entry.get("delivery_ordinal"),
+        "role": entry.get("role"),
+        "content_type": content.get("type") if content else None,
+        "markdown": content.get("markdown") if content else None,
+        "source_hint": entry.get("source_hint"),
+        "citations": entry.get("citations", []),
+        "numbers": entry.get("numbers", []),
+        "hints": entry.get("hints", []),
+        "truncated": bool(entry.get("truncated")),
+        "body_sha256": entry.get("body_sha256"),
+        "conflict": entry.get("conflict"),
+    }
+
+
+@dataclass
+class UIMessageStream:
+    """The mapping state of one reader of one run (pure: frames in, parts out)."""
+
+    run_id: str
+    conversation_id: str | None = None
+    blocks: set[str] = field(default_factory=set)
+    text_open: bool = False
+    status: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+    finished: bool = False
+
+    @property
+    def text_id(self) -> str:
+        return f"{message_id(self.run_id)}-text"
+
+    def start(self) -> list[Part]:
+        return [{"type": "start", "messageId": message_id(self.run_id),
+                 "messageMetadata": {"run_id": self.run_id, "conversation_id": self.conversation_id}}]
+
+    def parts(self, frame: Frame) -> list[Part]:
+        """The parts one frame becomes (often none: e.g. a superseded frame of a block already shown)."""
+        data = frame.data if isinstance(frame.data, dict) else {}
+        stripped = next((reason for reason in _STRIPPED if data.get(reason)), None)
+        event = frame.event
+        if event in BLOCK_EVENTS and data.get("block_id"):
+            return self._block(data, stripped)
+        if event == DONE:
+            return self._finish()
+        if stripped is not None:
+            return []
+        if event == CONTENT and isinstance(data.get("text"), str):
+            out: list[Part] = []
+            if not self.text_open:
+                self.text_open = True
+                out.append({"type": "text-start", "id": self.text_id})
+            return [*out, {"type": "text-delta", "id": self.text_id, "delta": data["text"]}]
+        if event == EVIDENCE:
+            items = data.get("items", [])
+            sources: list[Part] = [
+                {"type": "source-document", "sourceId": item["source_id"], "mediaType": "text/plain",
+                 "title": item.get("title", "")}
+                for item in items if not item.get("redacted")
+            ]
+            return [*self._end_text(), *sources, {"type": "data-evidence", "id": "evidence", "data": {
+                "items": items, "snapshot_id": data.get("snapshot_id"),
+                "knowledge_version": data.get("knowledge_version")}}]
+        if event == RUN_STATUS:
+            self.status = {k: data.get(k) for k in ("state", "outcome", "closed", "reason")}
+            return [{"type": "message-metadata", "messageMetadata": {"run": self.status}}]
+        if event == PROGRESS:
+            return [{"type": "data-progress", "data": {"stage": data.get("stage"), "detail": data.get("detail")},
+                     "transient": True}]
+        if event == ERROR:
+            block_id, revision = data.get("block_id"), data.get("revision")
+            return [{"type": "data-conflict", "id": f"conflict-{block_id}-{revision}",
+                     "data": {"code": data.get("code"), "block_id": block_id, "revision": revision}}]
+        if event == REJECTED:  # a refused new block: no block_id to hang it on
+            return [{"type": "data-rejection", "id": f"rejection-{data.get('candidate_id')}-{data.get('block_index')}",
+                     "data": {k: data.get(k) for k in ("candidate_id", "block_index", "reason", "rejection")}}]
+        if event == SUMMARY:
+            self.summary = {k: data.get(k) for k in ("last_id", "frame_count", "digest")}
+            return self._end_text()
+        return []
+
+    def _block(self, data: dict[str, Any], stripped: str | None) -> list[Part]:
+        block_id = str(data["block_id"])
+        if stripped == "superseded":
+            if block_id in self.blocks:
+                return []  # a newer frame of this block follows; the part already holds the place
+            payload: dict[str, Any] = {"block_id": block_id, "state": "superseded", "revision": data.get("revision")}
+        elif stripped is not None:  # hidden after the end, or purged by a deletion
+            payload = {"block_id": block_id, "state": "withdrawn", "revision": data.get("revision"),
+                       "cause": stripped}
+        elif "block" not in data:
+            return []
+        else:
+            payload = block_data(block_id, data["block"], data)
+        self.blocks.add(block_id)
+        return [{"type": "data-block", "id": block_id, "data": payload}]
+
+    def _end_text(self) -> list[Part]:
+        if not self.text_open:
+            return []
+        self.text_open = False
+        return [{"type": "text-end", "id": self.text_id}]
+
+    def _finish(self) -> list[Part]:
+        if self.finished:
+            return []
+        self.finished = True
+        return [*self._end_text(), {"type": "finish", "messageMetadata": {
+            "run": self.status, "stream_summary": self.summary}}]

@@ -1,0 +1,62 @@
+"""``GET /v1/runs/{run_id}/events`` (imprint's SSE frames) and
+``POST /v1/runs/{run_id}/stream-tickets`` (a header-free way to open it)."""
+
+# No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import Response
+
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
+from services.delivery.stream import DeliveryReport, EventStream
+
+SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), ending after `done`",
+                      "content": {"text/event-stream": {}}},
+                204: {"description": "the stream was read to its end (Last-Event-ID is its last frame): "
+                                     "nothing more will come, do not reconnect"},
+                **UNAUTHORIZED, **NOT_FOUND}
+
+
+def router(ctx: Context) -> APIRouter:
+    api = APIRouter(tags=["streams"])
+    StreamAccount = Annotated[str, Depends(ctx.stream_account)]
+    Limited = Annotated[str, Depends(rate_limited(ctx))]
+
+    @api.get("/v1/runs/{run_id}/events", responses=SSE_RESPONSE, response_class=Response)
+    async def events(run_id: str, request: Request, account: StreamAccount,
+                     last_event_id: Annotated[str | None, Query(description="the last frame id held "
+                                                                 "(the Last-Event-ID header wins)")] = None,
+                     ticket: Annotated[str | None, Query(description="a stream ticket instead of the "
+                                                         "Authorization header")] = None) -> Any:
+        """A run's frames after ``Last-Event-ID`` (D1); waits a bounded time for a run
+        Delivery has not heard of yet. A stream read to its end answers 204."""
+        raw = request.headers.get("last-event-id") or last_event_id or "0"
+        try:
+            last = int(raw.strip())
+        except ValueError:
+            raise HTTPException(status_code=400, detail="Last-Event-ID must be a frame id") from None
+        if last < 0:
+            raise HTTPException(status_code=400, detail="Last-Event-ID must be a frame id")
+        record = await ctx.awaited_run(run_id, account)
+        if record.terminal and last >= record.last_frame_id:
+            return Response(status_code=204)  # the HTML standard's way to stop an EventSource
+        report = DeliveryReport(run_id=run_id, account_id=account, connection_id=uuid.uuid4().hex,
+                                resumed_from=last)
+        return EventStream(run_id=run_id, last_id=last, store=ctx.store, notifier=ctx.notifier, config=ctx.config,
+                           metrics=ctx.metrics, report=report, report_to=ctx.report_to(request, run_id))
+
+    @api.post("/v1/runs/{run_id}/stream-tickets", status_code=201, responses={**UNAUTHORIZED, **NOT_FOUND})
+    async def stream_ticket(run_id: str, account: Limited) -> dict[str, Any]:
+        """A short-lived ticket that opens this run's streams (``?ticket=``) without a
+        header — for the browser's own ``EventSource``. Bound to the account and the
+        run; it expires ``expires_in`` seconds after its last use, so the browser's
+        reconnects keep working."""
+        await ctx.awaited_run(run_id, account)
+        ticket, ttl = ctx.tickets.mint(account, run_id)
+        ctx.metrics.tickets.inc()
+        return {"ticket": ticket, "expires_in": ttl, "run_id": run_id,
+                "events_url": f"/v1/runs/{run_id}/events?ticket={ticket}",
+                "ui_stream_url": f"/v1/ai-sdk/runs/{run_id}/stream?ticket={ticket}"}
+
+    return api
