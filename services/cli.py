@@ -16,7 +16,9 @@ from services.common.settings import get_settings
 
 PARTS = {
     "publication": "services.publication.service",
-    "relay": "services.relay.service",
+    "relay": "services.publication.relay",  # alias of publication-relay
+    "publication-relay": "services.publication.relay",
+    "journal-relay": "services.journal.relay",
     "journal": "services.journal.service",
     "delivery": "services.delivery.service",
 }

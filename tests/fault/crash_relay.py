@@ -1,4 +1,4 @@
-"""``python -m tests.fault.crash_relay``: the real ``imprint serve relay`` with a small
+"""``python -m tests.fault.crash_relay``: the real ``imprint serve publication-relay`` with a small
 batch (``IMPRINT_TEST_RELAY_BATCH``) and, optionally, a pause after each batch
 (``IMPRINT_TEST_RELAY_PAUSE`` seconds, so an outside SIGKILL lands mid-stream) and a
 self-SIGKILL right after the N-th batch was acknowledged by Kafka, before its position
@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from services.relay import relay as relay_module
+from services.common import relay as relay_module
 
 BATCH = int(os.environ.get("IMPRINT_TEST_RELAY_BATCH", "25"))
 PAUSE = float(os.environ.get("IMPRINT_TEST_RELAY_PAUSE", "0"))

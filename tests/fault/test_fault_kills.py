@@ -21,7 +21,7 @@ from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
 from services.common.settings import Settings
-from services.relay.service import RELAY_NAME
+from services.publication.relay import RELAY_NAME
 from tests.fault.faultsupport import FaultStack, wait_until
 from tests.integration.publication.pubsupport import (
     admitted,

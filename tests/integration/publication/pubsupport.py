@@ -34,8 +34,8 @@ from services.common.kafka import Outbox, decode_records, make_broker
 from services.common.settings import Settings
 from services.publication.application import PublicationLog
 from services.publication.service import open_log
-from services.relay.relay import Relay
-from services.relay.service import RELAY_NAME, announce_publication
+from services.common.relay import Relay
+from services.publication.relay import RELAY_NAME, announce_publication
 from tests.support.kafka import produce, read_topic
 
 ACCOUNT = "acct-1"

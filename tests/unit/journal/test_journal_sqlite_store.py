@@ -9,7 +9,7 @@ from services.common.settings import Settings
 from services.common.keyring import SqliteKeyring
 from services.journal.application import RuntimeJournal, open_journal
 from services.journal.queries import JournalQueries
-from services.journal.service import announcer
+from services.journal.relay import announcer
 
 
 @pytest.mark.rule("X8")

@@ -1,0 +1,179 @@
+"""The relay: a committed eventsourcing log → Kafka, one mechanism for every log.
+
+The Publication log (``imprint serve publication-relay``, ``services.publication.relay``)
+and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve journal``,
+``services.journal.relay``) each run it with their own announcer.
+
+* It reads the application's notification log in order, in batches of up to
+  ``batch_size`` positions, maps each committed event to what it announces (decoding,
+  and opening sealed bodies, in a worker thread: never on the event loop), produces the
+  whole batch (sent in order, confirmed together: one flush per batch, the producer's
+  linger batches the sends) and only then records the batch's last position as an
+  eventsourcing tracking record (``relay→<topic>``) in the application's own database.
+  The next batch is read while the current one is being produced.
+* A crash between the broker's acknowledgement and the tracking record re-sends the
+  last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
+  ``event_id``. Nothing committed is skipped.
+* **Failover** (several relay processes per log): exactly one is active, elected
+  through :class:`~services.common.election.Election` — a PostgreSQL advisory lock
+  held on a dedicated session, or a file lock for SQLite. A standby polls for the lock;
+  when the active relay dies its session ends, the lock is free, and the standby
+  resumes from the recorded position. Before producing each batch the active relay
+  checks that its lock session is still alive, and a tracking record that does not
+  advance (another relay already recorded it) makes it step down. Even two relays
+  producing at once could only re-send: each produces in log order from a recorded
+  position that the other had already acknowledged on the topic, so the first copy of
+  every event still arrives in log order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
+
+from imprint.contracts.base import Message
+from imprint.contracts.topics import Topic
+from services.common.election import Election, NoElection
+from services.common.kafka import Outbox
+from services.common.observability import get_logger
+from services.common.settings import Settings
+from services.common.wakeups import LogWakeups
+
+Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
+Batch = list[tuple[int, Sequence[tuple[Topic, Message]]]]
+log = get_logger(__name__)
+
+
+class LostLeadership(Exception):
+    """This relay is no longer the elected one: stop producing, campaign again."""
+
+
+class Relay:
+    def __init__(
+        self,
+        app: Application[Any],
+        announce: Announce,
+        outbox: Outbox,
+        *,
+        name: str,
+        batch_size: int = 1000,
+        idle_seconds: float = 0.05,
+        wakeups: LogWakeups | None = None,
+        election: Election | None = None,
+    ) -> None:
+        assert isinstance(app.recorder, ProcessRecorder), "the relay records its position beside the log"
+        self._app = app
+        self._recorder: ProcessRecorder = app.recorder
+        self._announce = announce
+        self._outbox = outbox
+        self.name = name
+        self._batch_size = batch_size
+        self._idle_seconds = idle_seconds
+        self.position = 0
+        self._stopping = asyncio.Event()
+        self._stopped = threading.Event()  # the same, for the election's thread
+        self._wakeups = wakeups
+        self._wake = asyncio.Event()
+        self._election: Election = election or NoElection()
+        self.active = False
+
+    def recorded_position(self) -> int:
+        return self._recorder.max_tracking_id(self.name) or 0
+
+    def _read(self, after: int) -> Batch:
+        """One batch, mapped to its announcements. Runs in a worker thread."""
+        if not self._election.still_leading():
+            raise LostLeadership(self.name)
+        notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
+        to_domain_event = self._app.mapper.to_domain_event
+        return [(n.id, self._announce(to_domain_event(n))) for n in notifications]
+
+    def _record(self, position: int) -> None:
+        try:
+            self._recorder.insert_tracking(Tracking(self.name, position))
+        except IntegrityError as error:  # another relay recorded this position (or a later one)
+            raise LostLeadership(self.name) from error
+
+    async def _produce(self, batch: Batch) -> None:
+        await self._outbox.publish_many(item for _, items in batch for item in items)
+        last = batch[-1][0]
+        await asyncio.to_thread(self._record, last)
+        self.position = last
+
+    async def relay_once(self) -> int:
+        """Relay one batch; returns how many log positions it covered."""
+        batch = await asyncio.to_thread(self._read, self.position)
+        if batch:
+            await self._produce(batch)
+        return len(batch)
+
+    async def _lead(self) -> None:
+        """Relay while elected: read ahead one batch while the current one is produced."""
+        self.position = await asyncio.to_thread(self.recorded_position)
+        log.info("relay active", relay=self.name, position=self.position, notified=self._wakeups is not None)
+        idle = 1.0 if self._wakeups is not None else self._idle_seconds  # NOTIFY wakes it; the timeout is a safety net
+        self._wake.clear()
+        pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
+        try:
+            while not self._stopping.is_set():
+                batch = await pending
+                if not batch:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), idle)
+                    except TimeoutError:
+                        pass
+                    self._wake.clear()
+                    pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
+                    continue
+                self._wake.clear()
+                pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
+                await self._produce(batch)
+        finally:
+            if not pending.done():
+                pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+    async def run(self) -> None:
+        if self._wakeups is not None:
+            self._wakeups.start(asyncio.get_running_loop(), self._wake)
+        try:
+            while not self._stopping.is_set():
+                if not self.active:
+                    log.info("relay standing by", relay=self.name)
+                    if not await asyncio.to_thread(self._election.campaign, self._stopped):
+                        break
+                    self.active = True
+                try:
+                    await self._lead()
+                except LostLeadership:
+                    log.warning("relay lost its election; standing by", relay=self.name, position=self.position)
+                    self.active = False
+                    await asyncio.to_thread(self._election.resign)
+                except Exception:
+                    log.exception("relay batch failed; retrying", relay=self.name, position=self.position)
+                    await asyncio.sleep(1.0)
+        finally:
+            if self.active:
+                self.active = False
+                await asyncio.to_thread(self._election.resign)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._stopped.set()
+        self._wake.set()
+        if self._wakeups is not None:
+            self._wakeups.stop()
+
+
+def relay_for(settings: Settings, app: Application[Any], announce: Announce, outbox: Outbox, *, name: str) -> Relay:
+    """The relay of one log in this deployment: NOTIFY wake-ups and an advisory-lock
+    election on PostgreSQL; polling and a file lock on SQLite."""
+    from services.common.election import election_for
+    from services.common.wakeups import wakeups_for
+
+    return Relay(app, announce, outbox, name=name, wakeups=wakeups_for(settings, app), election=election_for(settings, name))

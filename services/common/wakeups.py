@@ -1,0 +1,74 @@
+"""Wake a relay as soon as its log grows.
+
+eventsourcing's PostgreSQL application recorder sends ``NOTIFY <channel_name>`` in every
+insert transaction. A thread LISTENs on a connection of the recorder's own datastore
+(its pool, its connection settings — the way eventsourcing's ``PostgresSubscription``
+listens) and sets an asyncio event; the relay then reads from its recorded position.
+Without it (SQLite) the relay polls.
+
+Why not eventsourcing's ``Subscription`` (``recorder.subscribe(gt=…)`` /
+``ApplicationSubscription``) itself: it is a blocking iterator of single
+notifications whose ``__next__`` has no timeout, so its reader cannot tell "caught up"
+from "more coming" — the relay needs exact batch boundaries to produce a batch, flush
+once and record one position per batch (and to stop or step down between batches).
+Its pull thread also fixes the read size (500) and ends the subscription on the first
+database error, and the SQLite recorder does not implement ``subscribe`` at all. So
+the relay keeps its own ordered ``select_notifications`` batches and takes only the
+wake-up from the library's NOTIFY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from eventsourcing.application import Application
+from psycopg import sql
+
+from services.common.observability import get_logger
+from services.common.settings import Settings
+
+log = get_logger(__name__)
+
+
+class LogWakeups:
+    def __init__(self, datastore: Any, channel: str) -> None:
+        self._datastore = datastore
+        self._channel = channel
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
+        def listen() -> None:
+            while not self._stopping.is_set():
+                try:
+                    with self._datastore.get_connection() as connection:
+                        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                        try:
+                            loop.call_soon_threadsafe(wake.set)  # anything committed while we were away
+                            while not self._stopping.is_set():
+                                for _ in connection.notifies(timeout=1.0, stop_after=1):
+                                    loop.call_soon_threadsafe(wake.set)
+                        finally:
+                            connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
+                except Exception as error:  # noqa: BLE001 — PersistenceError, OSError…: reconnect, poll meanwhile
+                    if self._stopping.is_set():
+                        break
+                    log.warning("log notifications interrupted; relay polls meanwhile", error=type(error).__name__)
+                    self._stopping.wait(1.0)
+
+        self._thread = threading.Thread(target=listen, name=f"wakeups:{self._channel}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+def wakeups_for(settings: Settings, app: Application[Any]) -> LogWakeups | None:
+    """NOTIFY-driven wake-ups where the log is in PostgreSQL; ``None`` (polling) otherwise."""
+    channel = getattr(app.recorder, "channel_name", None)
+    datastore = getattr(app.recorder, "datastore", None)
+    if not settings.uses_postgres or channel is None or datastore is None:
+        return None
+    return LogWakeups(datastore, channel)

@@ -1,1 +1,0 @@
-"""The relay: committed log → Kafka. The only way an ``answer.published`` is produced."""
