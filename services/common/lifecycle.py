@@ -14,14 +14,16 @@ from services.common.observability import get_logger
 log = get_logger(__name__)
 
 
-async def run_until_stopped(part: str, broker: KafkaBroker, *work: Coroutine[Any, Any, Any]) -> None:
-    """Start ``broker`` (its subscribers begin consuming), run ``work`` beside it, and
-    stop everything on a signal or when any piece of work ends with an error."""
+async def run_until_stopped(part: str, broker: KafkaBroker | None, *work: Coroutine[Any, Any, Any]) -> None:
+    """Start ``broker`` (its subscribers begin consuming; ``None`` for a part that only
+    produces with its own client), run ``work`` beside it, and stop everything on a
+    signal or when any piece of work ends with an error."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    await broker.start()
+    if broker is not None:
+        await broker.start()
     log.info("part running", part=part)
     tasks = [asyncio.create_task(w) for w in work]
     waiter = asyncio.create_task(stopping.wait())
@@ -34,5 +36,6 @@ async def run_until_stopped(part: str, broker: KafkaBroker, *work: Coroutine[Any
         for task in [waiter, *tasks]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await broker.stop()
+        if broker is not None:
+            await broker.stop()
         log.info("part stopped", part=part)

@@ -30,23 +30,63 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
+from eventsourcing.persistence import IntegrityError, Notification, ProcessRecorder, Tracking
 
 from imprint.contracts.base import Message
+from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
 from services.common.election import Election, NoElection
-from services.common.kafka import Outbox
+from services.common.kafka import _key_of as key_of  # one keying rule for every producer
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.common.wakeups import LogWakeups
 
 Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
+Decode = Callable[[Sequence[Notification]], list[Any]]
+"""Committed notifications → domain events, a batch at a time (a log whose bodies are
+sealed opens them here, once per event, with one key lookup per batch)."""
 Batch = list[tuple[int, Sequence[tuple[Topic, Message]]]]
 log = get_logger(__name__)
+
+
+class RelayProducer:
+    """What a relay produces with: aiokafka's idempotent producer (``acks=all``) with a
+    linger, so a batch's sends fill large produce requests, and one wait for all of a
+    batch's acknowledgements. Same keys (run_id, sources: source_id) and ``type`` header
+    as :class:`~services.common.kafka.Outbox`; per-partition order is the send order."""
+
+    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 5) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self._settings = settings
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap, client_id=client_id, enable_idempotence=True, acks="all",
+            linger_ms=linger_ms, max_batch_size=512 * 1024, max_request_size=2 * 1024 * 1024,
+        )
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None:
+        send = self._producer.send
+        topic_name = self._settings.topic
+        futures = [
+            await send(topic_name(topic), encode(message), key=key_of(message), headers=[("type", message.type.encode())])
+            for topic, message in items
+        ]
+        if futures:
+            await asyncio.gather(*futures)
+
+
+class Publisher(Protocol):
+    async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None: ...
 
 
 class LostLeadership(Exception):
@@ -58,9 +98,10 @@ class Relay:
         self,
         app: Application[Any],
         announce: Announce,
-        outbox: Outbox,
+        outbox: Publisher,
         *,
         name: str,
+        decode: Decode | None = None,
         batch_size: int = 1000,
         idle_seconds: float = 0.05,
         wakeups: LogWakeups | None = None,
@@ -70,6 +111,7 @@ class Relay:
         self._app = app
         self._recorder: ProcessRecorder = app.recorder
         self._announce = announce
+        self._decode: Decode = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
         self._outbox = outbox
         self.name = name
         self._batch_size = batch_size
@@ -90,8 +132,9 @@ class Relay:
         if not self._election.still_leading():
             raise LostLeadership(self.name)
         notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
-        to_domain_event = self._app.mapper.to_domain_event
-        return [(n.id, self._announce(to_domain_event(n))) for n in notifications]
+        events = self._decode(notifications)
+        announce = self._announce
+        return [(n.id, announce(event)) for n, event in zip(notifications, events, strict=True)]
 
     def _record(self, position: int) -> None:
         try:
@@ -139,6 +182,8 @@ class Relay:
             await asyncio.gather(pending, return_exceptions=True)
 
     async def run(self) -> None:
+        if isinstance(self._outbox, RelayProducer):
+            await self._outbox.start()
         if self._wakeups is not None:
             self._wakeups.start(asyncio.get_running_loop(), self._wake)
         try:
@@ -161,6 +206,8 @@ class Relay:
             if self.active:
                 self.active = False
                 await asyncio.to_thread(self._election.resign)
+            if isinstance(self._outbox, RelayProducer):
+                await self._outbox.stop()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -170,10 +217,12 @@ class Relay:
             self._wakeups.stop()
 
 
-def relay_for(settings: Settings, app: Application[Any], announce: Announce, outbox: Outbox, *, name: str) -> Relay:
-    """The relay of one log in this deployment: NOTIFY wake-ups and an advisory-lock
-    election on PostgreSQL; polling and a file lock on SQLite."""
+def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
+              decode: Decode | None = None) -> Relay:
+    """The relay of one log in this deployment, with its own producer: NOTIFY wake-ups
+    and an advisory-lock election on PostgreSQL; polling and a file lock on SQLite."""
     from services.common.election import election_for
     from services.common.wakeups import wakeups_for
 
-    return Relay(app, announce, outbox, name=name, wakeups=wakeups_for(settings, app), election=election_for(settings, name))
+    producer = RelayProducer(settings, f"imprint-relay-{app.name.lower()}")
+    return Relay(app, announce, producer, name=name, decode=decode, wakeups=wakeups_for(settings, app), election=election_for(settings, name))

@@ -12,7 +12,6 @@ from typing import Any
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from services.common.eventstore import ensure_schema
-from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
@@ -32,17 +31,16 @@ def announcer(journal: RuntimeJournal) -> Callable[[Any], Sequence[tuple[Topic, 
     return announce_runs
 
 
-def journal_relay(settings: Settings, journal: RuntimeJournal, outbox: Outbox) -> Relay:
-    return relay_for(settings, journal, announcer(journal), outbox, name=RELAY_NAME)
+def journal_relay(settings: Settings, journal: RuntimeJournal) -> Relay:
+    return relay_for(settings, journal, announcer(journal), name=RELAY_NAME)
 
 
 async def serve(settings: Settings) -> None:
     ensure_schema(settings)
     journal = open_journal(settings)
-    broker = make_broker(settings, "imprint-journal-relay")
-    relay = journal_relay(settings, journal, Outbox(broker, settings))
+    relay = journal_relay(settings, journal)
     try:
-        await run_until_stopped("journal-relay", broker, relay.run())
+        await run_until_stopped("journal-relay", None, relay.run())
     finally:
         relay.stop()
         journal.close()

@@ -19,7 +19,7 @@ async def serve(settings: Settings) -> None:
     broker = make_broker(settings, "imprint-journal")
     outbox = Outbox(broker, settings)
     consumer.subscribe(broker, settings, outbox, journal)
-    relay = journal_relay(settings, journal, outbox)
+    relay = journal_relay(settings, journal)
     try:
         await run_until_stopped("journal", broker, relay.run(), sweep_forever(journal, outbox, settings))
     finally:

@@ -10,10 +10,11 @@ from typing import Any
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
-from services.common.kafka import Outbox, make_broker
+from services.common.keyring import open_keyring
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import relay_for
 from services.common.settings import Settings
+from services.publication.sealing import BatchOpener
 from services.publication.service import open_log
 
 RELAY_NAME = "relay→imprint.publication.v1"
@@ -26,10 +27,12 @@ def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
 
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
-    broker = make_broker(settings, "imprint-publication-relay")
-    relay = relay_for(settings, app, announce_publication, Outbox(broker, settings), name=RELAY_NAME)
+    keyring = open_keyring(settings)
+    relay = relay_for(settings, app, announce_publication, name=RELAY_NAME,
+                      decode=BatchOpener(app.mapper, keyring))
     try:
-        await run_until_stopped("publication-relay", broker, relay.run())
+        await run_until_stopped("publication-relay", None, relay.run())
     finally:
         relay.stop()
         app.close()
+        keyring.close()
