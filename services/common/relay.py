@@ -113,6 +113,7 @@ class Relay:
         self._announce = announce
         self._decode: Decode = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
         self._outbox = outbox
+        self._producer = outbox if isinstance(outbox, RelayProducer) else None  # started and stopped by run()
         self.name = name
         self._batch_size = batch_size
         self._idle_seconds = idle_seconds
@@ -182,8 +183,8 @@ class Relay:
             await asyncio.gather(pending, return_exceptions=True)
 
     async def run(self) -> None:
-        if isinstance(self._outbox, RelayProducer):
-            await self._outbox.start()
+        if self._producer is not None:
+            await self._producer.start()
         if self._wakeups is not None:
             self._wakeups.start(asyncio.get_running_loop(), self._wake)
         try:
@@ -206,8 +207,8 @@ class Relay:
             if self.active:
                 self.active = False
                 await asyncio.to_thread(self._election.resign)
-            if isinstance(self._outbox, RelayProducer):
-                await self._outbox.stop()
+            if self._producer is not None:
+                await self._producer.stop()
 
     def stop(self) -> None:
         self._stopping.set()

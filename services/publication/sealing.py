@@ -14,9 +14,12 @@ for the crypto)."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
@@ -113,3 +116,74 @@ class RecentKeys:
 
     def is_destroyed(self, conversation_id: str) -> bool:
         return self._keyring.is_destroyed(conversation_id)
+
+
+class BulkKeyring(Keyring, Protocol):
+    def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]: ...
+
+
+class _BatchKeys:
+    """The keys one relay batch needs, read in one query before it is opened; a name the
+    scan missed is asked for on its own (and remembered for the batch)."""
+
+    def __init__(self, keyring: BulkKeyring, names: set[str]) -> None:
+        self._keyring = keyring
+        self._keys = keyring.keys_for(names) if names else {}
+
+    def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
+        if create:  # the relay never seals; ask the table itself
+            return self._keyring.key_for(conversation_id, create=True)
+        if conversation_id not in self._keys:
+            self._keys[conversation_id] = self._keyring.key_for(conversation_id)
+        return self._keys[conversation_id]
+
+    def destroy(self, conversation_id: str) -> None:
+        self._keys[conversation_id] = None
+        self._keyring.destroy(conversation_id)
+
+    def is_destroyed(self, conversation_id: str) -> bool:
+        return self._keyring.is_destroyed(conversation_id)
+
+
+_SEALED_MARK = SEALED.encode()
+_KEY_NAME = re.compile(rb'"__key__"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+class BatchOpener:
+    """How the Publication relay decodes a batch of notifications (issue 9: the relay
+    opened every body with a key-table round trip and walked every event's state).
+
+    The bodies must go out in clear (``answer.published`` carries the committed block's
+    markdown to Delivery), so they are opened — once per event, in the relay's reading
+    thread, never on its event loop — but:
+
+    * an event whose stored state holds no sealed field (admissions, grants, numbers,
+      refusals, source facts, withdrawals, settlements…) is decoded by the plain mapper,
+      with no walk over its state;
+    * the conversation keys of the whole batch are read in **one** query
+      (``keys_for``), found by scanning the stored bytes for ``"__key__"`` — a name the
+      scan misses is still looked up on its own, so the scan only saves round trips;
+    * those keys live for one batch only: a key destroyed before the batch was read is
+      never used, and one destroyed while it is being produced (milliseconds) is the
+      same race as a relay that was a batch faster. The service's own sealing keeps its
+      :class:`RecentKeys`.
+    """
+
+    def __init__(self, mapper: Mapper[uuid.UUID], keyring: BulkKeyring) -> None:
+        assert isinstance(mapper, SealingMapper)
+        self._mapper = mapper
+        self._keyring = keyring
+        self._plain = Mapper(mapper.transcoder)
+        # The byte scan reads JSON; a compressed or enciphered log is opened the slow way.
+        self._scannable = mapper.compressor is None and mapper.cipher is None
+
+    def __call__(self, stored: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
+        if not self._scannable:
+            return [self._mapper.to_domain_event(s) for s in stored]
+        sealed = [_SEALED_MARK in s.state for s in stored]
+        names = {json.loads(b'"' + name + b'"') for s, is_sealed in zip(stored, sealed, strict=True) if is_sealed
+                 for name in _KEY_NAME.findall(s.state)}
+        opener = SealingMapper(self._mapper.transcoder, FieldSealer(_BatchKeys(self._keyring, names),
+                                                                    purpose=self._mapper.sealer.purpose))
+        return [opener.to_domain_event(s) if is_sealed else self._plain.to_domain_event(s)
+                for s, is_sealed in zip(stored, sealed, strict=True)]
