@@ -45,4 +45,4 @@ relay_module.Relay.__init__ = _small_batches  # type: ignore[method-assign]
 if __name__ == "__main__":
     from services.cli import main
 
-    sys.exit(main(["serve", "relay"]))
+    sys.exit(main(["serve", "publication-relay"]))
