@@ -28,7 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.__main__ import admitted, bench_settings, grant_messages, scratch, stats, typical_part
+from bench.__main__ import (admitted, bench_settings, create_topics, delete_topics, grant_messages, scratch,
+                            stats, typical_part)
 from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
@@ -36,8 +37,10 @@ from services.common.settings import Settings
 RELAY_NAME = "relay→imprint.publication.v1"
 
 
-def child_env(settings: Settings) -> dict[str, str]:
+def child_env(settings: Settings, tree: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMPRINT_")}
+    if tree is not None:  # run the parts from another checkout of the code (a before/after comparison)
+        env["PYTHONPATH"] = f"{tree}:{tree / 'libs'}"
     env.update(IMPRINT_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, IMPRINT_DATABASE_URL=str(settings.database_url),
                IMPRINT_DATABASE_SCHEMA=str(settings.database_schema), IMPRINT_TOPIC_PREFIX=settings.topic_prefix,
                IMPRINT_GROUP_PREFIX=settings.group_prefix, IMPRINT_STATE_DIR=str(settings.state_dir),
@@ -70,6 +73,16 @@ def fill(settings: Settings, runs: int, per_run: int) -> int:
         app.close()
 
 
+def reset_relay(settings: Settings) -> None:
+    """Forget the relay's position, so another relay relays the same log again from the start."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(str(settings.database_url), autocommit=True) as connection:
+        connection.execute(sql.SQL("DELETE FROM {} WHERE application_name = %s").format(
+            sql.Identifier(str(settings.database_schema), "publication_tracking")), (RELAY_NAME,))
+
+
 def relay_position(settings: Settings) -> int:
     import psycopg
     from psycopg import sql
@@ -81,8 +94,14 @@ def relay_position(settings: Settings) -> int:
     return int(row[0] or 0) if row else 0
 
 
-def top_costs(raw_profile: Path, limit: int = 12) -> list[tuple[str, float, float]]:
-    """(function, inclusive %, self %) from py-spy's ``--format raw`` (collapsed stacks)."""
+PLUMBING = ("_bootstrap", "Thread.run", "_worker (thread.py)", "_WorkItem.run", "runpy", "(cli.py)", "run (runners.py)",
+            "run_until_complete", "run_forever", "_run_once", "Handle._run", "run_until_stopped", "Runner.run",
+            "_run_code", "_run_module_as_main", "to_thread", "Relay.run", "Relay._lead", "serve (")
+
+
+def top_costs(raw_profile: Path, limit: int = 15) -> dict[str, list[tuple[str, float]]]:
+    """The heaviest functions in py-spy's ``--format raw`` (collapsed stacks, GIL-holding
+    samples): by inclusive share (skipping thread/event-loop plumbing) and by own share."""
     inclusive: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = 0
@@ -92,27 +111,34 @@ def top_costs(raw_profile: Path, limit: int = 12) -> list[tuple[str, float, floa
             continue
         count = int(count_text)
         total += count
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
-                  for f in stack.split(";")]
+        frames = []
+        for frame in stack.split(";"):
+            name, _, where = frame.partition(" (")
+            frames.append(f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})")
         for frame in set(frames):
             inclusive[frame] += count
         own[frames[-1]] += count
-    rows = [(name, 100 * n / total, 100 * own[name] / total) for name, n in inclusive.most_common(200)]
-    return rows[:limit] if total else []
+    if not total:
+        return {"inclusive": [], "self": []}
+    heavy = [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(400) if not any(p in f for p in PLUMBING)]
+    return {"samples": total, "inclusive": heavy[:limit],  # type: ignore[dict-item]
+            "self": [(f, round(100 * n / total, 1)) for f, n in own.most_common(limit)]}
 
 
-def saturation(settings: Settings, runs: int, per_run: int, out_dir: Path) -> dict[str, Any]:
-    last = fill(settings, runs, per_run)
-    profile = out_dir / "relay-saturation.raw.txt"
-    log = open(out_dir / "relay-saturation.log", "ab")  # noqa: SIM115
+def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: Path | None) -> dict[str, Any]:
+    """Relay the whole (already filled) log from position 0 onto fresh topics, under py-spy."""
+    reset_relay(settings)
+    asyncio.run(create_topics(settings))
+    profile = out_dir / f"relay-saturation-{label}.raw.txt"
+    log = open(out_dir / f"relay-saturation-{label}.log", "ab")  # noqa: SIM115
     spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--format", "raw", "--rate", "200",
                             "--output", str(profile), "--", sys.executable, "-m", "services.cli", "serve", "relay"],
-                           env=child_env(settings), stdout=log, stderr=subprocess.STDOUT)
+                           env=child_env(settings, tree), stdout=log, stderr=subprocess.STDOUT, cwd=tree)
     started = time.monotonic()
     try:
         while relay_position(settings) < last:
             if spy.poll() is not None:
-                raise RuntimeError(f"relay exited early: {(out_dir / 'relay-saturation.log').read_text()[-2000:]}")
+                raise RuntimeError(f"relay exited early: {(out_dir / f'relay-saturation-{label}.log').read_text()[-2000:]}")
             if time.monotonic() - started > 600:
                 raise TimeoutError("relay did not catch up in 10 minutes")
             time.sleep(0.05)
@@ -123,16 +149,19 @@ def saturation(settings: Settings, runs: int, per_run: int, out_dir: Path) -> di
             os.kill(int(pid), signal.SIGTERM)
         spy.wait(timeout=60)
         log.close()
-    return {"notifications": last, "seconds": elapsed, "notifications_per_s": last / elapsed,
+        asyncio.run(delete_topics(settings))
+    return {"label": label, "notifications": last, "seconds": elapsed, "notifications_per_s": last / elapsed,
             "top": top_costs(profile) if profile.exists() else [], "profile": str(profile),
             "note": "includes process start-up (imports, connections) in the elapsed time"}
 
 
-def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir: Path) -> dict[str, Any]:
+def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir: Path, label: str,
+            tree: Path | None) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    logs = {part: open(out_dir / f"latency-{part}.log", "ab") for part in ("publication", "relay")}  # noqa: SIM115
-    processes = {part: subprocess.Popen([sys.executable, "-m", "services.cli", "serve", part], env=child_env(settings),
+    logs = {part: open(out_dir / f"latency-{label}-{part}.log", "ab") for part in ("publication", "relay")}  # noqa: SIM115
+    processes = {part: subprocess.Popen([sys.executable, "-m", "services.cli", "serve", part],
+                                        env=child_env(settings, tree), cwd=tree,
                                         stdout=logs[part], stderr=subprocess.STDOUT)
                  for part in ("publication", "relay")}
 
@@ -199,7 +228,7 @@ def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir:
         relay_result = stats(committed) if committed else {}
         if committed:
             relay_result["p99"] = committed[min(len(committed) - 1, round(0.99 * (len(committed) - 1)))]
-        return {"offered_per_s": rate, "seconds": seconds, "sent": len(sent), "published": len(latencies),
+        return {"label": label, "offered_per_s": rate, "seconds": seconds, "sent": len(sent), "published": len(latencies),
                 "published_ms": result, "event_to_published_ms": relay_result,
                 "note": "published_ms: produce → answer.published read; event_to_published_ms: the committed "
                         "event's timestamp (occurred_at, taken just before its commit) → read: the relay's share"}
@@ -226,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="100,300")
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--only", choices=("saturation", "latency"), action="append")
+    parser.add_argument("--trees", default="",
+                        help="label=path,… : relay (and publication) processes run from these checkouts, "
+                             "alternating, over the same filled log (default: this checkout)")
+    parser.add_argument("--rounds", type=int, default=2, help="saturation runs per tree, alternating")
     parser.add_argument("--label", default="run")
     args = parser.parse_args(argv)
     from services.common.observability import configure_logging
@@ -234,31 +267,41 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    trees: list[tuple[str, Path | None]] = [(label, Path(path)) for label, path in
+                                            (item.split("=", 1) for item in args.trees.split(",") if item)]
+    trees = trees or [(args.label, None)]
     out_dir = Path(os.environ.get("IMPRINT_STATE_DIR", Path.cwd() / ".imprint")) / "bench" / f"relay-{args.label}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"label": args.label}
+    results: dict[str, Any] = {"label": args.label, "trees": {k: str(v) for k, v in trees}, "load": os.getloadavg()}
     for part in args.only or ["saturation", "latency"]:
         if part == "saturation":
-            with scratch(bench_settings(uuid.uuid4().hex[:8]), topics=True) as settings:
-                results["saturation"] = saturation(settings, args.runs, args.per_run, out_dir)
-            s = results["saturation"]
-            print(f"saturation: {s['notifications']} notifications in {s['seconds']:.1f} s "
-                  f"= {s['notifications_per_s']:.0f}/s")
-            for name, inclusive, own in s["top"]:
-                print(f"  {inclusive:5.1f}% incl  {own:5.1f}% self  {name}")
+            results["saturation"] = []
+            with scratch(bench_settings(uuid.uuid4().hex[:8]), topics=False) as base:
+                last = fill(base, args.runs, args.per_run)
+                for round_ in range(args.rounds):
+                    for label, tree in trees:
+                        settings = base.model_copy(update={"topic_prefix": f"{base.topic_prefix}{label}{round_}."})
+                        s = saturation(settings, last, out_dir, f"{label}-{round_}", tree)
+                        results["saturation"].append(s)
+                        print(f"saturation [{label} #{round_}]: {s['notifications']} notifications in "
+                              f"{s['seconds']:.1f} s = {s['notifications_per_s']:.0f}/s (load {os.getloadavg()[0]:.1f})",
+                              flush=True)
+                        for name, share in s["top"]["inclusive"][:10]:
+                            print(f"    {share:5.1f}%  {name}", flush=True)
         else:
             results["latency"] = []
             for rate in (float(r) for r in args.rates.split(",")):
-                with scratch(bench_settings(uuid.uuid4().hex[:8]), topics=True) as settings:
-                    measured = latency(settings, rate, args.seconds, 50, out_dir)
-                results["latency"].append(measured)
-                ms = measured["published_ms"]
-                print(f"latency @ {rate:.0f}/s: {measured['published']}/{measured['sent']} published; "
-                      f"p50 {ms.get('p50', 0):.1f} p95 {ms.get('p95', 0):.1f} p99 {ms.get('p99', 0):.1f} "
-                      f"max {ms.get('max', 0):.1f} ms")
-                ms = measured["event_to_published_ms"]
-                print(f"   event→published (relay's share): p50 {ms.get('p50', 0):.1f} p95 {ms.get('p95', 0):.1f} "
-                      f"p99 {ms.get('p99', 0):.1f} max {ms.get('max', 0):.1f} ms")
+                for label, tree in trees:
+                    with scratch(bench_settings(uuid.uuid4().hex[:8]), topics=True) as settings:
+                        measured = latency(settings, rate, args.seconds, 50, out_dir, label, tree)
+                    results["latency"].append(measured)
+                    ms = measured["published_ms"]
+                    print(f"latency [{label}] @ {rate:.0f}/s: {measured['published']}/{measured['sent']} published; "
+                          f"p50 {ms.get('p50', 0):.1f} p95 {ms.get('p95', 0):.1f} p99 {ms.get('p99', 0):.1f} "
+                          f"max {ms.get('max', 0):.1f} ms (load {os.getloadavg()[0]:.1f})", flush=True)
+                    ms = measured["event_to_published_ms"]
+                    print(f"   event→published (relay's share): p50 {ms.get('p50', 0):.1f} p95 {ms.get('p95', 0):.1f} "
+                          f"p99 {ms.get('p99', 0):.1f} max {ms.get('max', 0):.1f} ms", flush=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"written to {out_dir / 'results.json'}")
     return 0
