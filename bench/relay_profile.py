@@ -107,7 +107,7 @@ def top_costs(raw_profile: Path, limit: int = 15) -> dict[str, list[tuple[str, f
     total = 0
     for line in raw_profile.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
-        if not stack:
+        if not stack or "_find_and_load" in stack:  # start-up: importing modules
             continue
         count = int(count_text)
         total += count
@@ -135,14 +135,18 @@ def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: P
                             "--output", str(profile), "--", sys.executable, "-m", "services.cli", "serve", "relay"],
                            env=child_env(settings, tree), stdout=log, stderr=subprocess.STDOUT, cwd=tree)
     started = time.monotonic()
+    first: tuple[float, int] | None = None  # the first recorded batch: start-up (imports, connections) is over
     try:
-        while relay_position(settings) < last:
+        while (position := relay_position(settings)) < last:
+            if first is None and position > 0:
+                first = (time.monotonic(), position)
             if spy.poll() is not None:
                 raise RuntimeError(f"relay exited early: {(out_dir / f'relay-saturation-{label}.log').read_text()[-2000:]}")
             if time.monotonic() - started > 600:
                 raise TimeoutError("relay did not catch up in 10 minutes")
             time.sleep(0.05)
-        elapsed = time.monotonic() - started
+        ended = time.monotonic()
+        elapsed = ended - started
     finally:
         children = Path(f"/proc/{spy.pid}/task/{spy.pid}/children")
         for pid in (children.read_text().split() if children.exists() else []):
@@ -150,9 +154,12 @@ def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: P
         spy.wait(timeout=60)
         log.close()
         asyncio.run(delete_topics(settings))
+    steady = (last - first[1]) / (ended - first[0]) if first is not None and ended > first[0] else None
     return {"label": label, "notifications": last, "seconds": elapsed, "notifications_per_s": last / elapsed,
+            "steady_notifications_per_s": steady,
             "top": top_costs(profile) if profile.exists() else [], "profile": str(profile),
-            "note": "includes process start-up (imports, connections) in the elapsed time"}
+            "note": "notifications_per_s includes process start-up (imports, connections); steady_… is from the "
+                    "first recorded batch to the end; profile shares skip start-up (import) samples"}
 
 
 def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir: Path, label: str,
@@ -284,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                         s = saturation(settings, last, out_dir, f"{label}-{round_}", tree)
                         results["saturation"].append(s)
                         print(f"saturation [{label} #{round_}]: {s['notifications']} notifications in "
-                              f"{s['seconds']:.1f} s = {s['notifications_per_s']:.0f}/s (load {os.getloadavg()[0]:.1f})",
+                              f"{s['seconds']:.1f} s = {s['notifications_per_s']:.0f}/s, steady "
+                              f"{s['steady_notifications_per_s'] or 0:.0f}/s (load {os.getloadavg()[0]:.1f})",
                               flush=True)
                         for name, share in s["top"]["inclusive"][:10]:
                             print(f"    {share:5.1f}%  {name}", flush=True)

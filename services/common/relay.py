@@ -59,7 +59,7 @@ class RelayProducer:
     batch's acknowledgements. Same keys (run_id, sources: source_id) and ``type`` header
     as :class:`~services.common.kafka.Outbox`; per-partition order is the send order."""
 
-    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 5) -> None:
+    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 2) -> None:
         from aiokafka import AIOKafkaProducer
 
         self._settings = settings
