@@ -6,11 +6,14 @@ runs one on its own. Any number may run: one is active, the others stand by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from eventsourcing.persistence import Notification
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
+from imprint.shredding import FieldSealer, ScopedKeyring
 from services.common.eventstore import ensure_schema
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import Relay, relay_for
@@ -21,18 +24,30 @@ from services.journal.application import RuntimeJournal, open_journal
 RELAY_NAME = "relay→imprint.runs.v1"
 
 
-def announcer(journal: RuntimeJournal) -> Callable[[Any], Sequence[tuple[Topic, Message]]]:
-    """Private fields of ``run.closed``/``run.progress`` are opened with the journal's keyring at announce time."""
+class BatchAnnouncer:
+    """The relay's announcer: private fields of ``run.closed``/``run.progress`` are opened with
+    the journal's keyring at announce time, with keys fetched once per conversation per batch (``ScopedKeyring``, renewed by
+    :meth:`decode` for every batch; a missing or destroyed key is never cached), not once
+    per field."""
 
-    def announce_runs(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
-        message = announce(domain_event, journal.sealer)
+    def __init__(self, journal: RuntimeJournal) -> None:
+        self._journal = journal
+        self._sealer = journal.sealer
+
+    def decode(self, notifications: Sequence[Notification]) -> list[Any]:
+        inner = self._journal.sealer
+        self._sealer = FieldSealer(ScopedKeyring(inner.keyring), purpose=inner.purpose)
+        to_domain_event = self._journal.mapper.to_domain_event
+        return [to_domain_event(n) for n in notifications]
+
+    def __call__(self, domain_event: Any) -> Sequence[tuple[Topic, Message]]:
+        message = announce(domain_event, self._sealer)
         return [] if message is None else [(Topic.RUNS, message)]
-
-    return announce_runs
 
 
 def journal_relay(settings: Settings, journal: RuntimeJournal) -> Relay:
-    return relay_for(settings, journal, announcer(journal), name=RELAY_NAME)
+    batch = BatchAnnouncer(journal)
+    return relay_for(settings, journal, batch, name=RELAY_NAME, decode=batch.decode)
 
 
 async def serve(settings: Settings) -> None:

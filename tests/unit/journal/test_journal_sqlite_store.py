@@ -9,7 +9,7 @@ from services.common.settings import Settings
 from services.common.keyring import SqliteKeyring
 from services.journal.application import RuntimeJournal, open_journal
 from services.journal.queries import JournalQueries
-from services.journal.relay import announcer
+from services.journal.relay import BatchAnnouncer
 
 
 @pytest.mark.rule("X8")
@@ -43,12 +43,16 @@ def test_sqlite_journal_survives_restart_and_shreds(tmp_path) -> None:
 @pytest.mark.rule("X4")
 def test_service_announcer_opens_run_closed_with_the_keyring(feed, journal) -> None:
     feed(*to_running("r1"), completed("r1"))
-    relay_announce = announcer(journal)
-    produced = [
-        item
-        for n in journal.recorder.select_notifications(start=1, limit=100)
-        for item in relay_announce(journal.mapper.to_domain_event(n))
-    ]
+    relay_announce = BatchAnnouncer(journal)
+
+    def produce() -> list:
+        notifications = journal.recorder.select_notifications(start=1, limit=100)
+        return [item for event in relay_announce.decode(notifications) for item in relay_announce(event)]
+
+    produced = produce()
     closed = [m for _, m in produced if m.type == "run.closed"]
     assert len(closed) == 1 and closed[0].answer_text == ANSWER
     assert {str(t) for t, _ in produced} == {"imprint.runs.v1"}
+    feed(delete_requested())  # the next batch never opens with a key cached before the deletion
+    closed = [m for _, m in produce() if m.type == "run.closed"]
+    assert len(closed) == 1 and not closed[0].answer_text
