@@ -20,14 +20,24 @@ import re
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
+from psycopg import sql
 
+from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
+from imprint.contracts.runtime import (EvidenceSet, QuestionConditionSet, RunAdmitted, RunCompleted, RunQueued,
+                                       RunStarted)
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
 from services.common.settings import Settings
+from services.journal.announcements import announce as journal_announce
+from services.journal.application import open_journal
+from services.journal.relay import RELAY_NAME as JOURNAL_RELAY
 from services.publication.relay import RELAY_NAME
 from tests.fault.faultsupport import FaultStack, wait_until
 from tests.integration.publication.pubsupport import admitted, dedupe, log_of, part, send
@@ -52,11 +62,18 @@ def activations(stack: FaultStack, part_name: str) -> list[int]:
     return [int(position) for position in ACTIVE.findall(stack.log(part_name))]
 
 
-class SteadyLoad:
-    """One proposal every ``interval`` seconds, round-robin over the runs, until stopped."""
+def proposal(i: int) -> tuple[str, list[Message]]:
+    run = RUNS[i % len(RUNS)]
+    return f"tool:{run}-{i}", [part(run, f"{run}-{i}", f"{run} block {i}.")]
 
-    def __init__(self, settings: Settings, interval: float = 0.1) -> None:
-        self.settings, self.interval = settings, interval
+
+class SteadyLoad:
+    """``messages(i)`` every ``interval`` seconds (default: one proposal, round-robin over
+    the runs), until stopped."""
+
+    def __init__(self, settings: Settings, interval: float = 0.1,
+                 messages: Callable[[int], tuple[str, list[Message]]] = proposal, topic: Topic = Topic.RUNTIME) -> None:
+        self.settings, self.interval, self.messages, self.topic = settings, interval, messages, topic
         self.sent: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._produce()), name="steady-load")
@@ -67,11 +84,11 @@ class SteadyLoad:
         try:
             i = 0
             while not self._stop.is_set():
-                run = RUNS[i % len(RUNS)]
-                message = part(run, f"{run}-{i}", f"{run} block {i}.")
-                await producer.send_and_wait(self.settings.topic(Topic.RUNTIME), encode(message), key=run.encode(),
-                                             headers=[("type", message.type.encode())])
-                self.sent.append(f"tool:{run}-{i}")
+                name, messages = self.messages(i)
+                for message in messages:
+                    await producer.send_and_wait(self.settings.topic(self.topic), encode(message),
+                                                 key=message.run_id.encode(), headers=[("type", message.type.encode())])
+                self.sent.append(name)
                 i += 1
                 await asyncio.sleep(self.interval)
         finally:
@@ -86,20 +103,41 @@ class SteadyLoad:
         self._thread.join(timeout=30)
 
 
-def fail_over(s: Settings, stack: FaultStack, active: str, standby: str, takeovers: list[float]) -> None:
-    """SIGKILL the active relay mid-stream; the standby resumes from the recorded position."""
-    start = relay_position(s)
-    wait_until(lambda: relay_position(s) >= start + 15, timeout=60, what=f"{active} relaying under load")
+def fail_over(s: Settings, stack: FaultStack, active: str, standby: str, takeovers: list[float],
+              position: Callable[[Settings], int] = relay_position,
+              after_takeover: Callable[[], None] = lambda: None) -> None:
+    """SIGKILL the active relay mid-stream; the standby resumes from the recorded position
+    (and, once ``after_takeover`` ran, relays what is committed next)."""
+    start = position(s)
+    wait_until(lambda: position(s) >= start + 15, timeout=60, what=f"{active} relaying under load")
     assert activations(stack, standby) == [], f"{standby} stood by while {active} was active"
-    before = relay_position(s)
+    before = position(s)
     stack.kill9(active)
     killed_at = time.monotonic()
-    after = relay_position(s)
+    after = position(s)
     found = wait_until(lambda: activations(stack, standby), timeout=30, interval=0.05, what=f"{standby} to take over")
     takeovers.append(time.monotonic() - killed_at)  # an upper bound: includes the polling of its log
     (resumed_from,) = found
     assert before <= resumed_from <= after, "the standby resumed from the position the killed relay recorded"
-    wait_until(lambda: relay_position(s) > resumed_from, timeout=30, what=f"{standby} to make progress")
+    after_takeover()
+    wait_until(lambda: position(s) > resumed_from, timeout=30, what=f"{standby} to make progress")
+
+
+def assert_relayed_exactly(values: list[dict[str, Any]], expected: list[Any], runs: Sequence[str]) -> int:
+    """Nothing lost, first copies in log order (so per run), duplicates byte-identical, and the
+    wire form of each is what the log announces. Returns how many re-sends there were."""
+    order = [v["event_id"] for v in dedupe(values)]
+    assert order == [str(m.event_id) for m in expected], "nothing lost; every committed event first seen in log order"
+    for run in runs:
+        assert [v["event_id"] for v in dedupe(values) if v["run_id"] == run] == \
+            [str(m.event_id) for m in expected if m.run_id == run], f"per-run order kept for {run}"
+    by_id: defaultdict[str, set[str]] = defaultdict(set)
+    for v in values:
+        by_id[v["event_id"]].add(json.dumps(v, sort_keys=True))
+    assert all(len(bodies) == 1 for bodies in by_id.values()), "a duplicate is the same message, byte for byte"
+    wire = {str(m.event_id): json.loads(encode(m)) for m in expected}
+    assert all(json.loads(next(iter(by_id[i]))) == wire[i] for i in wire), "what was relayed is what was committed"
+    return sum(c - 1 for c in Counter(v["event_id"] for v in values).values())
 
 
 @pytest.mark.rule("P14")
@@ -145,16 +183,69 @@ def test_a_standby_relay_takes_over_from_the_recorded_position_when_the_active_o
     assert len(expected) >= len(proposals), "every proposal committed and announced something"
 
     relayed = [v for v in values if v["type"] not in ("answer.preview", "answer.save_unknown")]
-    order = [v["event_id"] for v in dedupe(relayed)]
-    assert order == [str(m.event_id) for m in expected], "nothing lost; every committed event first seen in log order"
-    for run in RUNS:
-        assert [v["event_id"] for v in dedupe(relayed) if v["run_id"] == run] == \
-            [str(m.event_id) for m in expected if m.run_id == run], f"per-run order kept for {run}"
-    by_id: defaultdict[str, set[str]] = defaultdict(set)
-    for v in relayed:
-        by_id[v["event_id"]].add(json.dumps(v, sort_keys=True))
-    assert all(len(bodies) == 1 for bodies in by_id.values()), "a duplicate is the same message, byte for byte"
-    wire = {str(m.event_id): json.loads(encode(m)) for m in expected}
-    assert all(json.loads(next(iter(by_id[i]))) == wire[i] for i in wire), "what was relayed is what was committed"
-    copies = Counter(v["event_id"] for v in relayed)
-    print(f"re-sent after the kills: {sum(c - 1 for c in copies.values())} messages")
+    print(f"re-sent after the kills: {assert_relayed_exactly(relayed, expected, RUNS)} messages")
+
+
+def journal_position(settings: Settings) -> int:
+    """The Journal relay's recorded position (its tracking record beside the journal log)."""
+    with psycopg.connect(str(settings.database_url), autocommit=True) as connection:
+        row = connection.execute(sql.SQL("SELECT max(notification_id) FROM {} WHERE application_name = %s").format(
+            sql.Identifier(str(settings.database_schema), "journal_tracking")), (JOURNAL_RELAY,)).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def journal_run(i: int) -> tuple[str, list[Message]]:
+    """One short run of its own: admitted, queued, started, completed (answered)."""
+    run = f"jrun-{i}"
+    return run, [
+        RunAdmitted(run_id=run, account_id="acct-1", conversation_id=f"conv-{i % 4}", message_id=f"msg-{i}",
+                    question=f"Question {i}?", qcs=QuestionConditionSet(qcs_id=f"qcs-{i}")),
+        RunQueued(run_id=run), RunStarted(run_id=run),
+        RunCompleted(run_id=run, outcome="answered", answer_text=f"Answer {i}.",
+                     evidence=EvidenceSet(items=[], snapshot_id="snap", knowledge_version="kv")),
+    ]
+
+
+@pytest.mark.rule("X2")
+def test_the_journal_log_fails_over_to_a_standby_relay_too(isolated: Settings) -> None:
+    """``imprint serve journal`` runs the Journal log's relay beside its consumer; a
+    ``journal-relay`` process stands by. The journal process is SIGKILLed mid-stream: the
+    standby relays what it had committed, from the recorded position; the journal comes
+    back (its own relay now standing by) and the run lifecycle reaches Delivery's topic
+    complete and in order."""
+    s = isolated
+    stack = FaultStack(s, parts=())
+    takeovers: list[float] = []
+    try:
+        stack.serve("journal")
+        wait_until(lambda: activations(stack, "journal"), timeout=60, what="the journal's relay to be elected")
+        stack.launch("journal-relay", "services.cli", "serve", "journal-relay")
+        wait_until(lambda: "relay standing by" in stack.log("journal-relay"), timeout=60,
+                   what="journal-relay standing by")
+        with SteadyLoad(s, interval=0.05, messages=journal_run) as load:
+            def restart_the_journal() -> None:  # the killed part comes back; its consumer commits again
+                stack.launch("journal-2", "services.cli", "serve", "journal")
+                wait_until(lambda: "relay standing by" in stack.log("journal-2"), timeout=60,
+                           what="journal-2 standing by")
+
+            fail_over(s, stack, "journal", "journal-relay", takeovers, position=journal_position,
+                      after_takeover=restart_the_journal)
+            time.sleep(2.0)
+        runs = list(load.sent)
+        values = asyncio.run(read_topic(s, Topic.RUNS, timeout=90, until=lambda vs: set(runs) <= {
+            v["run_id"] for v in vs if v["type"] == "run.closed"}))
+        journal = open_journal(s)
+        try:
+            notifications = journal.recorder.select_notifications(start=1, limit=1_000_000)
+            expected = [m for m in (journal_announce(journal.mapper.to_domain_event(n), journal.sealer)
+                                    for n in notifications) if m is not None]
+        finally:
+            journal.close()
+        journal_2_log = stack.log("journal-2")  # before the stack stops (a clean stop hands the lock over)
+    finally:
+        stack.__exit__(None, None, None)
+
+    print(f"journal relay takeover after SIGKILL: {takeovers[0]:.2f} s; {len(runs)} runs")
+    assert takeovers[0] < 5.0, f"a standby takes over within 5 seconds (issue 12.3): {takeovers}"
+    assert "relay active" not in journal_2_log, "the restarted journal stood by: one active relay"
+    print(f"re-sent after the kill: {assert_relayed_exactly(values, expected, runs)} messages")
