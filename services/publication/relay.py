@@ -10,7 +10,6 @@ from typing import Any
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
-from services.common.keyring import open_keyring
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import relay_for
 from services.common.settings import Settings
@@ -27,12 +26,10 @@ def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
 
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
-    keyring = open_keyring(settings)
     relay = relay_for(settings, app, announce_publication, name=RELAY_NAME,
-                      decode=BatchOpener(app.mapper, keyring))
+                      decode=BatchOpener(app.mapper, app.keyring))  # a fresh key read per batch
     try:
         await run_until_stopped("publication-relay", None, relay.run())
     finally:
         relay.stop()
         app.close()
-        keyring.close()

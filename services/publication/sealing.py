@@ -117,6 +117,10 @@ class RecentKeys:
     def is_destroyed(self, conversation_id: str) -> bool:
         return self._keyring.is_destroyed(conversation_id)
 
+    def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]:
+        """A fresh read of the table (the relay's per-batch keys), never from this cache."""
+        return self._keyring.keys_for(conversation_ids)  # type: ignore[attr-defined, no-any-return]
+
 
 class BulkKeyring(Keyring, Protocol):
     def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]: ...

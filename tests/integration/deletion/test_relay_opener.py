@@ -45,6 +45,9 @@ def test_the_relay_opens_bodies_once_per_batch_and_announces_what_the_log_holds(
         bodies = {m.block.block_id: m.block.content.markdown for m in relayed if m.type == "answer.published"}
         assert sorted(bodies.values()) == sorted(["first body", "second body", "third body", REMOVED])
         assert "doomed body" not in b"".join(encode(m) for m in relayed).decode()
+        # The service's opener reads through the log's own keyring (RecentKeys), never its cache.
+        served = [m for e in BatchOpener(log.mapper, log.keyring)(notifications) for _, m in announce_publication(e)]
+        assert [encode(m) for m in served] == [encode(m) for m in expected]
     finally:
         keyring.close()
         log.close()
