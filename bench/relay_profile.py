@@ -19,6 +19,7 @@ import asyncio
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,9 +132,13 @@ def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: P
     asyncio.run(create_topics(settings))
     profile = out_dir / f"relay-saturation-{label}.raw.txt"
     log = open(out_dir / f"relay-saturation-{label}.log", "ab")  # noqa: SIM115
-    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--format", "raw", "--rate", "200",
-                            "--output", str(profile), "--", sys.executable, "-m", "services.cli", "serve", "relay"],
-                           env=child_env(settings, tree), stdout=log, stderr=subprocess.STDOUT, cwd=tree)
+    relay = [sys.executable, "-m", "services.cli", "serve", "relay"]
+    py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if py_spy is None:  # `pip install py-spy` (PyPI) to profile; the rate is measured either way
+        print("py-spy not installed: relaying without a profile", flush=True)
+    command = [py_spy, "record", "--gil", "--format", "raw", "--rate", "200", "--output", str(profile), "--",
+               *relay] if py_spy else relay
+    spy = subprocess.Popen(command, env=child_env(settings, tree), stdout=log, stderr=subprocess.STDOUT, cwd=tree)
     started = time.monotonic()
     first: tuple[float, int] | None = None  # the first recorded batch: start-up (imports, connections) is over
     try:
@@ -149,15 +154,17 @@ def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: P
         elapsed = ended - started
     finally:
         children = Path(f"/proc/{spy.pid}/task/{spy.pid}/children")
-        for pid in (children.read_text().split() if children.exists() else []):
-            os.kill(int(pid), signal.SIGTERM)
+        for pid in (children.read_text().split() if py_spy and children.exists() else []):
+            os.kill(int(pid), signal.SIGTERM)  # the relay under py-spy (py-spy then writes the profile)
+        if not py_spy:
+            spy.send_signal(signal.SIGTERM)
         spy.wait(timeout=60)
         log.close()
         asyncio.run(delete_topics(settings))
     steady = (last - first[1]) / (ended - first[0]) if first is not None and ended > first[0] else None
     return {"label": label, "notifications": last, "seconds": elapsed, "notifications_per_s": last / elapsed,
             "steady_notifications_per_s": steady,
-            "top": top_costs(profile) if profile.exists() else [], "profile": str(profile),
+            "top": top_costs(profile) if profile.exists() else {"inclusive": [], "self": []}, "profile": str(profile),
             "note": "notifications_per_s includes process start-up (imports, connections); steady_… is from the "
                     "first recorded batch to the end; profile shares skip start-up (import) samples"}
 
