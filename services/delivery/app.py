@@ -65,7 +65,7 @@ def create_app(
     async def record(run_id: str, outcome: str) -> None:
         await asyncio.to_thread(store.record_delivery, run_id, outcome)
 
-    tickets = StreamTickets(ttl=settings.stream_ticket_ttl_seconds)
+    tickets = StreamTickets(store, ttl=settings.stream_ticket_ttl_seconds)
     ctx = Context(
         settings=settings, store=store, publish=publish, notifier=notifier, metrics=metrics,
         config=StreamConfig(keepalive=settings.sse_keepalive_seconds, queue_size=settings.sse_client_queue,

@@ -7,6 +7,7 @@ not exist or belongs to another account is indistinguishable: both are 404."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,7 @@ from typing import Any
 import jwt
 from fastapi import HTTPException, Request
 
-from imprint.delivery.tickets import Grant, TicketBook
+from imprint.delivery.tickets import ticket_digest
 from services.common.settings import Settings
 
 ALGORITHM = "HS256"
@@ -74,27 +75,28 @@ def account_dependency(settings: Settings) -> Callable[[Request], Awaitable[str]
 
 
 class StreamTickets:
-    """The process's stream tickets (:mod:`imprint.delivery.tickets`): random, opaque,
-    held as hashes, bound to (account, run), expiring ``ttl`` seconds after last use.
-    Held in this process: a deployment with several Delivery instances routes a
-    ticket's reconnects to the instance that minted it (or uses the bearer header)."""
+    """Stream tickets (the rule is :mod:`imprint.delivery.tickets`): random, opaque,
+    bound to (account, run), expiring ``ttl`` seconds after last use. Only their hash is
+    held, in the view store every Delivery instance shares, so a browser's reconnect may
+    reach any instance (no sticky sessions). Calls block on the store: run
+    them off the event loop."""
 
-    def __init__(self, ttl: float) -> None:
-        self.book = TicketBook(ttl=ttl)
+    def __init__(self, store: Any, ttl: float) -> None:
+        self.store = store
+        self.ttl = ttl
 
     def mint(self, account: str, run_id: str) -> tuple[str, float]:
         ticket = secrets.token_urlsafe(32)
-        self.book.issue(ticket, Grant(account_id=account, run_id=run_id), time.monotonic())
-        return ticket, self.book.ttl
+        self.store.issue_ticket(ticket_digest(ticket), account, run_id, time.time() + self.ttl)
+        return ticket, self.ttl
 
     def touch(self, ticket: str, run_id: str) -> None:
         """A stream opened with ``ticket`` ended: that is a use too, so a connection that
         lasted longer than ``ttl`` can still be resumed with the same ticket."""
-        self.book.use(ticket, run_id, time.monotonic())
+        self.store.use_ticket(ticket_digest(ticket), run_id, time.time(), self.ttl)
 
     def account(self, ticket: str, run_id: str) -> str | None:
-        grant = self.book.use(ticket, run_id, time.monotonic())
-        return grant.account_id if grant is not None else None
+        return self.store.use_ticket(ticket_digest(ticket), run_id, time.time(), self.ttl)
 
 
 def stream_account_dependency(settings: Settings, tickets: StreamTickets) -> Callable[[Request], Awaitable[str]]:
@@ -104,7 +106,7 @@ def stream_account_dependency(settings: Settings, tickets: StreamTickets) -> Cal
     async def stream_account(request: Request) -> str:
         ticket = request.query_params.get("ticket")
         if ticket and "authorization" not in request.headers:
-            account = tickets.account(ticket, request.path_params.get("run_id", ""))
+            account = await asyncio.to_thread(tickets.account, ticket, request.path_params.get("run_id", ""))
             if account is None:
                 raise Unauthorized("invalid or expired stream ticket")
             request.state.ticket = ticket

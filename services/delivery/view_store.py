@@ -157,6 +157,8 @@ class DeliveryTables:
             " run_id TEXT NOT NULL, seq BIGINT NOT NULL, block_id TEXT NOT NULL, revision BIGINT NOT NULL,"
             " first_kind TEXT NOT NULL, first_sha256 TEXT NOT NULL, second_kind TEXT NOT NULL,"
             " second_sha256 TEXT NOT NULL, frame_id BIGINT, detected_at TEXT NOT NULL, PRIMARY KEY (run_id, seq))",
+            "CREATE TABLE IF NOT EXISTS {tickets} ("
+            " digest TEXT PRIMARY KEY, account_id TEXT NOT NULL, run_id TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)",
         )]
 
     # The recorders provide these (eventsourcing).
@@ -186,7 +188,7 @@ class SQLiteDeliveryRecorder(SQLiteTrackingRecorder, DeliveryTables):
         p = self.prefix
         return {"runs": f"{p}_runs", "blocks": f"{p}_blocks", "frames": f"{p}_frames",
                 "conflicts": f"{p}_conflicts", "views": f"{p}_views", "runs_index": f"{p}_runs_conversation",
-                "frames_index": f"{p}_frames_key"}
+                "frames_index": f"{p}_frames_key", "tickets": f"{p}_stream_tickets"}
 
     def columns(self, c: Any, table: str) -> set[str]:
         c.execute(f"PRAGMA table_info({self.prefix}_{table})")
@@ -214,7 +216,8 @@ class PostgresDeliveryRecorder(PostgresTrackingRecorder, DeliveryTables):
         s, p = self.datastore.schema, self.prefix
         return {"runs": f'"{s}"."{p}_runs"', "blocks": f'"{s}"."{p}_blocks"', "frames": f'"{s}"."{p}_frames"',
                 "conflicts": f'"{s}"."{p}_conflicts"', "views": f'"{s}"."{p}_views"',
-                "runs_index": f"{p}_runs_conversation", "frames_index": f"{p}_frames_key"}
+                "runs_index": f"{p}_runs_conversation", "frames_index": f"{p}_frames_key",
+                "tickets": f'"{s}"."{p}_stream_tickets"'}
 
     def columns(self, c: Any, table: str) -> set[str]:
         c.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
@@ -345,6 +348,28 @@ class ViewStore:
             for listener in self.listeners:
                 listener(conflict)
         return touched
+
+    # --- stream tickets (D6), shared by every Delivery instance ----------------------------
+
+    def issue_ticket(self, digest: str, account_id: str, run_id: str, expires_at: float) -> None:
+        """Hold a stream ticket's hash for (account, run) until ``expires_at`` (epoch seconds)."""
+        r = self.recorder
+        with r.transaction(commit=True) as c:
+            c.execute(r.q("DELETE FROM {tickets} WHERE expires_at <= ?"), (expires_at - 3600,))
+            c.execute(r.q("INSERT INTO {tickets} (digest, account_id, run_id, expires_at) VALUES (?, ?, ?, ?)"),
+                      (digest, account_id, run_id, expires_at))
+
+    def use_ticket(self, digest: str, run_id: str, now: float, ttl: float) -> str | None:
+        """The account of a live ticket for ``run_id``; each use extends its life by ``ttl``."""
+        r = self.recorder
+        with r.transaction(commit=True) as c:
+            c.execute(r.q("UPDATE {tickets} SET expires_at = ? WHERE digest = ? AND run_id = ? AND expires_at > ?"),
+                      (now + ttl, digest, run_id, now))
+            if c.rowcount != 1:
+                return None
+            c.execute(r.q("SELECT account_id FROM {tickets} WHERE digest = ?"), (digest,))
+            row = c.fetchone()
+        return None if row is None else row["account_id"]
 
     def record_delivery(self, run_id: str, outcome: str) -> None:
         """D4/D5: ``completed`` (sticky) or ``interrupted`` for the run's delivery."""

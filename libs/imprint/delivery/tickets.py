@@ -23,7 +23,8 @@ class Grant:
     run_id: str
 
 
-def _digest(ticket: str) -> str:
+def ticket_digest(ticket: str) -> str:
+    """What a store keeps of a ticket: never the ticket itself."""
     return hashlib.sha256(ticket.encode("utf-8")).hexdigest()
 
 
@@ -41,12 +42,12 @@ class TicketBook:
             oldest = min(self._grants, key=lambda k: self._grants[k][1])
             del self._grants[oldest]
         expires = now + self.ttl
-        self._grants[_digest(ticket)] = (grant, expires)
+        self._grants[ticket_digest(ticket)] = (grant, expires)
         return expires
 
     def use(self, ticket: str, run_id: str, now: float) -> Grant | None:
         """The grant if ``ticket`` is live and names ``run_id``; each use extends its life."""
-        key = _digest(ticket)
+        key = ticket_digest(ticket)
         held = self._grants.get(key)
         if held is None:
             return None

@@ -89,7 +89,7 @@ class Context:
             return self.recorder
 
         async def record_and_touch(report: DeliveryReport) -> None:
-            self.tickets.touch(ticket, run_id)
+            await asyncio.to_thread(self.tickets.touch, ticket, run_id)
             await self.recorder(report)
 
         return record_and_touch

@@ -2,6 +2,7 @@
 ``POST /v1/runs/{run_id}/stream-tickets`` (a header-free way to open it)."""
 
 # No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
+import asyncio
 import uuid
 from typing import Annotated, Any
 
@@ -53,7 +54,7 @@ def router(ctx: Context) -> APIRouter:
         run; it expires ``expires_in`` seconds after its last use, so the browser's
         reconnects keep working."""
         await ctx.awaited_run(run_id, account)
-        ticket, ttl = ctx.tickets.mint(account, run_id)
+        ticket, ttl = await asyncio.to_thread(ctx.tickets.mint, account, run_id)
         ctx.metrics.tickets.inc()
         return {"ticket": ticket, "expires_in": ttl, "run_id": run_id,
                 "events_url": f"/v1/runs/{run_id}/events?ticket={ticket}",

@@ -298,3 +298,25 @@ def test_a_lost_wake_up_connection_loses_no_frame(isolated: Settings, pair: tupl
     ids = [f.id for f in frames]
     assert ids == list(range(1, ids[-1] + 1)) and validate_stream(held(frames)).ok
     assert sorted(listeners(isolated)) != sorted(before) and len(listeners(isolated)) == 2, "both listen again"
+
+
+@pytest.mark.rule("D6")
+@pytest.mark.rule("D1")
+def test_a_stream_ticket_minted_on_one_instance_opens_the_stream_on_the_other(
+        isolated: Settings, pair: tuple[Instance, Instance]) -> None:
+    a, b = pair
+    run, token = "run-ticket-two-instances", mint_token(isolated, "acct-1")
+    asyncio.run(produce(isolated, Topic.RUNS, running(run)))
+    wait_for_run(a, run, token)
+    wait_for_run(b, run, token)
+    minted = httpx.post(f"{a.url}/v1/runs/{run}/stream-tickets", headers={"Authorization": f"Bearer {token}"})
+    assert minted.status_code == 201
+    ticket = minted.json()["ticket"]
+    # A browser's EventSource reconnect may land on any instance: the ticket is shared.
+    with httpx.stream("GET", f"{b.url}/v1/runs/{run}/events", params={"ticket": ticket}, timeout=10) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("id:"):
+                break
+    other_run = httpx.get(f"{b.url}/v1/runs/run-someone-else/events", params={"ticket": ticket}, timeout=10)
+    assert other_run.status_code == 401, "a ticket opens its own run only, on every instance"
