@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from imprint.publication.block_ids import issue_block_id
 from imprint.contracts.publication import (
     AnswerPreview,
     AnswerPublished,
@@ -263,6 +264,11 @@ def _hide(block: BlockState, through: int, cause: str) -> None:
     block.preview = None
 
 
+def _previewed_as(message: AnswerRejected) -> str:
+    """The block id a preview of this (new) block carried."""
+    return issue_block_id(message.run_id, message.candidate_id, message.block_index)
+
+
 def named_blocks(message: Any) -> tuple[str, ...] | None:
     """The blocks :func:`apply` may read or change for ``message``: ``()`` for none,
     ``None`` for every block of the run (a save outcome naming no block). A store
@@ -272,7 +278,7 @@ def named_blocks(message: Any) -> tuple[str, ...] | None:
     if isinstance(message, AnswerUnchanged | AnswerWithdrawn):
         return (message.block_id,)
     if isinstance(message, AnswerRejected):
-        return (message.block_id,) if message.block_id is not None else ()
+        return (message.block_id,) if message.block_id is not None else (_previewed_as(message),)
     if isinstance(message, AnswerRevisionRejected):
         return (message.target_block_id,)
     if isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
@@ -305,6 +311,14 @@ def apply(state: AnswerState, message: Any) -> MergeResult:
             else:
                 _drop_preview(block, message.candidate_id)
             result.touched.append(block.block_id)
+        else:
+            # A new block refused (e.g. on the retry after a failed save, once its source was
+            # revoked): its preview, if one was shown, carried the id the Host issues for
+            # (run, candidate, index). That preview will never be committed: drop it.
+            block = state.blocks.get(_previewed_as(message))
+            if block is not None and _drop_preview(block, message.candidate_id):
+                block.settled_candidates.append(message.candidate_id)
+                result.touched.append(block.block_id)
     elif isinstance(message, AnswerRevisionRejected):
         result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
                                      reason=client_reason(message.reason), kind="revision")

@@ -270,3 +270,20 @@ def test_every_conflict_names_two_different_bodies_of_one_revision(seq: list) ->
     for conflict in state.conflicts:
         assert conflict.first_sha256 != conflict.second_sha256
         assert isinstance(conflict, merge.Conflict)
+
+
+@pytest.mark.rule("P16")
+@pytest.mark.rule("P15")
+def test_a_new_blocks_preview_is_dropped_when_its_retried_settlement_rejects_it() -> None:
+    from imprint.publication.block_ids import issue_block_id
+
+    candidate = "tool:c-retry"
+    block_id = issue_block_id(RUN, candidate, 0)
+    state = fold(preview(RUN, block_id, 1, "cites a source revoked before the retry", candidate=candidate))
+    assert [e["block_id"] for e in view(state)] == [block_id], "the preview is shown, unsaved"
+    result = apply(state, AnswerRejected(run_id=RUN, candidate_id=candidate, block_index=0,
+                                         reason="unauthorized_source"))
+    assert view(state) == [], "a preview that will never be committed leaves the view"
+    assert result.rejection is not None and result.rejection.block_id is None, "no id is named back"
+    assert merge.named_blocks(AnswerRejected(run_id=RUN, candidate_id=candidate, block_index=0,
+                                             reason="empty_body")) == (block_id,)
