@@ -8,7 +8,6 @@ PostgreSQL schema, so tests never see each other's messages or rows."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,16 +15,11 @@ from pathlib import Path
 import pytest
 
 from services.common.settings import Settings
+from tests.support.net import free_port  # noqa: F401 - also imported from here by tier conftests
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rule(id): the SPEC rule this test proves")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -43,8 +37,23 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> Iterator[Settings]:
-    """Settings for one test: its own topics (prefix), schema and HTTP port on 127.0.0.1."""
+def topic_partitions() -> int:
+    """Partitions of each of a test's topics. 1 here (the integration tier's in-process
+    drivers read partition 0); the e2e, fault and browser tiers override it with
+    :func:`several_partitions`."""
+    return 1
+
+
+def several_partitions() -> int:
+    """The deployment's partition count (``IMPRINT_TOPIC_PARTITIONS``, default 6), for
+    the tiers that run the real processes on several partitions."""
+    return Settings(_env_file=None).topic_partitions  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_partitions: int) -> Iterator[Settings]:
+    """Settings for one test: its own topics (prefix, ``topic_partitions`` each), schema
+    and HTTP port on 127.0.0.1."""
     from services.common.eventstore import ensure_schema
     from tests.support.kafka import create_topics
 
@@ -58,6 +67,7 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> Iterato
         state_dir=tmp_path / "state",
         http_host="127.0.0.1",
         http_port=free_port(),
+        topic_partitions=topic_partitions,
     )
     ensure_schema(settings)
     create_topics(settings)

@@ -8,7 +8,8 @@
 # .imprint/logs/kafka.log, the pid in .imprint/run/kafka.pid (all git-ignored).
 #
 # Environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
-# KAFKA_TOPIC_PARTITIONS (3), KAFKA_HEAP_OPTS (-Xms256m -Xmx512m),
+# IMPRINT_TOPIC_PARTITIONS (6; the same setting as services.common.settings.Settings.topic_partitions,
+# KAFKA_TOPIC_PARTITIONS is read when it is unset), KAFKA_HEAP_OPTS (-Xms256m -Xmx512m),
 # KAFKA_START_TIMEOUT seconds (90), JAVA (java from JAVA_HOME or PATH).
 set -euo pipefail
 
@@ -27,7 +28,7 @@ POM="$ROOT/deploy/local/kafka/pom.xml"
 
 PORT="${KAFKA_PORT:-9092}"
 CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
-PARTITIONS="${KAFKA_TOPIC_PARTITIONS:-3}"
+PARTITIONS="${IMPRINT_TOPIC_PARTITIONS:-${KAFKA_TOPIC_PARTITIONS:-6}}"
 HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 BOOTSTRAP="127.0.0.1:$PORT"
@@ -109,7 +110,7 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$DATA
-num.partitions=1
+num.partitions=$PARTITIONS
 default.replication.factor=1
 auto.create.topics.enable=true
 offsets.topic.replication.factor=1

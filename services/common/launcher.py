@@ -137,6 +137,11 @@ class Launcher:
 
     # ------------------------------------------------------------------ watching
 
+    @property
+    def processes(self) -> dict[str, subprocess.Popen[bytes]]:
+        """Every child's ``Popen`` by name (live or exited)."""
+        return {name: child.process for name, child in self.children.items()}
+
     def log(self, name: str) -> str:
         """Everything ``name`` wrote to its log (all of its starts)."""
         path = self.log_dir / f"{name}.log"

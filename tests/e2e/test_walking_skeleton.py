@@ -98,7 +98,8 @@ async def rewind_group(settings: Settings, consumer: str) -> None:
     from aiokafka.structs import OffsetAndMetadata
 
     group = f"{settings.group_prefix}.{consumer}"
-    partitions = [TopicPartition(settings.topic(t), 0) for t in (Topic.RUNTIME, Topic.SOURCES)]
+    partitions = [TopicPartition(settings.topic(t), p)
+                  for t in (Topic.RUNTIME, Topic.SOURCES) for p in range(settings.topic_partitions)]
     for _ in range(60):
         kafka = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group, enable_auto_commit=False)
         await kafka.start()

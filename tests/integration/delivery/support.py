@@ -30,15 +30,10 @@ from services.delivery.app import create_app, topic_for
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
+from tests.support.net import free_port
 from tests.unit.delivery.delivery_builders import block, closed, preview, published, running  # noqa: F401
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LiveServer:
