@@ -31,9 +31,18 @@ def kafka_bootstrap() -> str:
 
 @pytest.fixture(scope="session")
 def database_url() -> str:
+    """The tests' one PostgreSQL URL (``tests.infra.database_url``), checked once: an
+    unreachable database fails every test that needs it, never skips it."""
+    import psycopg
+
     from tests.infra import database_url as resolve
 
-    return resolve()
+    url = resolve()
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.OperationalError as error:
+        raise RuntimeError(f"PostgreSQL not reachable at {url}: start it with `make infra-up`") from error
+    return url
 
 
 @pytest.fixture
@@ -74,4 +83,24 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_part
     yield settings
     from tests.support.postgres import drop_schema
 
+    drop_schema(settings)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """Runs the test once per store backend (see ``tests/support/backends.py``)."""
+    from tests.support.backends import BACKENDS, Backend
+
+    name = request.param
+    assert name in BACKENDS, name
+    if name != "postgres":
+        yield Backend(name, Settings(state_dir=tmp_path / "state", database_url=None, database_schema=None))
+        return
+    from services.common.eventstore import ensure_schema
+    from tests.support.postgres import drop_schema
+
+    settings = Settings(state_dir=tmp_path / "state", database_url=request.getfixturevalue("database_url"),
+                        database_schema=f"t_{uuid.uuid4().hex[:10]}")
+    ensure_schema(settings)
+    yield Backend(name, settings)
     drop_schema(settings)
