@@ -24,12 +24,14 @@ Every child is known by its *name* (by default its part). For each one:
   the child reads back exactly the settings it was given, never a stale variable;
 - it is *ready* when Delivery answers ``GET /readyz`` with 200 on the child's own
   ``http_host:http_port``, or, for the other parts, when it has logged ``part running``
-  (:func:`services.common.lifecycle.run_until_stopped`) since it was started.
+  (:func:`services.common.lifecycle.run_until_stopped`) since it was started (with a log
+  level above INFO, when it has stayed alive for ``QUIET_READY_SECONDS``).
 
 Processes are stopped and killed by their own pid only (never by name)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -45,7 +47,9 @@ from services.common.settings import Settings
 PARTS = ("publication", "relay", "journal", "delivery")
 """imprint's parts, in the order ``imprint up`` starts them."""
 READY_LINE = "part running"
-"""What a consumer part logs once its broker has started (``run_until_stopped``)."""
+"""What a consumer part logs (at INFO) once its broker has started (``run_until_stopped``)."""
+QUIET_READY_SECONDS = 2.0
+"""A part configured to log above INFO never logs READY_LINE: alive this long counts as ready."""
 
 
 class LaunchError(RuntimeError):
@@ -67,6 +71,9 @@ class Child:
     log_offset: int = 0
     """Size of the log when this process was started: readiness reads only what came after."""
     started_at: float = field(default_factory=time.monotonic)
+    stopped: bool = False
+    """Stopped or killed through the launcher (so not a part that exited on its own)."""
+    seen_ready: bool = False
 
     @property
     def pid(self) -> int:
@@ -148,14 +155,20 @@ class Launcher:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def exited(self) -> list[Child]:
-        """The children that have exited and were not stopped through this launcher."""
-        return [child for child in self.children.values() if child.returncode is not None]
+        """The children that have exited on their own (not stopped or killed through this launcher)."""
+        return [child for child in self.children.values() if not child.stopped and child.returncode is not None]
 
     def ready(self, name: str) -> bool:
         """Whether ``name`` is running and ready now (see the module docstring); never blocks for long."""
         child = self.children[name]
         if child.returncode is not None:
             return False
+        if not child.seen_ready:
+            child.seen_ready = self._answers(child)
+        return child.seen_ready
+
+    @staticmethod
+    def _answers(child: Child) -> bool:
         if child.part == "delivery":
             url = f"http://{child.settings.http_host}:{child.settings.http_port}/readyz"
             try:
@@ -163,6 +176,8 @@ class Launcher:
                     return bool(response.status == 200)
             except OSError:
                 return False
+        if logging.getLevelName(child.settings.log_level.upper()) > logging.INFO:
+            return time.monotonic() - child.started_at > QUIET_READY_SECONDS  # it does not log READY_LINE
         with open(child.log_path, "rb") as log:
             log.seek(child.log_offset)
             return READY_LINE.encode() in log.read()
@@ -206,6 +221,7 @@ class Launcher:
         child = self.children.get(name)
         if child is None:
             return None
+        child.stopped = True
         code = _terminate(child.process, self.grace if grace is None else grace)
         child.pid_path.unlink(missing_ok=True)
         return code
@@ -213,6 +229,7 @@ class Launcher:
     def kill(self, name: str) -> int:
         """SIGKILL ``name`` now (the fault tiers' crash); its exit code, ``-SIGKILL`` when it was alive."""
         child = self.children[name]
+        child.stopped = True
         if child.process.poll() is None:
             child.process.send_signal(signal.SIGKILL)
         code = child.process.wait(timeout=10)
@@ -223,6 +240,7 @@ class Launcher:
         """SIGTERM every live child at once (reverse start order), then wait; SIGKILL what outlives ``grace``."""
         children = list(reversed(self.children.values()))
         for child in children:
+            child.stopped = True
             if child.process.poll() is None:
                 child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + (self.grace if grace is None else grace)

@@ -46,6 +46,12 @@ def partition_of(settings: Settings, key: str) -> int:
     return int(DefaultPartitioner()(key.encode(), partitions, partitions))
 
 
+def key_beside(settings: Settings, key: str, stem: str) -> str:
+    """A key (``stem-N``) that lands on the same partition as ``key``: a marker sent after
+    ``key``'s messages is then consumed after them, as it was on a single partition."""
+    return next(f"{stem}-{n}" for n in range(10_000) if partition_of(settings, f"{stem}-{n}") == partition_of(settings, key))
+
+
 async def produce(settings: Settings, topic: Topic, *messages: Message | bytes, key: bytes | None = None) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True)
     await producer.start()
