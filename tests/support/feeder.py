@@ -3,14 +3,13 @@
 it contract messages as :class:`~services.common.inbound.Inbound` records with the
 positions, sizes and envelopes a real poll would carry.
 
-    feed = Feeder(journal.process, topic_of=runtime_topic)
+    feed = Feeder(journal.process)
     batch = feed.wrap(admitted("r1"))           # records only (offsets 0, 1, … per topic partition)
     feed.send(admitted("r1"), completed("r1"))  # one poll: what ``process`` returns
     feed.replay(feed.history)                   # the same records again (a redelivery)
 
-``topic_of`` says which topic a message arrives on *for this consumer* (a ``run.*``
-message is on the runtime topic for the Journal and on the runs topic for Delivery);
-``resume(topic, partition)`` gives the first offset, for a store that already recorded
+``topic_of`` says which topic a message arrives on (default: the contract's one
+type → topic map, ``imprint.contracts.registry.topic_of``); ``resume(topic, partition)`` gives the first offset, for a store that already recorded
 some (default 0)."""
 
 from __future__ import annotations
@@ -18,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from imprint.contracts.registry import encode
+from imprint.contracts.registry import encode, topic_of
 from services.common.inbound import Inbound
 
 R = TypeVar("R")
 
 
 class Feeder(Generic[R]):
-    def __init__(self, process: Callable[[list[Inbound]], R], topic_of: Callable[[Any], str], *,
+    def __init__(self, process: Callable[[list[Inbound]], R], topic_of: Callable[[Any], str] = topic_of, *,
                  resume: Callable[[str, int], int] | None = None) -> None:
         self.process = process
         self.topic_of = topic_of

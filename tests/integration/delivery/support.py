@@ -20,7 +20,6 @@ from aiokafka import AIOKafkaProducer
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
-from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.app import create_app, topic_for
@@ -96,11 +95,6 @@ class KafkaPublish:
                 pass
 
 
-def delivery_topic(message: Any) -> str:
-    """Where Delivery's consumer reads a message: run and conversation records on the runs topic, the rest on publication."""
-    return Topic.RUNS.value if message.type.startswith(("run.", "conversation.")) else Topic.PUBLICATION.value
-
-
 def feeder(store: ViewStore, notifier: Notifier) -> Feeder[list[str]]:
     """The one feeder (``tests.support.feeder``) playing Delivery's Kafka consumer: each poll
     goes to ``store.process`` and the touched runs are notified; returns the touched runs."""
@@ -110,7 +104,7 @@ def feeder(store: ViewStore, notifier: Notifier) -> Feeder[list[str]]:
         notifier.notify_threadsafe(touched)
         return touched
 
-    return Feeder(process, topic_of=delivery_topic)
+    return Feeder(process)
 
 
 # ----------------------------------------------------------------------- TCP proxy

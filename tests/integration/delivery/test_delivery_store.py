@@ -14,7 +14,6 @@ from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
-from tests.integration.delivery.support import delivery_topic
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
 from tests.unit.delivery.delivery_builders import (
@@ -48,7 +47,7 @@ def store(settings: Settings) -> Iterator[ViewStore]:
 
 def Feed() -> Callable[..., list[Inbound]]:  # noqa: N802 - reads like the records it makes
     """Records as Delivery's consumer gets them (the one feeder), offsets from 0 per topic."""
-    return Feeder(lambda batch: batch, topic_of=delivery_topic).wrap
+    return Feeder(lambda batch: batch).wrap
 
 
 def held(store: ViewStore, run_id: str = RUN) -> list[tuple[int, str, object]]:
