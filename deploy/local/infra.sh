@@ -16,22 +16,9 @@ case "${1:-}" in
     echo "IMPRINT_KAFKA_BOOTSTRAP=127.0.0.1:${KAFKA_PORT:-9092}"
     echo "IMPRINT_DATABASE_URL=postgresql://imprint:imprint@127.0.0.1:${PG_PORT:-5432}/imprint"
     ;;
-  down)
+  down|reset|status)
     rc=0
-    bash "$HERE/kafka.sh" down || rc=1
-    bash "$HERE/postgres.sh" down || rc=1
-    exit "$rc"
-    ;;
-  reset)
-    rc=0
-    bash "$HERE/kafka.sh" reset || rc=1
-    bash "$HERE/postgres.sh" reset || rc=1
-    exit "$rc"
-    ;;
-  status)
-    rc=0
-    bash "$HERE/kafka.sh" status || rc=1
-    bash "$HERE/postgres.sh" status || rc=1
+    for script in kafka.sh postgres.sh; do bash "$HERE/$script" "$1" || rc=1; done
     exit "$rc"
     ;;
   *) echo "usage: $0 up|down|reset|status" >&2; exit 2 ;;
