@@ -9,11 +9,17 @@ real parts (e2e, fault, integration, browser) go through :class:`Launcher`.
     launcher.start("relay", module="tests.fault.crash_relay",   # any ``python -m <module> <args>``
                    env={"IMPRINT_TEST_RELAY_PAUSE": "0.2"})      # that ends in a part's serve
     launcher.wait_ready()                           # every child alive and ready (or LaunchError)
+    launcher.ready("journal")                       # the same check once, without waiting
+    launcher.wait_exit("relay")                     # a crash wrapper's self-kill; its exit code
     launcher.kill("relay")                          # SIGKILL now; returns the exit code (-9)
     launcher.stop("delivery")                       # SIGTERM, then SIGKILL after ``grace`` seconds
     launcher.restart("delivery")                    # the same command, env and settings again
     launcher.log("publication")                     # what the child wrote so far (stdout+stderr)
+    launcher.exited()                               # children that died on their own (to restart)
     launcher.stop_all()                             # every child, in reverse start order
+
+(The test tiers use :class:`tests.support.stack.Stack`, this launcher as a context
+manager that starts some parts, waits until they are ready and stops them all.)
 
 Every child is known by its *name* (by default its part). For each one:
 
@@ -183,9 +189,10 @@ class Launcher:
             return READY_LINE.encode() in log.read()
 
     def wait_ready(self, names: Iterable[str] | None = None, timeout: float = 60.0) -> None:
-        """Block until every named child (default: all) is ready. Raises :class:`LaunchError`
-        with the child's log tail when one exits meanwhile or the time runs out."""
-        waiting = list(names if names is not None else self.children)
+        """Block until every named child (default: all not stopped or killed through the
+        launcher) is ready. Raises :class:`LaunchError` with the child's log tail when one
+        exits meanwhile or the time runs out."""
+        waiting = list(names) if names is not None else [n for n, c in self.children.items() if not c.stopped]
         deadline = time.monotonic() + timeout
         while waiting:
             for name in list(waiting):
