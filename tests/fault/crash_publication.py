@@ -16,13 +16,14 @@ _commit = application.PublicationLog._commit
 _seen = 0
 
 
-def _commit_then_die(self, unit, last, emit):  # type: ignore[no-untyped-def]
+def _commit_then_die(self, ws, trackings, unit, emit):  # type: ignore[no-untyped-def]
     global _seen
-    _commit(self, unit, last, emit)
-    if unit.candidates:
+    _commit(self, ws, trackings, unit, emit)
+    if unit.settled:
         _seen += 1
         if _seen >= AFTER:
-            print(f"fault: SIGKILL after the commit through {last.tracking.application_name}@{last.offset}", flush=True)
+            through = ", ".join(f"{t.application_name}@{t.notification_id}" for t in trackings)
+            print(f"fault: SIGKILL after the commit through {through}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
 
