@@ -26,7 +26,7 @@ from services.delivery.app import create_app, topic_for
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
-from tests.support.feeder import Feeder
+from tests.support.feeder import Feeder as OneFeeder
 from tests.support.net import free_port
 from tests.support.sse import SSE, parse_sse, read_stream  # noqa: F401 - the one SSE reader, re-exported
 from tests.unit.delivery.delivery_builders import block, closed, preview, published, running  # noqa: F401
@@ -95,16 +95,19 @@ class KafkaPublish:
                 pass
 
 
-def feeder(store: ViewStore, notifier: Notifier) -> Feeder[list[str]]:
+class Feeder(OneFeeder[list[str]]):
     """The one feeder (``tests.support.feeder``) playing Delivery's Kafka consumer: each poll
-    goes to ``store.process`` and the touched runs are notified; returns the touched runs."""
+    goes to ``store.process`` and the touched runs are notified; ``send`` returns them."""
 
-    def process(batch: list[Inbound]) -> list[str]:
-        touched = store.process(batch)
-        notifier.notify_threadsafe(touched)
+    def __init__(self, store: ViewStore, notifier: Notifier) -> None:
+        self.store = store
+        self.notifier = notifier
+        super().__init__(self._process)
+
+    def _process(self, batch: list[Inbound]) -> list[str]:
+        touched = self.store.process(batch)
+        self.notifier.notify_threadsafe(touched)
         return touched
-
-    return Feeder(process)
 
 
 # ----------------------------------------------------------------------- TCP proxy
@@ -189,7 +192,7 @@ class Delivery:
     store: ViewStore
     notifier: Notifier
     publish: KafkaPublish
-    feeder: Feeder[list[str]]
+    feeder: Feeder
     server: LiveServer
     app: Any
 
@@ -208,7 +211,7 @@ def start_delivery(settings: Settings, **app_options: Any) -> Iterator[Delivery]
     app = create_app(settings, store, publish, notifier=notifier, poll_interval=0.5, **app_options)
     try:
         with LiveServer(app) as server:
-            yield Delivery(settings, store, notifier, publish, feeder(store, notifier), server, app)
+            yield Delivery(settings, store, notifier, publish, Feeder(store, notifier), server, app)
             publish.close()
     finally:
         store.close()
