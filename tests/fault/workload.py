@@ -53,13 +53,13 @@ def private_settings(bootstrap: str, database_url: str, tmp_path: Path, *, parti
     """Like the ``isolated`` fixture, on the given servers: its own topic prefix (with
     ``partitions`` partitions and ``replication`` replicas), schema and HTTP port."""
     from services.common.eventstore import ensure_schema
-    from tests.conftest import free_port
+    from tests.support.net import free_port
 
     tag = uuid.uuid4().hex[:10]
     settings = Settings(
         kafka_bootstrap=bootstrap, database_url=database_url, database_schema=f"t_{tag}",
         topic_prefix=f"t{tag}.", group_prefix=f"imprint-{tag}", state_dir=tmp_path / "state",
-        http_host="127.0.0.1", http_port=free_port(),
+        http_host="127.0.0.1", http_port=free_port(), topic_partitions=partitions,
     )
     ensure_schema(settings)
     asyncio.run(create_topics(settings, partitions=partitions, replication=replication, min_insync=min_insync))
