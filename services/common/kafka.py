@@ -49,7 +49,8 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
     return KafkaBroker(
         settings.kafka_bootstrap,
         client_id=client_id,
-        enable_idempotence=True,
+        acks="all",  # every in-sync replica (min.insync.replicas=2 on a 3-broker cluster)
+        enable_idempotence=True,  # a retried send is written once per partition
         linger_ms=2,
         # FastStream's own logger stays on (WARNING and up, see observability): framework
         # failures around a poll must be visible, never swallowed.

@@ -321,10 +321,16 @@ class SseClient:
         self.breaks += 1  # the server ended the stream before done
 
     def shown_blocks(self) -> dict[str, dict[str, Any]]:
-        """What this client ends up showing: ``blocks[block_id] = block`` for every
-        block-carrying frame, in order (D2); skeleton frames carry no ``block``."""
+        """What this client ends up showing, folded as the browser client folds it
+        (services/delivery/static/app.js, D2): ``blocks[block_id] = block`` for every
+        block-carrying frame in order; a skeleton frame (stored body stripped) marked
+        ``withdrawn`` or ``purged`` removes the block, a ``superseded`` one changes nothing."""
         shown: dict[str, dict[str, Any] | None] = {}
         for _, event, data in self.frames:
-            if isinstance(data, dict) and "block" in data and "block_id" in data:
+            if not isinstance(data, dict) or "block_id" not in data:
+                continue
+            if data.get("withdrawn") or data.get("purged"):
+                shown[data["block_id"]] = None
+            elif "block" in data and not data.get("superseded"):
                 shown[data["block_id"]] = data["block"]
         return {b: v for b, v in shown.items() if v is not None}
