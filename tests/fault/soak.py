@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -67,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                         infra.kill_postgres()
                         time.sleep(rng.uniform(0, 2))
                         infra.start_postgres()
+                    elif parts.kill9(victim) != -signal.SIGKILL:
+                        parts.restart(victim)
+                        continue
                     else:
-                        parts.kill9(victim)
                         time.sleep(rng.uniform(0, 1.5))
                         parts.restart(victim)
                     kills[victim] += 1

@@ -12,6 +12,7 @@ Publication instance owned it."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,10 +47,13 @@ def test_two_instances_of_every_part_one_of_each_killed_under_load(settings: Set
         assert len(parts.delivery_urls) == 2
         load = Workload(settings, parts.delivery_urls, runs=8, parts=12, clients_per_run=2).start()
         try:
-            for i, victim in enumerate(("publication", "journal", "relay", "delivery")):
-                load.wait_accepted(0.12 + 0.2 * i)
-                parts.kill9(victim)
-                load.wait_accepted(0.2 + 0.2 * i)
+            # Publication dies just before the first revocation (at 40 %): the revocation is
+            # applied across a rebalance, to runs whose aggregates the other instance cached.
+            for victim, (kill_at, restart_at) in (("journal", (0.12, 0.2)), ("publication", (0.36, 0.46)),
+                                                  ("relay", (0.55, 0.62)), ("delivery", (0.7, 0.8))):
+                load.wait_accepted(kill_at)
+                assert parts.kill9(victim) == -signal.SIGKILL
+                load.wait_accepted(restart_at)
                 parts.restart(victim)
             load.finish(timeout=300)
         finally:
@@ -58,6 +62,9 @@ def test_two_instances_of_every_part_one_of_each_killed_under_load(settings: Set
         exits = list(parts.exits)
     print(f"\nscale-out (2 of each, {PARTITIONS} partitions): {report}; killed {parts.kills}; "
           f"exited on their own and restarted: {exits}")
-    assert parts.kills == ["publication", "journal", "relay", "delivery"]
+    assert parts.kills == ["journal", "publication", "relay", "delivery"]
+    for name in ("publication", "publication-2", "journal", "journal-2"):
+        assert "assigned to partitions: (TopicPartition" in parts.launcher.log(name), \
+            f"{name} took a share of the partitions (one consumer group, two members)"
     assert all(len({u for u in c.urls_used}) == 2 for c in load.clients if c.connections > 1), \
         "a client that reconnected went to the other instance"
