@@ -51,8 +51,8 @@ def wait_full_isr(settings: Settings, timeout: float = 120) -> None:
     """Every partition of every topic has all three replicas in sync again."""
     deadline = time.monotonic() + timeout
     while True:
-        lagging = [(t.value, p["partition"], p["isr_nodes"]) for t in Topic
-                   for p in asyncio.run(describe(settings, t)) if len(p["isr_nodes"]) < 3]
+        lagging = [(t.value, p["partition"], p["isr"]) for t in Topic
+                   for p in asyncio.run(describe(settings, t)) if len(p["isr"]) < 3]
         if not lagging:
             return
         if time.monotonic() > deadline:

@@ -10,6 +10,7 @@ no checkpoint: crash recovery on the next start); ``kill_kafka`` SIGKILLs a brok
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -30,12 +31,12 @@ def _free(port: int) -> bool:
 
 
 def free_port_run(n: int) -> int:
-    """The first of ``n`` consecutive free loopback ports."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n < 65000 and all(_free(base + i) for i in range(n)):
+    """The first of ``n`` consecutive free loopback ports, below Linux's ephemeral range
+    (32768+), so no outgoing connection can take one between this check and the server's bind."""
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(20000, 32000 - n)
+        if all(_free(base + i) for i in range(n)):
             return base
     raise RuntimeError(f"no run of {n} free ports")
 
@@ -45,9 +46,8 @@ class PrivateInfra:
         self.brokers = brokers
         self.partitions = partitions
         self.state_dir = state_dir or ROOT / ".imprint" / "private" / uuid.uuid4().hex[:10]
-        self.pg_port = free_port_run(1)
-        self.kafka_port = free_port_run(brokers)
-        self.controller_port = free_port_run(brokers)
+        base = free_port_run(1 + 2 * brokers)  # one run: the three kinds of port never overlap
+        self.pg_port, self.kafka_port, self.controller_port = base, base + 1, base + 1 + brokers
         self.kills: list[str] = []
 
     # ------------------------------------------------------------------ addresses
