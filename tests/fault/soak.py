@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -45,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: seed {seed}, {args.seconds:.0f}s of chaos, a kill every ~{args.interval}s, "
           f"{args.runs} runs x {parts_per_run} proposals", flush=True)
 
+    scratch = Path(tempfile.mkdtemp(prefix="imprint-soak-"))  # the parts' logs; kept when the soak fails
     infra = PrivateInfra(partitions=3).up()
     kills: Counter[str] = Counter()
     try:
-        settings = private_settings(infra.bootstrap, infra.database_url, Path(tempfile.mkdtemp(prefix="soak-")),
-                                    partitions=3)
+        settings = private_settings(infra.bootstrap, infra.database_url, scratch, partitions=3)
         with Parts(settings) as parts:
             parts.serve_all()
             load = Workload(settings, parts.delivery_urls, runs=args.runs, parts=parts_per_run,
@@ -77,19 +78,22 @@ def main(argv: list[str] | None = None) -> int:
                     kills[victim] += 1
                     print(f"soak: killed {victim} ({sum(kills.values())} kills, "
                           f"{len(load.accepted)}/{load.proposals_expected} proposals accepted)", flush=True)
+                load.wind_down()  # the chaos is over: the runs complete, the load drains
                 load.finish(timeout=600)
             finally:
                 load.stop()
             report = check_invariants(settings, load, parts.delivery_urls)
             exits = Counter(name for name, _ in parts.exits)
     except AssertionError as failure:
-        print(f"soak: FAILED after {sum(kills.values())} kills {dict(kills)} (seed {seed}):\n{failure}", flush=True)
+        print(f"soak: FAILED after {sum(kills.values())} kills {dict(kills)} (seed {seed}; logs in {scratch}):\n"
+              f"{failure}", flush=True)
         return 1
     finally:
         infra.down()
     print(f"soak: survived {sum(kills.values())} kills {dict(kills)} (seed {seed}); "
           f"parts that exited on their own and were restarted: {dict(exits)}", flush=True)
     print("soak: invariants held: " + json.dumps(report), flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

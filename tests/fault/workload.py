@@ -118,6 +118,8 @@ class Workload:
         self.clients = [SseClient(self, run, k) for run in self.runs for k in range(clients_per_run)]
         self._producer = threading.Thread(target=self._run_producer, name="workload-producer", daemon=True)
         self._total = runs * parts
+        self._proposed = 0
+        self._wind_down = threading.Event()
 
     # ------------------------------------------------------------------ control
     def start(self) -> Workload:
@@ -154,9 +156,14 @@ class Workload:
         for client in self.clients:
             client.stop.set()
 
+    def wind_down(self) -> None:
+        """Propose nothing more; complete every run (a time-bounded load, e.g. the soak)."""
+        self._wind_down.set()
+
     @property
     def proposals_expected(self) -> int:
-        return self._total
+        """How many proposals the load makes (fewer than planned once wound down)."""
+        return self._proposed if self._wind_down.is_set() else self._total
 
     # ------------------------------------------------------------------ script
     def script(self) -> Iterator[tuple[Topic, Message, Proposal | None]]:
@@ -173,6 +180,8 @@ class Workload:
         revoke_at = {int(0.40 * self._total): REVOKED_SOURCES[0], int(0.75 * self._total): REVOKED_SOURCES[1]}
         n = 0
         for k in range(self.parts):
+            if self._wind_down.is_set():
+                break
             for run in self.runs:
                 cites = (None, KEPT_SOURCE, *REVOKED_SOURCES)[k % 4]
                 markdown = f"{run.run_id}: finding {k}" + (f" [[cite:{cites}]]." if cites else ".")
@@ -181,6 +190,7 @@ class Workload:
                 yield Topic.RUNTIME, AnswerPart(run_id=run.run_id, turn_id="turn-1", tool_call_id=call,
                                                 sealed=True, arguments={"markdown": markdown}), proposal
                 n += 1
+                self._proposed = n
                 if n in revoke_at:
                     yield Topic.SOURCES, SourceRevoked(source_id=revoke_at[n], reason="withdrawn by publisher"), None
         for run in self.runs:
