@@ -36,10 +36,11 @@ from imprint.contracts.runtime import (
     RunQueued,
     RunStarted,
 )
-from imprint.contracts.sources import SourceMessage, SourceRevoked
+from imprint.contracts.sources import SourceRevoked
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
+from tests.support.sse import SSE, parse_sse
 
 KEPT_SOURCE = "src-kept"
 REVOKED_SOURCES = ("src-revoked-1", "src-revoked-2")
@@ -308,26 +309,16 @@ class SseClient:
                 return
             self.connections += 1
             self.urls_used.append(base)
-            fields: dict[str, str] = {}
-            for line in response.iter_lines():
-                if self.stop.is_set():
-                    return
-                if line == "":
-                    if "data" in fields or "event" in fields:
-                        event = fields.get("event", "message")
-                        raw = fields.get("data", "")
-                        data: Any = raw if event == "done" else json.loads(raw)
-                        self.frames.append((int(fields["id"]) if "id" in fields else None, event, data))
-                        if event == "done":
-                            self.done = True
-                            return
-                    fields = {}
-                    continue
-                if line.startswith(":"):
-                    continue
-                name, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
-                fields[name] = fields[name] + "\n" + value if name == "data" and name in fields else value
+
+            def on_frame(frame: SSE) -> bool:
+                data: Any = frame.data if frame.event == "done" else json.loads(frame.data)
+                self.frames.append((frame.id, frame.event, data))
+                self.done = frame.event == "done"
+                return self.done or self.stop.is_set()
+
+            parse_sse(response.iter_lines(), on_frame)
+            if self.done or self.stop.is_set():
+                return
         self.breaks += 1  # the server ended the stream before done
 
     def shown_blocks(self) -> dict[str, dict[str, Any]]:
