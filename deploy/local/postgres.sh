@@ -91,7 +91,9 @@ prepare_dirs() {
     data="$DATA_LINK"
   else
     local h
-    h="$(printf '%s' "$ROOT${IMPRINT_STATE_DIR:+|$STATE}" | sha1sum | cut -c1-12)"
+    local key="$ROOT"
+    [[ "$STATE" == "$ROOT/.imprint" ]] || key="$ROOT|$STATE"   # a private state dir gets its own place
+    h="$(printf '%s' "$key" | sha1sum | cut -c1-12)"
     data="/var/tmp/imprint-postgres-$h/data"
     log "$ROOT is not traversable by user $PGUSER_SYS; cluster goes to $data (symlinked)"
     mkdir -p "$(dirname "$data")"
