@@ -12,6 +12,7 @@ TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
 .PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
+.PHONY: soak test-cluster
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +43,15 @@ $(NODE_DEPS): tests/node/package.json tests/node/package-lock.json
 	touch $(NODE_DEPS)
 
 node-deps: $(NODE_DEPS)
+
+## make soak: a few minutes of chaos (a random part, the broker or the database killed every few
+## seconds, on private servers), then the invariant check; prints the kills survived. Not in make test.
+soak: install
+	$(BIN)/python -m tests.fault.soak $(SOAK_ARGS)
+
+## make test-cluster: the 3-broker KRaft cluster tier alone (a private cluster on free ports).
+test-cluster: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster $(PYTEST_ARGS)
 
 browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }

@@ -1,93 +1,58 @@
 """``imprint up``: the whole stack as supervised child processes.
 
-Each part runs as ``python -m services.cli serve <part>``; its pid is kept in
-``<state>/run/<part>.pid`` and it is stopped by that pid only. A part that dies
-is restarted with a back-off; Ctrl-C stops them all."""
+Each part runs as ``python -m services.cli serve <part>``, started by the one
+launcher (:mod:`services.common.launcher`): its pid is kept in
+``<state>/run/<part>.pid``, its log in ``<state>/logs/<part>.log``, and it is
+stopped by that pid only. A part that dies is restarted with a back-off; Ctrl-C
+stops them all."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
+from services.common.launcher import PARTS, Launcher
 from services.common.observability import get_logger
 from services.common.settings import Settings
 
 log = get_logger(__name__)
-ORDER = ("publication", "relay", "journal", "delivery")
+RESTART_BACKOFF = 2.0
 
 
 class Supervisor:
+    """Keeps every part running through :class:`Launcher`: a part that exits is started
+    again, at most once per ``RESTART_BACKOFF`` seconds."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.run_dir = Path(settings.state_dir) / "run"
-        self.log_dir = Path(settings.state_dir) / "logs"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.launcher = Launcher(settings)
+        self.log_dir = self.launcher.log_dir
         self.restarts: dict[str, float] = {}
 
-    def start(self, part: str) -> None:
-        logfile = open(self.log_dir / f"{part}.log", "ab")  # noqa: SIM115 - owned by the child
-        child = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", part],
-            stdout=logfile,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "IMPRINT_STATE_DIR": str(self.settings.state_dir)},
-        )
-        self.children[part] = child
-        (self.run_dir / f"{part}.pid").write_text(str(child.pid))
-        log.info("part started", part=part, pid=child.pid, log=str(self.log_dir / f"{part}.log"))
-
     def start_all(self) -> None:
-        for part in ORDER:
-            self.start(part)
+        for part in PARTS:
+            child = self.launcher.start(part)
+            log.info("part started", part=part, pid=child.pid, log=str(child.log_path))
 
     def watch(self) -> None:
-        for part, child in list(self.children.items()):
-            code = child.poll()
-            if code is None:
+        for child in self.launcher.exited():
+            if time.monotonic() - self.restarts.get(child.name, 0.0) < RESTART_BACKOFF:
                 continue
-            last = self.restarts.get(part, 0.0)
-            if time.monotonic() - last < 2.0:
-                continue
-            log.warning("part exited; restarting", part=part, code=code)
-            self.restarts[part] = time.monotonic()
-            self.start(part)
+            log.warning("part exited; restarting", part=child.name, code=child.returncode)
+            self.restarts[child.name] = time.monotonic()
+            self.launcher.restart(child.name)
 
     def stop_all(self) -> None:
-        for part in reversed(ORDER):
-            child = self.children.get(part)
-            if child is None:
-                continue
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for part, child in self.children.items():
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-            (self.run_dir / f"{part}.pid").unlink(missing_ok=True)
+        self.launcher.stop_all()
         log.info("stack stopped")
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        url = f"http://{self.settings.http_host}:{self.settings.http_port}/readyz"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.watch()
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback
-                    if response.status == 200:
-                        return True
-            except OSError:
-                pass
+            if all(self.launcher.ready(part) for part in PARTS):
+                return True
             time.sleep(0.3)
         return False
 

@@ -8,7 +8,6 @@ PostgreSQL schema, so tests never see each other's messages or rows."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,16 +15,11 @@ from pathlib import Path
 import pytest
 
 from services.common.settings import Settings
+from tests.support.net import free_port  # noqa: F401 - also imported from here by tier conftests
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rule(id): the SPEC rule this test proves")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -37,14 +31,38 @@ def kafka_bootstrap() -> str:
 
 @pytest.fixture(scope="session")
 def database_url() -> str:
+    """The tests' one PostgreSQL URL (``tests.infra.database_url``), checked once: an
+    unreachable database fails every test that needs it, never skips it."""
+    import psycopg
+
     from tests.infra import database_url as resolve
 
-    return resolve()
+    url = resolve()
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.OperationalError as error:
+        raise RuntimeError(f"PostgreSQL not reachable at {url}: start it with `make infra-up`") from error
+    return url
 
 
 @pytest.fixture
-def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> Iterator[Settings]:
-    """Settings for one test: its own topics (prefix), schema and HTTP port on 127.0.0.1."""
+def topic_partitions() -> int:
+    """Partitions of each of a test's topics. 1 here (the integration tier's in-process
+    drivers read partition 0); the e2e, fault and browser tiers override it with
+    :func:`several_partitions`."""
+    return 1
+
+
+def several_partitions() -> int:
+    """The deployment's partition count (``IMPRINT_TOPIC_PARTITIONS``, default 6), for
+    the tiers that run the real processes on several partitions."""
+    return Settings(_env_file=None).topic_partitions  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_partitions: int) -> Iterator[Settings]:
+    """Settings for one test: its own topics (prefix, ``topic_partitions`` each), schema
+    and HTTP port on 127.0.0.1."""
     from services.common.eventstore import ensure_schema
     from tests.support.kafka import create_topics
 
@@ -58,10 +76,31 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> Iterato
         state_dir=tmp_path / "state",
         http_host="127.0.0.1",
         http_port=free_port(),
+        topic_partitions=topic_partitions,
     )
     ensure_schema(settings)
     create_topics(settings)
     yield settings
     from tests.support.postgres import drop_schema
 
+    drop_schema(settings)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """Runs the test once per store backend (see ``tests/support/backends.py``)."""
+    from tests.support.backends import BACKENDS, Backend
+
+    name = request.param
+    assert name in BACKENDS, name
+    if name != "postgres":
+        yield Backend(name, Settings(state_dir=tmp_path / "state", database_url=None, database_schema=None))
+        return
+    from services.common.eventstore import ensure_schema
+    from tests.support.postgres import drop_schema
+
+    settings = Settings(state_dir=tmp_path / "state", database_url=request.getfixturevalue("database_url"),
+                        database_schema=f"t_{uuid.uuid4().hex[:10]}")
+    ensure_schema(settings)
+    yield Backend(name, settings)
     drop_schema(settings)

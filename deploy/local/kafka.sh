@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Local single-node Apache Kafka (KRaft, broker+controller in one JVM), no Docker.
 #
-#   bash deploy/local/kafka.sh up|down|reset|status
+#   bash deploy/local/kafka.sh up|down|kill|jars|reset|status
 #
 # The broker's jars are resolved once from Maven Central (deploy/local/kafka/pom.xml)
 # into .imprint/kafka/libs; data lives in .imprint/kafka/data, the log in
 # .imprint/logs/kafka.log, the pid in .imprint/run/kafka.pid (all git-ignored).
 #
+# IMPRINT_STATE_DIR (.imprint) moves data, logs and pids elsewhere; the jars stay in the
+# checkout's .imprint/kafka/libs (KAFKA_LIBS overrides). 'kill' SIGKILLs the broker (a crash).
 # Environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
-# KAFKA_TOPIC_PARTITIONS (3), KAFKA_HEAP_OPTS (-Xms256m -Xmx512m),
+# IMPRINT_TOPIC_PARTITIONS (6; the same setting as services.common.settings.Settings.topic_partitions,
+# KAFKA_TOPIC_PARTITIONS is read when it is unset), KAFKA_HEAP_OPTS (-Xms256m -Xmx512m),
 # KAFKA_START_TIMEOUT seconds (90), JAVA (java from JAVA_HOME or PATH).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-STATE="$ROOT/.imprint"
+STATE="${IMPRINT_STATE_DIR:-$ROOT/.imprint}"
 KDIR="$STATE/kafka"
-LIBS="$KDIR/libs"
+LIBS="${KAFKA_LIBS:-$ROOT/.imprint/kafka/libs}"
 DATA="$KDIR/data"
 CONF="$KDIR/server.properties"
 CLIENT_CONF="$KDIR/client.properties"
@@ -27,7 +30,7 @@ POM="$ROOT/deploy/local/kafka/pom.xml"
 
 PORT="${KAFKA_PORT:-9092}"
 CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
-PARTITIONS="${KAFKA_TOPIC_PARTITIONS:-3}"
+PARTITIONS="${IMPRINT_TOPIC_PARTITIONS:-${KAFKA_TOPIC_PARTITIONS:-6}}"
 HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 BOOTSTRAP="127.0.0.1:$PORT"
@@ -109,7 +112,7 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$DATA
-num.partitions=1
+num.partitions=$PARTITIONS
 default.replication.factor=1
 auto.create.topics.enable=true
 offsets.topic.replication.factor=1
@@ -287,6 +290,17 @@ cmd_down() {
   log "stopped"
 }
 
+cmd_kill() {  # SIGKILL, no controlled shutdown: a crash, for the fault tier ('up' starts it again)
+  local pid
+  pid="$(pid_of)"
+  if ! pid_alive "$pid"; then log "not running"; return 0; fi
+  log "killing pid $pid (KILL)"
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && die "pid $pid survived KILL"
+  rm -f "$PIDFILE"
+}
+
 cmd_reset() {
   cmd_down
   log "deleting $DATA"
@@ -313,7 +327,9 @@ lock() { mkdir -p "$STATE/run"; exec 9>"$STATE/run/kafka.lock"; flock -w 180 9 |
 case "${1:-}" in
   up) lock; cmd_up ;;
   down) lock; cmd_down ;;
+  kill) lock; cmd_kill ;;
+  jars) lock; resolve_jars ;;
   reset) lock; cmd_reset ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|reset|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|kill|jars|reset|status" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local PostgreSQL cluster for imprint, no Docker.
 #
-#   bash deploy/local/postgres.sh up|down|reset|status
+#   bash deploy/local/postgres.sh up|down|kill|reset|status
 #
 # Uses Debian's PostgreSQL (installed with apt-get when missing). The cluster
 # lives in .imprint/postgres/data, runs as the 'postgres' system user (the
@@ -9,6 +9,8 @@
 # logs to .imprint/logs/postgres.log; its pid is in the data dir's
 # postmaster.pid and copied to .imprint/run/postgres.pid.
 # Creates role imprint/imprint (LOGIN CREATEDB) and databases imprint, imprint_test.
+# IMPRINT_STATE_DIR moves .imprint (data, logs, pids) elsewhere, e.g. a private
+# server for a test on another PG_PORT; 'kill' is an immediate (crash) stop.
 #
 # If the postgres user cannot reach the repository (a parent folder outside the
 # repo is not traversable), the cluster is placed in
@@ -17,7 +19,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-STATE="$ROOT/.imprint"
+STATE="${IMPRINT_STATE_DIR:-$ROOT/.imprint}"
 PGROOT="$STATE/postgres"
 DATA_LINK="$PGROOT/data"
 LOG_LINK="$STATE/logs/postgres.log"
@@ -89,7 +91,9 @@ prepare_dirs() {
     data="$DATA_LINK"
   else
     local h
-    h="$(printf '%s' "$ROOT" | sha1sum | cut -c1-12)"
+    local key="$ROOT"
+    [[ "$STATE" == "$ROOT/.imprint" ]] || key="$ROOT|$STATE"   # a private state dir gets its own place
+    h="$(printf '%s' "$key" | sha1sum | cut -c1-12)"
     data="/var/tmp/imprint-postgres-$h/data"
     log "$ROOT is not traversable by user $PGUSER_SYS; cluster goes to $data (symlinked)"
     mkdir -p "$(dirname "$data")"
@@ -215,6 +219,15 @@ cmd_down() {
   log "stopped"
 }
 
+cmd_kill() {  # pg_ctl -m immediate: every server process quits without a checkpoint, a crash
+  BIN="$(find_bindir)"
+  DATA="$(data_dir)"
+  if [[ -z "$BIN" || ! -f "$DATA/PG_VERSION" ]] || ! running; then log "not running"; return 0; fi
+  log "stopping pid $(pidfile_pid) (pg_ctl stop -m immediate)"
+  as_pg "$BIN/pg_ctl" -D "$DATA" -m immediate -w -t 30 stop >/dev/null || die "immediate stop failed"
+  rm -f "$PIDCOPY"
+}
+
 cmd_reset() {
   cmd_down
   local data
@@ -241,7 +254,8 @@ lock() { mkdir -p "$STATE/run"; exec 9>"$STATE/run/postgres.lock"; flock -w 180 
 case "${1:-}" in
   up) lock; cmd_up ;;
   down) lock; cmd_down ;;
+  kill) lock; cmd_kill ;;
   reset) lock; cmd_reset ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|reset|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|kill|reset|status" >&2; exit 2 ;;
 esac

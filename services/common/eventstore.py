@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from services.common.settings import Settings
@@ -52,15 +52,26 @@ def store_environment(settings: Settings, application: str) -> dict[str, str]:
 
 
 def ensure_schema(settings: Settings) -> None:
-    """Create the configured PostgreSQL schema if it is missing (eventsourcing creates tables, not schemas)."""
+    """Create the configured PostgreSQL schema if it is missing (eventsourcing creates tables, not schemas).
+
+    Parts and instances starting at once on a fresh schema would race here:
+    ``CREATE SCHEMA IF NOT EXISTS`` is not atomic against a concurrent creator (the
+    loser dies with ``UniqueViolation`` on ``pg_namespace_nspname_index``), so the
+    schema, like every table, is created under the creation lock; an existing schema
+    is seen without taking it."""
     if not (settings.uses_postgres and settings.database_schema):
         return
     import psycopg
     from psycopg import sql
 
     assert settings.database_url is not None
+    exists = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
     with psycopg.connect(settings.database_url, autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.database_schema)))
+        if connection.execute(exists, (settings.database_schema,)).fetchone():
+            return
+        with _held(connection):
+            if not connection.execute(exists, (settings.database_schema,)).fetchone():
+                connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(settings.database_schema)))
 
 
 def open_application(settings: Settings, construct: Callable[[], T], attempts: int = 5) -> T:
@@ -74,7 +85,7 @@ def open_application(settings: Settings, construct: Callable[[], T], attempts: i
 
     for attempt in range(attempts):
         try:
-            with _creation_lock(settings):
+            with creation_lock(settings):
                 return construct()
         except (IntegrityError, InternalError, ProgrammingError):
             if attempt == attempts - 1:
@@ -84,19 +95,26 @@ def open_application(settings: Settings, construct: Callable[[], T], attempts: i
 
 
 @contextmanager
-def _creation_lock(settings: Settings) -> Iterator[None]:
+def creation_lock(settings: Settings) -> Iterator[None]:
+    """Held while a store of this deployment creates its schema or tables (PostgreSQL:
+    a session advisory lock on its own connection; SQLite: nothing, its files serialize)."""
     if not settings.uses_postgres:
         yield
         return
     import psycopg
 
     assert settings.database_url is not None
-    with psycopg.connect(settings.database_url, autocommit=True) as connection:
-        connection.execute("SELECT pg_advisory_lock(%s)", (CREATION_LOCK,))
-        try:
-            yield
-        finally:
-            connection.execute("SELECT pg_advisory_unlock(%s)", (CREATION_LOCK,))
+    with psycopg.connect(settings.database_url, autocommit=True) as connection, _held(connection):
+        yield
+
+
+@contextmanager
+def _held(connection: Any) -> Iterator[None]:
+    connection.execute("SELECT pg_advisory_lock(%s)", (CREATION_LOCK,))
+    try:
+        yield
+    finally:
+        connection.execute("SELECT pg_advisory_unlock(%s)", (CREATION_LOCK,))
 
 
 CREATION_LOCK = 0x1A9B_7C01

@@ -47,9 +47,11 @@ DEADLETTER_NAMESPACE = uuid.UUID("6f1d4b7e-3d0b-4c55-9f55-2d8f5c1e0a01")
 
 def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
     return KafkaBroker(
-        settings.kafka_bootstrap,
+        # "host:port,host:port" (a cluster) as a list: FastStream hands a plain string on as ONE host
+        [host.strip() for host in settings.kafka_bootstrap.split(",") if host.strip()],
         client_id=client_id,
-        enable_idempotence=True,
+        acks="all",  # every in-sync replica (min.insync.replicas=2 on a 3-broker cluster)
+        enable_idempotence=True,  # a retried send is written once per partition
         linger_ms=2,
         # FastStream's own logger stays on (WARNING and up, see observability): framework
         # failures around a poll must be visible, never swallowed.

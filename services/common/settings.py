@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, SecretStr
+from pydantic_core import to_json
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEVELOPMENT_AUTH_SECRET = "imprint-development-secret-change-me"
@@ -33,6 +34,9 @@ class Settings(BaseSettings):
     topic_prefix: str = ""
     """Prepended to every topic name; lets tests run side by side on one broker."""
     group_prefix: str = "imprint"
+    topic_partitions: int = Field(default=6, ge=1)
+    """Partitions of every topic the deployment creates (deploy/local, compose, the test stack);
+    keys stay ``run_id`` (sources: ``source_id``), so one run's events stay in one partition."""
 
     block_modification_quota: int = 2
     run_modification_quota: int = 8
@@ -62,6 +66,26 @@ class Settings(BaseSettings):
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}{name}"
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as the ``IMPRINT_*`` variables that read back into equal settings
+        (what a child process is given; unset optional fields are left out)."""
+        prefix = str(self.model_config.get("env_prefix", ""))
+        env: dict[str, str] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, (str, int, float, Path)):
+                text = str(value)
+            else:
+                text = to_json(value).decode()
+            env[f"{prefix}{name}".upper()] = text
+        return env
 
 
 @lru_cache(maxsize=1)

@@ -10,11 +10,17 @@ from collections.abc import Iterator
 import pytest
 
 from services.common.settings import Settings
+from tests.conftest import several_partitions
 from tests.integration.delivery.support import Delivery, start_delivery
 
 CHROMIUM = os.environ.get("IMPRINT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def topic_partitions() -> int:
+    return several_partitions()
 
 
 @pytest.fixture

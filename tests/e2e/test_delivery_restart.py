@@ -47,7 +47,7 @@ def test_a_client_resumes_after_delivery_is_killed_with_nothing_lost_or_repeated
         held = [f for f in before if f.id is not None]
         last = held[-1].id
 
-        stack.stop("delivery", kill=True)  # SIGKILL: no graceful shutdown, no flush
+        stack.kill("delivery")  # SIGKILL: no graceful shutdown, no flush
         asyncio.run(produce(isolated, Topic.RUNTIME,
             part(run, "c3", "Third block, written while Delivery was down."),
             RunCompleted(run_id=run, outcome="answered", answer_text="Done.")))

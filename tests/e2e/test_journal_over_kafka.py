@@ -11,7 +11,7 @@ from imprint.contracts.runtime import QuestionConditionSet, RunAdmitted, RunComp
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.journal.application import open_journal
-from tests.support.kafka import produce, read_topic
+from tests.support.kafka import key_beside, produce, read_topic
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -30,7 +30,7 @@ def test_contradictory_terminal_events_are_refused_and_never_reach_the_runs_topi
             RunFailed(run_id=run, reason="late failure"),       # anything after the terminal
             RunStarted(run_id=run),
         ))
-        marker = "run-journal-marker"
+        marker = key_beside(isolated, run, "run-journal-marker")  # behind the run on its partition
         asyncio.run(produce(isolated, Topic.RUNTIME, RunAdmitted(
             run_id=marker, account_id="a", conversation_id="c2", message_id="m2", question="q",
             qcs=QuestionConditionSet(qcs_id="qcs-2"))))

@@ -78,7 +78,7 @@ def test_a_redelivered_runtime_message_yields_one_revision_and_one_published_eve
                                until=lambda vs: any(v["type"] == "answer.published" for v in vs)))
         # Kill the consumer, rewind its group to the beginning, start it again: every
         # message is consumed a second time.
-        stack.stop("publication", kill=True)
+        stack.kill("publication")
         asyncio.run(rewind_group(isolated, "publication"))
         stack.start("publication")
         asyncio.run(produce(isolated, Topic.RUNTIME, part(run, "call-2", "Marker after the redelivery.")))
@@ -98,7 +98,8 @@ async def rewind_group(settings: Settings, consumer: str) -> None:
     from aiokafka.structs import OffsetAndMetadata
 
     group = f"{settings.group_prefix}.{consumer}"
-    partitions = [TopicPartition(settings.topic(t), 0) for t in (Topic.RUNTIME, Topic.SOURCES)]
+    partitions = [TopicPartition(settings.topic(t), p)
+                  for t in (Topic.RUNTIME, Topic.SOURCES) for p in range(settings.topic_partitions)]
     for _ in range(60):
         kafka = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group, enable_auto_commit=False)
         await kafka.start()

@@ -39,7 +39,8 @@ from services.journal.announcements import announce as journal_announce
 from services.journal.application import open_journal
 from services.journal.relay import RELAY_NAME as JOURNAL_RELAY
 from services.publication.relay import RELAY_NAME
-from tests.fault.faultsupport import FaultStack, wait_until
+from tests.fault.faultsupport import wait_until
+from tests.support.stack import Stack
 from tests.integration.publication.pubsupport import admitted, dedupe, log_of, part, send
 from tests.support.kafka import read_topic
 
@@ -57,7 +58,7 @@ def relay_position(settings: Settings) -> int:
         return app.process_recorder.max_tracking_id(RELAY_NAME) or 0
 
 
-def activations(stack: FaultStack, part_name: str) -> list[int]:
+def activations(stack: Stack, part_name: str) -> list[int]:
     """The position this relay resumed from, each time it became the active one."""
     return [int(position) for position in ACTIVE.findall(stack.log(part_name))]
 
@@ -103,7 +104,7 @@ class SteadyLoad:
         self._thread.join(timeout=30)
 
 
-def fail_over(s: Settings, stack: FaultStack, active: str, standby: str, takeovers: list[float],
+def fail_over(s: Settings, stack: Stack, active: str, standby: str, takeovers: list[float],
               position: Callable[[Settings], int] = relay_position,
               after_takeover: Callable[[], None] = lambda: None) -> None:
     """SIGKILL the active relay mid-stream; the standby resumes from the recorded position
@@ -112,7 +113,7 @@ def fail_over(s: Settings, stack: FaultStack, active: str, standby: str, takeove
     wait_until(lambda: position(s) >= start + 15, timeout=60, what=f"{active} relaying under load")
     assert activations(stack, standby) == [], f"{standby} stood by while {active} was active"
     before = position(s)
-    stack.kill9(active)
+    stack.kill(active)
     killed_at = time.monotonic()
     after = position(s)
     found = wait_until(lambda: activations(stack, standby), timeout=30, interval=0.05, what=f"{standby} to take over")
@@ -144,19 +145,19 @@ def assert_relayed_exactly(values: list[dict[str, Any]], expected: list[Any], ru
 def test_a_standby_relay_takes_over_from_the_recorded_position_when_the_active_one_is_killed(
         isolated: Settings) -> None:
     s = isolated
-    stack = FaultStack(s, parts=())
+    stack = Stack(s, parts=())
     takeovers: list[float] = []
     try:
-        stack.serve("publication")
+        stack.start("publication")
         send(s, *(admitted(r) for r in RUNS))
-        stack.launch("relay-a", "tests.fault.crash_relay", env=SLOW_RELAY)
+        stack.start("relay", name="relay-a", module="tests.fault.crash_relay", env=SLOW_RELAY)
         wait_until(lambda: activations(stack, "relay-a"), timeout=60, what="relay-a to be elected")
-        stack.launch("relay-b", "tests.fault.crash_relay", env=SLOW_RELAY)
+        stack.start("relay", name="relay-b", module="tests.fault.crash_relay", env=SLOW_RELAY)
         wait_until(lambda: "relay standing by" in stack.log("relay-b"), timeout=60, what="relay-b standing by")
 
         with SteadyLoad(s) as load:
             fail_over(s, stack, "relay-a", "relay-b", takeovers)
-            stack.launch("relay-c", "tests.fault.crash_relay", env=SLOW_RELAY)  # the killed one, restarted
+            stack.start("relay", name="relay-c", module="tests.fault.crash_relay", env=SLOW_RELAY)  # the killed one, restarted
             wait_until(lambda: "relay standing by" in stack.log("relay-c"), timeout=60, what="relay-c standing by")
             fail_over(s, stack, "relay-b", "relay-c", takeovers)
             time.sleep(1.0)
@@ -214,17 +215,17 @@ def test_the_journal_log_fails_over_to_a_standby_relay_too(isolated: Settings) -
     back (its own relay now standing by) and the run lifecycle reaches Delivery's topic
     complete and in order."""
     s = isolated
-    stack = FaultStack(s, parts=())
+    stack = Stack(s, parts=())
     takeovers: list[float] = []
     try:
-        stack.serve("journal")
+        stack.start("journal")
         wait_until(lambda: activations(stack, "journal"), timeout=60, what="the journal's relay to be elected")
-        stack.launch("journal-relay", "services.cli", "serve", "journal-relay")
+        stack.start("journal-relay")
         wait_until(lambda: "relay standing by" in stack.log("journal-relay"), timeout=60,
                    what="journal-relay standing by")
         with SteadyLoad(s, interval=0.05, messages=journal_run) as load:
             def restart_the_journal() -> None:  # the killed part comes back; its consumer commits again
-                stack.launch("journal-2", "services.cli", "serve", "journal")
+                stack.start("journal", name="journal-2")
                 wait_until(lambda: "relay standing by" in stack.log("journal-2"), timeout=60,
                            what="journal-2 standing by")
 

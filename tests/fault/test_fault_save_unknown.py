@@ -18,7 +18,6 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 from services.common.settings import Settings
-from tests.fault.faultsupport import FaultStack
 from tests.fault.pgproxy import PgProxy
 from tests.integration.publication.pubsupport import (
     admitted,
@@ -31,6 +30,7 @@ from tests.integration.publication.pubsupport import (
     send,
     wait_run,
 )
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
@@ -54,11 +54,11 @@ def proxied(settings: Settings) -> Iterator[tuple[PgProxy, Settings]]:
 @pytest.mark.parametrize("mode", ["after_commit", "before_commit"])
 def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated: Settings, mode: str) -> None:
     s, run = isolated, f"run-unknown-{mode}"
-    stack = FaultStack(s, parts=())
+    stack = Stack(s, parts=())
     with proxied(s) as (proxy, through_proxy):
         try:
-            stack.serve("relay")
-            stack.serve("publication", settings=through_proxy)
+            stack.start("relay")
+            stack.start("publication", settings=through_proxy)
             send(s, admitted(run), part(run, "warm", "Warm-up."))
             wait_run(s, run, has_published("Warm-up."), timeout=45)
 
@@ -98,11 +98,11 @@ def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated:
 @pytest.mark.rule("P15")
 def test_a_connection_lost_while_reading_a_key_is_retried_not_dead_lettered(isolated: Settings) -> None:
     s, run = isolated, "run-unknown-key"
-    stack = FaultStack(s, parts=())
+    stack = Stack(s, parts=())
     with proxied(s) as (proxy, through_proxy):
         try:
-            stack.serve("relay")
-            stack.serve("publication", settings=through_proxy)
+            stack.start("relay")
+            stack.start("publication", settings=through_proxy)
             send(s, admitted(run), part(run, "warm", "Warm-up."))
             wait_run(s, run, has_published("Warm-up."), timeout=45)
             proxy.cut_statements("data_key", times=1)

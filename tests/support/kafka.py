@@ -11,6 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.partitioner import DefaultPartitioner
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
@@ -18,7 +19,11 @@ from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 
 
-def create_topics(settings: Settings, partitions: int = 1) -> None:
+def create_topics(settings: Settings, partitions: int | None = None) -> None:
+    """Every contract topic under the settings' prefix, with ``partitions`` partitions
+    (default: ``settings.topic_partitions``)."""
+    partitions = partitions or settings.topic_partitions
+
     async def create() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
         await admin.start()
@@ -32,6 +37,19 @@ def create_topics(settings: Settings, partitions: int = 1) -> None:
             await admin.close()
 
     asyncio.run(create())
+
+
+def partition_of(settings: Settings, key: str) -> int:
+    """The partition a message keyed ``key`` (a run_id or source_id) lands on: Kafka's
+    default partitioner (murmur2), as imprint's producers use it."""
+    partitions = list(range(settings.topic_partitions))
+    return int(DefaultPartitioner()(key.encode(), partitions, partitions))
+
+
+def key_beside(settings: Settings, key: str, stem: str) -> str:
+    """A key (``stem-N``) that lands on the same partition as ``key``: a marker sent after
+    ``key``'s messages is then consumed after them, as it was on a single partition."""
+    return next(f"{stem}-{n}" for n in range(10_000) if partition_of(settings, f"{stem}-{n}") == partition_of(settings, key))
 
 
 async def produce(settings: Settings, topic: Topic, *messages: Message | bytes, key: bytes | None = None) -> None:

@@ -6,39 +6,32 @@ and a killable TCP proxy."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
 import uvicorn
 from aiokafka import AIOKafkaProducer
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
-from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.app import create_app, topic_for
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
+from tests.support.feeder import Feeder as OneFeeder
+from tests.support.net import free_port
+from tests.support.sse import SSE, parse_sse, read_stream  # noqa: F401 - the one SSE reader, re-exported
 from tests.unit.delivery.delivery_builders import block, closed, preview, published, running  # noqa: F401
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LiveServer:
@@ -102,100 +95,19 @@ class KafkaPublish:
                 pass
 
 
-class Feeder:
-    """Plays the Kafka consumer: Inbound records with increasing offsets per topic."""
+class Feeder(OneFeeder[list[str]]):
+    """The one feeder (``tests.support.feeder``) playing Delivery's Kafka consumer: each poll
+    goes to ``store.process`` and the touched runs are notified; ``send`` returns them."""
 
     def __init__(self, store: ViewStore, notifier: Notifier) -> None:
         self.store = store
         self.notifier = notifier
-        self.offsets: dict[str, itertools.count[int]] = {}
-        self.history: list[Inbound] = []
+        super().__init__(self._process)
 
-    def inbound(self, message: Any) -> Inbound:
-        topic = Topic.RUNS.value if message.type.startswith(("run.", "conversation.")) else Topic.PUBLICATION.value
-        offset = next(self.offsets.setdefault(topic, itertools.count(0)))
-        return Inbound(topic, 0, offset, message)
-
-    def send(self, *messages: Any) -> list[str]:
-        batch = [self.inbound(m) for m in messages]
-        self.history.extend(batch)
-        return self.replay(batch)
-
-    def replay(self, batch: list[Inbound]) -> list[str]:
+    def _process(self, batch: list[Inbound]) -> list[str]:
         touched = self.store.process(batch)
         self.notifier.notify_threadsafe(touched)
         return touched
-
-
-# ----------------------------------------------------------------------- SSE reading
-
-@dataclass(frozen=True)
-class SSE:
-    id: int | None
-    event: str
-    data: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
-def parse_sse(lines: Iterator[str], on_frame: Callable[[SSE], bool], comments: list[str] | None = None) -> None:
-    """Feed decoded lines; ``on_frame`` returns True to stop."""
-    fields: dict[str, str] = {}
-    for line in lines:
-        if line == "":
-            if "data" in fields or "event" in fields:
-                frame = SSE(int(fields["id"]) if "id" in fields else None, fields.get("event", "message"),
-                            fields.get("data", ""))
-                fields = {}
-                if on_frame(frame):
-                    return
-            fields = {}
-            continue
-        if line.startswith(":"):
-            if comments is not None:
-                comments.append(line)
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        fields[name] = fields[name] + "\n" + value if name == "data" and name in fields else value
-
-
-def read_stream(base_url: str, run_id: str, token: str, *, last_event_id: int | None = None,
-                via_query: bool = False, until: Callable[[list[SSE]], bool] | None = None,
-                timeout: float = 20.0, comments: list[str] | None = None) -> tuple[list[SSE], bool]:
-    """Read frames until ``until`` holds (then drop the connection) or the server ends
-    the stream. Returns (frames, ended_by_server)."""
-    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
-    url = f"{base_url}/v1/runs/{run_id}/events"
-    if last_event_id is not None:
-        if via_query:
-            url += f"?last_event_id={last_event_id}"
-        else:
-            headers["Last-Event-ID"] = str(last_event_id)
-    frames: list[SSE] = []
-    stopped = False
-
-    def on_frame(frame: SSE) -> bool:
-        nonlocal stopped
-        frames.append(frame)
-        if until is not None and until(frames):
-            stopped = True
-        return stopped
-
-    deadline = time.monotonic() + timeout
-
-    def lines(response: httpx.Response) -> Iterator[str]:
-        for line in response.iter_lines():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"stream read timed out; frames so far: {[(f.id, f.event) for f in frames]}")
-            yield line
-
-    with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(timeout, connect=5)) as response:
-        assert response.status_code == 200, (response.status_code, response.read())
-        parse_sse(lines(response), on_frame, comments)
-    return frames, not stopped
 
 
 # ----------------------------------------------------------------------- TCP proxy

@@ -1,12 +1,10 @@
 """Fixtures for the journal's PostgreSQL integration tests.
 
-Database: ``IMPRINT_DATABASE_URL`` or postgresql://imprint:imprint@127.0.0.1:5432/imprint_test.
-Each test gets its own schema (dropped afterwards), so event, tracking, key and index tables of
+Database: the tests' one ``database_url`` fixture (tests/conftest.py). Each test gets its own schema (dropped afterwards), so event, tracking, key and index tables of
 concurrent tests never meet."""
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,30 +17,17 @@ from psycopg import sql
 from services.common.settings import Settings
 from services.common.eventstore import ensure_schema
 from services.journal.application import RuntimeJournal
+from tests.support.postgres import drop_schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "journal"))  # journal_helpers
 
-DEFAULT_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint_test"
-
-
-@pytest.fixture(scope="session")
-def pg_url() -> str:
-    url = os.environ.get("IMPRINT_DATABASE_URL") or DEFAULT_URL
-    try:
-        psycopg.connect(url, connect_timeout=5).close()
-    except psycopg.OperationalError as e:  # never a silent skip
-        raise RuntimeError(f"PostgreSQL not reachable at {url}: start it with `bash deploy/local/postgres.sh up`") from e
-    return url
-
-
 @pytest.fixture
-def pg_settings(pg_url: str, tmp_path: Path) -> Iterator[Settings]:
+def pg_settings(database_url: str, tmp_path: Path) -> Iterator[Settings]:
     schema = f"jt_{uuid.uuid4().hex[:12]}"
-    settings = Settings(database_url=pg_url, database_schema=schema, state_dir=tmp_path / "state")
+    settings = Settings(database_url=database_url, database_schema=schema, state_dir=tmp_path / "state")
     ensure_schema(settings)
     yield settings
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    drop_schema(settings)
 
 
 @pytest.fixture

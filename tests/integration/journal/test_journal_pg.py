@@ -104,20 +104,6 @@ def test_redaction_while_the_run_is_still_generating(open_journal) -> None:
 
 
 @pytest.mark.rule("X2")
-def test_redelivered_batch_with_same_offsets_is_a_noop(open_journal, pg_settings) -> None:
-    journal = open_journal()
-    feed = Feeder(journal)
-    batch = feed(*to_running("r1"), completed("r1"), tombstoned("src-a"))
-    count = _count_events(pg_settings)
-    journal.process(batch)
-    open_journal().process(batch)  # a restarted consumer re-reading from an older Kafka offset
-    assert _count_events(pg_settings) == count
-    assert journal.recorder.max_tracking_id(f"{Topic.RUNTIME}#0") == 3
-    assert journal.recorder.max_tracking_id(f"{Topic.SOURCES}#0") == 0
-    assert journal.execution("r1").refusals == []
-
-
-@pytest.mark.rule("X2")
 def test_events_and_tracking_commit_together(open_journal, pg_settings, monkeypatch) -> None:
     journal = open_journal()
     feed = Feeder(journal)

@@ -29,6 +29,7 @@ from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.publication.application import PublicationLog
 from services.recovery import cli
+from tests.support.feeder import Feeder as OneFeeder
 
 ACCOUNT = "acct-1"
 OTHER = "acct-2"
@@ -38,24 +39,19 @@ PRIVATE_OWN = "src:private:acct-1:memo"
 Emit = Callable[[Sequence[tuple[Topic, Message]]], None]
 
 
-class Feeder:
-    """Hands messages to ``PublicationLog.process`` as one consumer poll each call,
-    with increasing offsets per topic (partition 0)."""
+class Feeder(OneFeeder[None]):
+    """The tests' one feeder (``tests.support.feeder``) for ``PublicationLog.process``: one
+    consumer poll each call, with offsets per topic (partition 0) continuing after what the
+    log already committed, as a consumer would."""
 
     def __init__(self, app: PublicationLog) -> None:
         self.app = app
-        self.offsets: dict[Topic, int] = {}
         self.emitted: list[tuple[Topic, Message]] = []
-
-    def inbound(self, message: Message, topic: Topic) -> Inbound:
-        if topic not in self.offsets:  # continue after what the log already committed, as a consumer would
-            self.offsets[topic] = self.app.position(f"{topic.value}#0") + 1
-        offset = self.offsets[topic]
-        self.offsets[topic] += 1
-        return Inbound(topic.value, 0, offset, message, size=len(encode(message)))
+        super().__init__(self.poll, topic_of=lambda _: Topic.RUNTIME,
+                         resume=lambda topic, partition: app.position(f"{topic}#{partition}") + 1)
 
     def __call__(self, *messages: Message, topic: Topic = Topic.RUNTIME, emit: Emit | None = None) -> None:
-        self.poll([self.inbound(m, topic) for m in messages], emit)
+        self.poll(self.wrap(*messages, topic=topic), emit)
 
     def poll(self, batch: list[Inbound], emit: Emit | None = None) -> None:
         self.app.process(batch, emit or self.emitted.extend)

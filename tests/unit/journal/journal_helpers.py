@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested
@@ -29,6 +27,7 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceTombstoned
 
 from services.common.inbound import Inbound
+from tests.support.feeder import Feeder as OneFeeder
 
 ACCOUNT = "acct-1"
 OTHER = "acct-2"
@@ -40,26 +39,24 @@ def topic_for(message: Any) -> str:
     return str(topic_of(message))
 
 
-class Feeder:
-    """Wraps messages as Inbound with increasing offsets per topic (partition 0)."""
+class Feeder(OneFeeder[list[Inbound]]):
+    """The tests' one feeder (``tests.support.feeder``) for a journal: ``feed(*messages)``
+    hands them over as one poll (partition 0) and returns the records."""
 
     def __init__(self, journal: Any) -> None:
         self.journal = journal
-        self.offsets: dict[str, itertools.count[int]] = defaultdict(itertools.count)
-        self.sent: list[Inbound] = []
+        super().__init__(self._process, topic_of=topic_for)
 
-    def wrap(self, *messages: Any, partition: int = 0) -> list[Inbound]:
-        out = []
-        for m in messages:
-            topic = topic_for(m)
-            out.append(Inbound(topic, partition, next(self.offsets[f"{topic}#{partition}"]), m))
-        return out
+    def _process(self, batch: list[Inbound]) -> list[Inbound]:
+        self.journal.process(batch)
+        return batch
 
     def __call__(self, *messages: Any) -> list[Inbound]:
-        batch = self.wrap(*messages)
-        self.journal.process(batch)
-        self.sent.extend(batch)
-        return batch
+        return self.send(*messages)
+
+    @property
+    def sent(self) -> list[Inbound]:
+        return self.history
 
 
 def qcs(qcs_id: str, *, inherits_from: str | None = None, conditions: list[Condition] | None = None) -> QuestionConditionSet:

@@ -12,17 +12,6 @@ from services.common.inbound import Inbound
 
 
 @pytest.mark.rule("X2")
-def test_redelivered_batch_is_a_noop_thanks_to_tracking(feed, journal) -> None:
-    batch = feed(*to_running("r1"), completed("r1"))
-    name = f"{Topic.RUNTIME}#0"
-    assert journal.recorder.max_tracking_id(name) == 3
-    top = journal.recorder.max_notification_id()
-    journal.process(batch)
-    journal.process(batch[1:3])
-    assert journal.recorder.max_notification_id() == top
-
-
-@pytest.mark.rule("X2")
 def test_overlapping_batch_applies_only_new_offsets(feed, journal) -> None:
     first = feed(*to_running("r1"))
     tail = feed.wrap(completed("r1"))

@@ -1,11 +1,11 @@
-"""The view store on the embedded SQLite default: per-run ids, tracking-based dedupe,
-restart, skeletons, purge, delivery state. (PostgreSQL: tests/integration/delivery.)"""
+"""The view store, one body per rule on each of its backends (the embedded SQLite
+default and PostgreSQL; the ``backend`` fixture): per-run ids, tracking-based dedupe,
+restart, skeletons, purge, delivery state."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -14,6 +14,8 @@ from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
+from tests.support.backends import Backend
+from tests.support.feeder import Feeder
 from tests.unit.delivery.delivery_builders import (
     AnswerWithdrawn,
     ConversationDeleted,
@@ -27,9 +29,13 @@ from tests.unit.delivery.delivery_builders import (
 RUN = "run-s"
 
 
+pytestmark = [pytest.mark.integration,
+              pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)]
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", database_url=None)
+def settings(backend: Backend) -> Settings:
+    return backend.settings
 
 
 @pytest.fixture
@@ -39,17 +45,9 @@ def store(settings: Settings) -> Iterator[ViewStore]:
     s.close()
 
 
-class Feed:
-    def __init__(self) -> None:
-        self.offsets = {"imprint.publication.v1": 0, "imprint.runs.v1": 0}
-
-    def __call__(self, *messages: object) -> list[Inbound]:
-        out = []
-        for m in messages:
-            topic = "imprint.runs.v1" if m.type.startswith(("run.", "conversation.")) else "imprint.publication.v1"  # type: ignore[attr-defined]
-            out.append(Inbound(topic, 0, self.offsets[topic], m))
-            self.offsets[topic] += 1
-        return out
+def Feed() -> Callable[..., list[Inbound]]:  # noqa: N802 - reads like the records it makes
+    """Records as Delivery's consumer gets them (the one feeder), offsets from 0 per topic."""
+    return Feeder(lambda batch: batch).wrap
 
 
 def held(store: ViewStore, run_id: str = RUN) -> list[tuple[int, str, object]]:
