@@ -31,7 +31,7 @@ run: install
 test: install browser-deps node-deps infra-up
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
 	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)} \
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not cluster" $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
