@@ -1,398 +1,450 @@
-"""Run the Publication benchmarks (see ``bench/__init__.py``). Prints, never asserts."""
+"""``python -m bench [--quick] [--label before] [--only …]``: see ``bench/README.md``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import platform
 import shutil
-import signal
-import statistics
+import socket
 import subprocess
 import sys
 import time
-import timeit
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from imprint.contracts.registry import encode
-from imprint.contracts.runtime import AnswerPart, QuestionConditionSet, RunAdmitted
-from imprint.contracts.topics import Topic
-from imprint.publication import (
-    DEFAULT_POLICY,
-    Candidate,
-    PublicationRun,
-    SourceFacts,
-    SourceStanding,
-    intake,
-    settle,
-)
-from services.common.settings import Settings
-
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PARTS = ("publication", "relay", "journal", "delivery")
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
-ACCOUNT = "acct-bench"
-SOURCE = "src:public:annual-report-2024"
-PRIVATE = "src:private:acct-bench:memo"
 
 
-# ------------------------------------------------------------------------------ inputs
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of every measurement (``--quick`` fits in 3 minutes, the full run in ~20)."""
+
+    transport_rates: tuple[int, ...] = (100, 300, 1000)
+    transport_seconds: float = 5
+    transport_burst: int = 5000
+    commit_count: int = 3000
+    naive_sizes: tuple[int, ...] = (25, 100, 400)
+    naive_proposals: int = 800
+    run_sizes: tuple[int, ...] = (25, 100, 400)
+    run_size_proposals: int = 2000
+    earlier_runs: int = 10_000
+    age_proposals: int = 1000
+    ladder: tuple[int, ...] = (100, 150, 200, 250, 300, 400, 500, 650, 800, 1000)
+    required_rates: tuple[int, ...] = (100, 300, 1000)
+    step_seconds: float = 10
+    fanout_clients: int = 1000
+    fanout_rate: float = 4
+    fanout_seconds: float = 15
+    profile_seconds: float = 15
+    replay_sizes: tuple[int, ...] = (250_000, 1_000_000)
+    replay_rss_limit_mb: int = 12_000
+    replay_timeout: float = 400
 
 
-def typical_part(run_id: str, call: str) -> AnswerPart:
-    """Two blocks, as a research answer usually sends them: a cited paragraph with a
-    Host-issued number, and a short cited follow-up (about 600 characters in all)."""
-    first = f"({call}) " + (
-        "Revenue grew in every region in 2024, led by the services segment, while hardware "
-        f"margins narrowed under pricing pressure [[cite:{SOURCE}]]. The services share of total "
-        "revenue reached [[num:h-share]], up from the previous year; management attributes the "
-        "change to subscription renewals and the new enterprise tier. "
-    ) * 2
-    second = (f"({call}) The memo adds that the guidance for next year assumes flat hardware volumes "
-              f"[[cite:{PRIVATE}]].")
-    return AnswerPart(run_id=run_id, turn_id="turn-1", tool_call_id=call, sealed=True,
-                      arguments={"blocks": [{"markdown": first}, {"markdown": second, "role": "detail"}]})
+QUICK = Plan(transport_seconds=2, transport_burst=2000, commit_count=1000, naive_sizes=(25,), naive_proposals=250,
+             run_size_proposals=400, earlier_runs=300, age_proposals=300, ladder=(100, 300, 1000),
+             step_seconds=2, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
+             replay_sizes=(20_000, 80_000), replay_rss_limit_mb=6000, replay_timeout=120)
 
 
-def admitted(run_id: str) -> RunAdmitted:
-    return RunAdmitted(run_id=run_id, account_id=ACCOUNT, conversation_id=f"conv-{run_id}",
-                       message_id=f"msg-{run_id}", question="How did revenue develop?",
-                       qcs=QuestionConditionSet(qcs_id=f"qcs-{run_id}"))
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def grant_messages(run_id: str) -> list[Any]:
-    from imprint.contracts.runtime import EvidenceGranted, NumericIssued
-
-    return [
-        EvidenceGranted(run_id=run_id, source_id=SOURCE, scope="public", owner_account_id="publisher", title="AR"),
-        EvidenceGranted(run_id=run_id, source_id=PRIVATE, scope="private", owner_account_id=ACCOUNT, title="Memo"),
-        NumericIssued(run_id=run_id, handle_id="h-share", value="41.5", unit="%", version=1, source_id=SOURCE),  # type: ignore[arg-type]
-    ]
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-def stats(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
+def bench_settings(tag: str) -> Any:
+    from services.common.settings import Settings
 
-    def pct(p: float) -> float:
-        return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
-
-    return {"n": len(ordered), "mean": statistics.fmean(ordered), "p50": pct(0.5), "p95": pct(0.95),
-            "min": ordered[0], "max": ordered[-1]}
-
-
-# ------------------------------------------------------------------------------ 1. core
-
-
-def bench_core() -> dict[str, Any]:
-    standing = SourceStanding.of(
-        SourceFacts(SOURCE, registered=True, scope="public", owner_account_id="publisher"),
-        SourceFacts(PRIVATE, registered=True, scope="private", owner_account_id=ACCOUNT),
-    )
-    results: dict[str, Any] = {}
-    for existing in (0, 50):
-        run = PublicationRun("run-core")
-        run.note_admission(ACCOUNT, "conv-core")
-        run.grant_evidence(SOURCE, "public", "publisher", "AR")
-        run.grant_evidence(PRIVATE, "private", ACCOUNT, "Memo")
-        run.issue_numeric("h-share", "41.5", "%", 1, SOURCE)
-        for i in range(existing // 2):  # each typical proposal commits two blocks
-            candidate = intake(typical_part("run-core", f"seed-{i}"))
-            assert isinstance(candidate, Candidate)
-            run.settle(candidate, standing)
-        run.collect_events()
-        proposal = intake(typical_part("run-core", "measured"))
-        assert isinstance(proposal, Candidate)
-        facts = run.facts()
-        timer = timeit.Timer(lambda: settle(proposal, facts, standing, DEFAULT_POLICY))
-        number, _ = timer.autorange()
-        runs = [t / number * 1e6 for t in timer.repeat(repeat=7, number=number)]
-        results[f"settle_us_{existing}_blocks"] = {"best": min(runs), "median": statistics.median(runs),
-                                                   "calls_per_repeat": number}
-        raw = encode(typical_part("run-core", "measured"))
-        from imprint.contracts.registry import decode
-
-        def intake_and_settle() -> None:
-            candidate = intake(decode(Topic.RUNTIME, raw), envelope_size=len(raw))
-            assert isinstance(candidate, Candidate)
-            settle(candidate, run.facts(), standing, DEFAULT_POLICY)
-
-        timer = timeit.Timer(intake_and_settle)
-        number, _ = timer.autorange()
-        runs = [t / number * 1e6 for t in timer.repeat(repeat=7, number=number)]
-        results[f"decode_intake_settle_us_{existing}_blocks"] = {"best": min(runs), "median": statistics.median(runs)}
-    return results
-
-
-# ------------------------------------------------------------------------------ infrastructure
-
-
-def bench_settings(tag: str) -> Settings:
-    state = Path(os.environ.get("IMPRINT_STATE_DIR", Path.cwd() / ".imprint"))
+    state = Path(os.environ.get("IMPRINT_STATE_DIR") or ROOT / ".imprint")
     return Settings(
         kafka_bootstrap=os.environ.get("IMPRINT_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         database_url=os.environ.get("IMPRINT_DATABASE_URL") or DEFAULT_DATABASE_URL,
-        database_schema=f"bench_{tag}",
-        topic_prefix=f"bench{tag}.",
-        group_prefix=f"imprint-bench-{tag}",
-        state_dir=state / "bench" / tag,
+        database_schema=f"bench_{tag}", topic_prefix=f"bench{tag}.", group_prefix=f"imprint-bench-{tag}",
+        state_dir=state / "bench" / tag, http_host="127.0.0.1", http_port=free_port(),
     )
 
 
-@contextmanager
-def scratch(settings: Settings, *, topics: bool) -> Iterator[Settings]:
-    from services.common.eventstore import ensure_schema
-
-    ensure_schema(settings)
-    if topics:
-        asyncio.run(create_topics(settings))
-    try:
-        yield settings
-    finally:
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(settings.database_url, autocommit=True) as connection:  # type: ignore[arg-type]
-            connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(settings.database_schema)))
-        if topics:
-            asyncio.run(delete_topics(settings))
-
-
-async def create_topics(settings: Settings) -> None:
+async def create_topics(settings: Any, partitions: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from imprint.contracts.topics import Topic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(settings.topic(t), num_partitions=1, replication_factor=1) for t in Topic])
+        await admin.create_topics([NewTopic(settings.topic(t), num_partitions=partitions, replication_factor=1)
+                                   for t in Topic] + [NewTopic(settings.topic("bench.transport"), 1, 1)])
     finally:
         await admin.close()
 
 
-async def delete_topics(settings: Settings) -> None:
+async def delete_topics(settings: Any) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
+
+    from imprint.contracts.topics import Topic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
-        await admin.delete_topics([settings.topic(t) for t in Topic])
+        await admin.delete_topics([settings.topic(t) for t in Topic] + [settings.topic("bench.transport")])
     except Exception:  # noqa: BLE001 — cleanup only
         pass
     finally:
         await admin.close()
 
 
-# ------------------------------------------------------------------------------ 2. log
+def drop_schema(settings: Any) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(settings.database_schema)))
 
 
-def bench_log(tag: str, poll_sizes: tuple[int, ...], proposals_per_size: int) -> dict[str, Any]:
-    from services.common.inbound import Inbound
-    from services.publication.service import open_log
+def mint_token(settings: Any) -> str:
+    """Through the CLI (``imprint token``), like an operator would."""
+    from bench.procs import environment
+    from bench.workload import ACCOUNT
 
-    results: dict[str, Any] = {}
-    with scratch(bench_settings(tag), topics=False) as settings:
-        app = open_log(settings)
-        emitted = 0
+    out = subprocess.run([sys.executable, "-m", "services.cli", "token", "--account", ACCOUNT],
+                         env=environment(settings), capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
 
-        def emit(items: Any) -> None:
-            nonlocal emitted
-            emitted += len(items)
 
-        offset = 0
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = 0.0
+    try:
+        memory = int(Path("/proc/meminfo").read_text().split()[1]) / 1024 / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu_model": model, "cpus": os.cpu_count(), "memory_gb": round(memory, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "loadavg_before": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
 
-        def inbound(message: Any) -> Inbound:
-            nonlocal offset
-            offset += 1
-            raw = encode(message)
-            return Inbound("bench.runtime.v1", 0, offset, message, size=len(raw), raw=raw)
 
+def versions(settings: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for package in ("eventsourcing", "aiokafka", "faststream", "psycopg", "pydantic", "fastapi", "uvicorn",
+                    "sse-starlette", "cryptography"):
         try:
-            for size in poll_sizes:
-                polls = max(1, proposals_per_size // size)
-                per_run = min(size, 10)
-                run_count = max(1, (polls * size) // per_run)
-                runs = [f"run-{size}-{i}" for i in range(run_count)]
-                setup = [inbound(m) for r in runs for m in (admitted(r), *grant_messages(r))]
-                for start in range(0, len(setup), 500):
-                    app.process(setup[start:start + 500], emit)
-                calls = iter(range(10**9))
-                timings: list[float] = []
-                for p in range(polls):
-                    batch = []
-                    for j in range(size):
-                        index = p * size + j
-                        batch.append(inbound(typical_part(runs[(index // per_run) % run_count], f"c-{next(calls)}")))
-                    started = time.perf_counter()
-                    app.process(batch, emit)
-                    timings.append(time.perf_counter() - started)
-                total = sum(timings)
-                results[f"poll_{size}"] = {
-                    "polls": polls,
-                    "proposals": polls * size,
-                    "proposals_per_s": polls * size / total,
-                    "ms_per_poll": stats([t * 1000 for t in timings]),
-                    "ms_per_proposal": total * 1000 / (polls * size),
-                }
-        finally:
-            app.close()
-    results["note"] = "typical 2-block proposal, runs of up to 10 proposals; previews handed to a no-op emit"
-    return results
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    try:
+        import psycopg
+
+        with psycopg.connect(settings.database_url) as connection:
+            found["postgresql"] = str(connection.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+    except Exception:  # noqa: BLE001
+        pass
+    for libs in (Path(os.environ.get("IMPRINT_STATE_DIR") or ROOT / ".imprint") / "kafka" / "libs",
+                 Path("/work/main/.imprint/kafka/libs")):
+        jars = sorted(libs.glob("kafka_2.13-*.jar")) if libs.exists() else []
+        if jars:
+            found["kafka"] = jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar")
+            break
+    return found
 
 
-# ------------------------------------------------------------------------------ 3. e2e
+def code() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    return {"commit": git("rev-parse", "--short", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "libs", "services"))}
 
 
-def bench_e2e(tag: str, samples: int, warmup: int) -> dict[str, Any]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+# ------------------------------------------------------------------------------ phases
 
-    with scratch(bench_settings(tag), topics=True) as settings:
-        Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
-        logs = {part: open(Path(settings.state_dir) / f"{part}.log", "ab") for part in ("publication", "relay")}  # noqa: SIM115
-        env = {k: v for k, v in os.environ.items() if not k.startswith("IMPRINT_")}
-        env.update(IMPRINT_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, IMPRINT_DATABASE_URL=str(settings.database_url),
-                   IMPRINT_DATABASE_SCHEMA=str(settings.database_schema), IMPRINT_TOPIC_PREFIX=settings.topic_prefix,
-                   IMPRINT_GROUP_PREFIX=settings.group_prefix, IMPRINT_STATE_DIR=str(settings.state_dir),
-                   IMPRINT_LOG_LEVEL="WARNING")
-        processes = {part: subprocess.Popen([sys.executable, "-m", "services.cli", "serve", part], env=env,
-                                            stdout=logs[part], stderr=subprocess.STDOUT)
-                     for part in ("publication", "relay")}
 
-        async def measure() -> dict[str, Any]:
-            producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
-            consumer = AIOKafkaConsumer(settings.topic(Topic.PUBLICATION), bootstrap_servers=settings.kafka_bootstrap,
-                                        group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
-            await producer.start()
-            await consumer.start()
-            run = "run-e2e-bench"
-            seen: dict[tuple[str, str], float] = {}
+def run_floors(settings: Any, plan: Plan, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    from bench import floors
 
-            async def send(message: Any) -> None:
-                await producer.send_and_wait(settings.topic(Topic.RUNTIME), encode(message), key=run.encode(),
-                                             headers=[("type", message.type.encode())])
+    say("transport floor: raw aiokafka produce → consume")
+    transport = asyncio.run(floors.transport_floor(settings, settings.topic("bench.transport"),
+                                                   plan.transport_rates, plan.transport_seconds,
+                                                   plan.transport_burst))
+    for rate, row in transport["paced"].items():
+        raw = row.pop("_samples", None)
+        if raw and rate == "300":
+            samples["transport floor @300/s"] = raw
+    results["floors"]["transport"] = transport
+    say(f"  {transport['paced']}  burst {transport['burst']['per_s']:,}/s")
+    say("commit floor: INSERT + COMMIT per proposal")
+    results["floors"]["commit"] = floors.commit_floor(settings, plan.commit_count)
+    say(f"  {results['floors']['commit']['per_s']:,}/s")
+    say("naive peer: eventsourcing get + trigger + save per proposal")
+    results["floors"]["naive"] = floors.naive_peer(settings, plan.naive_sizes, plan.naive_proposals)
+    say(f"  {results['floors']['naive']['per_run_size']}")
 
-            async def wait_for(candidate: str, kind: str, timeout: float = 60) -> float:
-                deadline = time.monotonic() + timeout
-                while (candidate, kind) not in seen:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"no {kind} for {candidate}")
-                    batch = await consumer.getmany(timeout_ms=20)
-                    now = time.perf_counter()
-                    for records in batch.values():
-                        for record in records:
-                            value = json.loads(record.value)
-                            block = value.get("block") or {}
-                            key = (block.get("candidate_id", ""), value["type"])
-                            seen.setdefault(key, now)
-                return seen[(candidate, kind)]
 
+async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any], samples: dict[str, list[float]],
+                  profile_dir: Path | None) -> None:
+    from bench import profile
+    from bench.e2e import Driver
+    from bench.workload import Sources, opening, typical_part
+
+    e2e = results["e2e"]
+    windows = results["windows"]
+    driver = Driver(settings, stack, say)
+    driver.token = mint_token(settings)
+    await driver.start()
+    try:
+        await wait_ready(stack)
+        say("warm-up")
+        await driver.burst("warm", 50, 25, Sources(), delivery=True, timeout=120)
+
+        e2e["run_size"] = {}
+        for size in plan.run_sizes:
+            say(f"burst: {plan.run_size_proposals} proposals in runs of {size}")
+            row = await driver.burst(f"size{size}", plan.run_size_proposals, size, Sources(
+                public=f"src:public:size-{size}", private=f"src:private:acct-bench:size-{size}"))
+            e2e["run_size"][str(size)] = row
+            windows[f"burst {size}/run"] = row["delivery_window"]
+            say(f"  {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}  delivery {row['delivery_per_s']}/s")
+        e2e["saturation"] = dict(e2e["run_size"][str(plan.run_sizes[0])])
+
+        say(f"source age: {plan.earlier_runs:,} earlier runs cite one source")
+        hot = Sources(public="src:public:hot", private="src:private:acct-bench:hot")
+        runs = [f"run-old-{r:06d}" for r in range(plan.earlier_runs)]
+        started = time.perf_counter()
+        for chunk in range(0, len(runs), 1000):
+            part = runs[chunk:chunk + 1000]
+            await driver.send(m for run in part for m in (*opening(run, hot), typical_part(run, f"old-{run}", hot)))
+        await driver.caught_up("publication", driver.runtime, timeout=900)
+        await driver.caught_up("delivery", driver.publication, timeout=900)
+        say(f"  built in {time.perf_counter() - started:.0f} s")
+        fresh = await driver.burst("fresh", plan.age_proposals, 25, Sources(
+            public="src:public:fresh", private="src:private:acct-bench:fresh"))
+        aged = await driver.burst("aged", plan.age_proposals, 25, hot)
+        e2e["source_age"] = {"earlier_runs": plan.earlier_runs, "fresh": fresh, "aged": aged,
+                             "build_seconds": round(time.perf_counter() - started, 1)}
+        windows["burst, fresh source"] = fresh["delivery_window"]
+        windows[f"burst, source cited by {plan.earlier_runs:,} runs"] = aged["delivery_window"]
+        say(f"  fresh {fresh['per_s']}/s {fresh['cpu_ms_per_proposal']}  aged {aged['per_s']}/s "
+            f"{aged['cpu_ms_per_proposal']}")
+
+        e2e["paced"] = {}
+        failed = False
+        best: dict[str, Any] | None = None
+        for rate in plan.ladder:
+            if failed and rate not in plan.required_rates:
+                continue
+            say(f"paced: offered {rate}/s for {plan.step_seconds:.0f} s (one SSE client per run)")
+            drain = max(20.0, rate * plan.step_seconds / 150)
+            row = await driver.paced(f"paced{rate}", rate, plan.step_seconds, 25, Sources(
+                public=f"src:public:paced-{rate}", private=f"src:private:acct-bench:paced-{rate}"),
+                clients=True, drain=drain)
+            raw = row.pop("_samples", {})
+            if rate in plan.required_rates:
+                for kind, values in raw.items():
+                    if kind == "published" or (kind in ("preview", "sse") and rate == 300):
+                        samples[f"produce→{kind} @{rate}/s"] = values
+            e2e["paced"][str(rate)] = row
+            windows[f"paced {rate}/s"] = row["window"]
+            say(f"  achieved {row.get('achieved_per_s')}/s keeps_up={row['keeps_up']} slope={row.get('latency_slope')} "
+                f"preview {row['preview_ms']}  published {row['published_ms']}  sse {row.get('sse_ms')}")
+            if row["keeps_up"] and not failed:
+                best = row
+            else:
+                failed = True
+            await driver.caught_up("publication", driver.runtime, timeout=600)
+        e2e["sustained"] = {"offered_per_s": best["offered_per_s"], "achieved_per_s": best.get("achieved_per_s")} \
+            if best else {"offered_per_s": None, "achieved_per_s": None}
+
+        say(f"fan-out: {plan.fanout_clients} SSE clients on one run")
+        fan = await driver.fanout("fanout", plan.fanout_clients, plan.fanout_rate, plan.fanout_seconds, Sources(
+            public="src:public:fanout", private="src:private:acct-bench:fanout"), drain=60)
+        raw = fan.pop("_samples", None)
+        if raw:
+            samples[f"published→SSE, {plan.fanout_clients} clients"] = raw
+        e2e["fanout"] = fan
+        windows[f"fan-out {plan.fanout_clients} clients"] = fan["window"]
+        say(f"  {fan['published_to_client_ms']}  missing {fan['missing_deliveries']}  "
+            f"delivery RSS {fan['window']['peak_rss_mb'].get('delivery')} MB")
+
+        if profile_dir is not None:
+            say(f"profiles: py-spy on every part during an overload burst ({plan.profile_seconds:.0f} s)")
+            rate = (e2e["saturation"].get("per_s") or 300) * 1.5
+            count = int(rate * plan.profile_seconds)
+            recorders = {part: profile.start(pid, profile_dir / f"{part}.txt", plan.profile_seconds)
+                         for part, pid in stack.pids().items()}
+            await driver.burst("profile", count, 25, Sources(public="src:public:profile",
+                                                             private="src:private:acct-bench:profile"),
+                               delivery=False, timeout=600)
+            for part, recorder in recorders.items():
+                error = profile.finish(recorder)
+                results["profiles"][part] = ({**profile.top_costs(profile_dir / f"{part}.txt"),
+                                              "when": f"burst of {count} proposals, 25/run"}
+                                             if error is None else error)
+            say(f"  {results['profiles']}")
+            say("profiles: py-spy on delivery during fan-out")
+            recorder = profile.start(stack.pids()["delivery"], profile_dir / "delivery-fanout.txt", plan.profile_seconds)
+            await driver.fanout("fanout-profile", plan.fanout_clients, plan.fanout_rate, plan.profile_seconds,
+                                Sources(public="src:public:fanout", private="src:private:acct-bench:fanout"),
+                                drain=30)
+            error = profile.finish(recorder)
+            results["profiles"]["delivery (fan-out)"] = (
+                {**profile.top_costs(profile_dir / "delivery-fanout.txt"),
+                 "when": f"{plan.fanout_clients} SSE clients, {plan.fanout_rate}/s"} if error is None else error)
+    finally:
+        await driver.stop()
+
+
+async def wait_ready(stack: Any, timeout: float = 90) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            stack.check_alive()
             try:
-                for message in (admitted(run), *grant_messages(run)):
-                    await send(message)
-                published_ms: list[float] = []
-                preview_ms: list[float] = []
-                for i in range(warmup + samples):
-                    call = f"e2e-{i}"
-                    started = time.perf_counter()
-                    await send(typical_part(run, call))
-                    done = await wait_for(f"tool:{call}", "answer.published")
-                    preview = await wait_for(f"tool:{call}", "answer.preview")
-                    if i >= warmup:
-                        published_ms.append((done - started) * 1000)
-                        preview_ms.append((preview - started) * 1000)
-                return {"published_ms": stats(published_ms), "preview_ms": stats(preview_ms), "warmup": warmup,
-                        "note": "one proposal at a time; produce acknowledged → message read by a test consumer"}
-            finally:
-                await consumer.stop()
-                await producer.stop()
-
-        try:
-            measured = asyncio.run(measure())
-        finally:
-            for process in processes.values():
-                process.send_signal(signal.SIGTERM)
-            for process in processes.values():
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-            for handle in logs.values():
-                handle.close()
-        shutil.rmtree(settings.state_dir, ignore_errors=True)  # the part logs, kept only when it failed
-        return measured
+                if (await client.get(f"{stack.base_url}/readyz", timeout=1)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.3)
+    raise RuntimeError("delivery never became ready")
 
 
 # ------------------------------------------------------------------------------ main
 
 
-def report(results: dict[str, Any]) -> str:
-    lines = ["imprint Publication benchmarks", ""]
-    core = results.get("core", {})
-    for name, value in core.items():
-        lines.append(f"  core  {name:<36} best {value['best']:9.1f} µs   median {value['median']:9.1f} µs")
-    log = results.get("log", {})
-    for name, value in log.items():
-        if isinstance(value, dict):
-            ms = value["ms_per_poll"]
-            lines.append(f"  log   {name:<10} {value['proposals_per_s']:9.0f} proposals/s   "
-                         f"{ms['mean']:8.2f} ms/poll (p50 {ms['p50']:.2f}, p95 {ms['p95']:.2f})   "
-                         f"{value['ms_per_proposal']:.3f} ms/proposal")
-    e2e = results.get("e2e", {})
-    for name in ("published_ms", "preview_ms"):
-        if name in e2e:
-            v = e2e[name]
-            lines.append(f"  e2e   {name:<14} p50 {v['p50']:7.1f}  p95 {v['p95']:7.1f}  max {v['max']:7.1f}  "
-                         f"mean {v['mean']:7.1f} ms  (n={v['n']})")
-    for part, error in results.get("errors", {}).items():
-        lines.append(f"  {part}: FAILED: {error}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--only", choices=("core", "log", "e2e"), action="append")
-    parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes: the whole run in under 3 minutes")
+    parser.add_argument("--only", choices=("floors", "e2e", "replay"), action="append")
+    parser.add_argument("--label", default=None,
+                        help="also write bench/results/<label>-<date>.* (e.g. before, after)")
+    parser.add_argument("--profile", action="store_true", help="py-spy every part at saturation (top five costs)")
+    parser.add_argument("--partitions", type=int, default=int(os.environ.get("KAFKA_TOPIC_PARTITIONS", "3")),
+                        help="partitions per topic (deploy/local default: 3)")
+    parser.add_argument("--rebuild-log", action="store_true", help="rebuild the cached replay logs")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+
     from services.common.observability import configure_logging
 
     configure_logging(json=False, level="WARNING")
     import logging
 
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # leader-election retries right after topic creation
-    parts = args.only or ["core", "log", "e2e"]
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    from bench import report
+    from bench.procs import Stack
+
+    plan = QUICK if args.quick else Plan()
+    parts = args.only or ["floors", "e2e", "replay"]
     tag = uuid.uuid4().hex[:8]
+    settings = bench_settings(tag)
+    started = time.monotonic()
     results: dict[str, Any] = {
-        "started_at": datetime.now(UTC).isoformat(),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
+        "label": args.label or "latest", "mode": "quick" if args.quick else "full",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
+        "versions": versions(settings), "code": code(), "plan": plan.__dict__, "partitions": args.partitions,
+        "floors": {}, "e2e": {}, "windows": {}, "profiles": {}, "seconds": {},
     }
+    samples: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
-    jobs: dict[str, Callable[[], dict[str, Any]]] = {
-        "core": bench_core,
-        "log": lambda: bench_log(tag, (1, 50, 500), 300 if args.quick else 2000),
-        "e2e": lambda: bench_e2e(tag, samples=10 if args.quick else 50, warmup=3 if args.quick else 5),
-    }
-    for part in parts:
-        started = time.monotonic()
+    profile_dir = (args.out / "profiles" / (args.label or "latest")) if args.profile else None
+    from services.common.eventstore import ensure_schema
+
+    ensure_schema(settings)
+    asyncio.run(create_topics(settings, args.partitions))
+    try:
+        if "floors" in parts:
+            phase = time.monotonic()
+            try:
+                run_floors(settings, plan, results, samples)
+            except Exception as error:  # noqa: BLE001 — report what failed and go on
+                errors["floors"] = f"{type(error).__name__}: {error}"
+            results["seconds"]["floors"] = round(time.monotonic() - phase, 1)
+        if "e2e" in parts:
+            phase = time.monotonic()
+            stack = Stack(settings, PARTS)
+            say(f"starting {', '.join(PARTS)} (schema {settings.database_schema}, prefix {settings.topic_prefix})")
+            stack.start()
+            try:
+                asyncio.run(run_e2e(settings, stack, plan, results, samples, profile_dir))
+            except Exception as error:  # noqa: BLE001
+                import traceback
+
+                errors["e2e"] = f"{type(error).__name__}: {error}"
+                traceback.print_exc()
+                for part in PARTS:
+                    tail = stack.log(part)[-1500:]
+                    if "Traceback" in tail or "error" in tail.lower():
+                        print(f"----- {part} log (tail) -----\n{tail}", file=sys.stderr)
+            finally:
+                stack.stop()
+            results["seconds"]["e2e"] = round(time.monotonic() - phase, 1)
+    finally:
+        asyncio.run(delete_topics(settings))
+        drop_schema(settings)
+        shutil.rmtree(settings.state_dir, ignore_errors=True)
+    if "replay" in parts:
+        phase = time.monotonic()
+        from bench.replay import bench_replay
+
         try:
-            results[part] = jobs[part]()
-        except Exception as error:  # noqa: BLE001 — a bench reports what failed and goes on
-            errors[part] = f"{type(error).__name__}: {error}"
-        results.setdefault("seconds", {})[part] = round(time.monotonic() - started, 1)
+            say(f"replay over logs of {', '.join(f'{s:,}' for s in plan.replay_sizes)} events")
+            results["replay"] = bench_replay(settings, plan.replay_sizes, args.rebuild_log, plan.replay_rss_limit_mb,
+                                             plan.replay_timeout, say)
+        except Exception as error:  # noqa: BLE001
+            errors["replay"] = f"{type(error).__name__}: {error}"
+        results["seconds"]["replay"] = round(time.monotonic() - phase, 1)
+    results["seconds"]["total"] = round(time.monotonic() - started, 1)
+    results["machine"]["loadavg_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     if errors:
         results["errors"] = errors
-    text = report(results)
-    print(text)
-    state = Path(os.environ.get("IMPRINT_STATE_DIR", Path.cwd() / ".imprint"))
-    out = state / "bench" / "last.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"\n  written to {out}")
+    results["targets"] = report.targets(results)
+    results["samples"] = {k: [round(v, 3) for v in vs] for k, vs in samples.items()}
+    write(results, args.out, args.label)
+    print(report.markdown(results))
     return 1 if errors else 0
+
+
+def write(results: dict[str, Any], out: Path, label: str | None) -> None:
+    from bench import report
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["latest"]
+    if label:
+        names.append(f"{label}-{results['started_at'][:10]}")
+    for name in names:
+        prefix = out / name
+        prefix.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        prefix.with_suffix(".md").write_text(report.markdown({**results, "label": name}))
+        try:
+            report.plots({**results, "label": name}, prefix)
+        except Exception as error:  # noqa: BLE001 — plots are a convenience; the JSON is the record
+            say(f"plots failed: {type(error).__name__}: {error}")
+    say(f"results written to {out}/{names[-1]}.{{json,md}} and *.png")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,314 @@
+"""imprint end to end, driven only from outside: proposals produced to
+``imprint.runtime.v1`` (each run admitted first), ``answer.preview`` /
+``answer.published`` consumed from ``imprint.publication.v1``, frames read from
+Delivery's SSE endpoint, CPU and RSS of each ``imprint serve`` process from /proc.
+
+Completion of a consumer (Publication on the runtime topic, Delivery on the
+publication topic) is read from its Kafka consumer group's committed offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from bench import sse
+from bench.procs import Stack
+from bench.stats import latency_summary, slope
+from bench.workload import Sources, candidate_of, opening, typical_part, wire
+from imprint.contracts.topics import Topic
+from services.common.settings import Settings
+
+BLOCKS_PER_PROPOSAL = 2
+
+
+@dataclass
+class Arrivals:
+    """When each proposal's blocks were seen: on Kafka (preview, published) and by SSE clients."""
+
+    kafka: dict[str, dict[str, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    sse: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    other: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def done(self, call: str, kind: str = "published") -> float | None:
+        times = self.kafka.get(candidate_of(call), {}).get(kind)
+        if times is None or len(times) < BLOCKS_PER_PROPOSAL:
+            return None
+        return times[BLOCKS_PER_PROPOSAL - 1]
+
+
+class Driver:
+    """One producer, one reader of the publication topic, SSE clients, consumer-lag probes."""
+
+    def __init__(self, settings: Settings, stack: Stack, say: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.stack = stack
+        self.say = say
+        self.arrivals = Arrivals()
+        self.runtime = settings.topic(Topic.RUNTIME)
+        self.publication = settings.topic(Topic.PUBLICATION)
+        self.clients: list[sse.SseClient] = []
+        self.token = ""
+
+    async def start(self) -> None:
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
+                                         linger_ms=0, max_request_size=4 * 1024 * 1024)
+        self.consumer = AIOKafkaConsumer(self.publication, bootstrap_servers=self.settings.kafka_bootstrap,
+                                         group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
+                                         max_partition_fetch_bytes=8 * 1024 * 1024)
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+        await self.producer.start()
+        await self.consumer.start()
+        await self.admin.start()
+        self.reader = asyncio.create_task(self._read())
+
+    async def stop(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.reader.cancel()
+        await asyncio.gather(self.reader, return_exceptions=True)
+        await self.consumer.stop()
+        await self.producer.stop()
+        await self.admin.close()
+
+    async def _read(self) -> None:
+        kafka = self.arrivals.kafka
+        while True:
+            batch = await self.consumer.getmany(timeout_ms=50, max_records=5000)
+            now = time.perf_counter()
+            for records in batch.values():
+                for record in records:
+                    value = json.loads(record.value)
+                    kind = value.get("type")
+                    if kind in ("answer.published", "answer.preview"):
+                        kafka[value["block"]["candidate_id"]][kind.removeprefix("answer.")].append(now)
+                    else:
+                        self.arrivals.other[kind] += 1
+
+    # ---------------------------------------------------------------- producing
+
+    async def send(self, messages: Iterable[Any]) -> None:
+        """Produce in order without waiting for each acknowledgement; wait for all at the end."""
+        futures = []
+        for message in messages:
+            key, value, headers = wire(message)
+            futures.append(await self.producer.send(self.runtime, value, key=key, headers=headers))
+        if futures:
+            await asyncio.gather(*futures)
+
+    async def admit(self, runs: list[str], sources: Sources, clients: bool = False) -> None:
+        """Open every run (admission, grants) and wait until Publication has taken them
+        (and, for SSE, until Delivery serves them)."""
+        await self.send(m for run in runs for m in opening(run, sources))
+        await self.caught_up("publication", self.runtime)
+        if clients:
+            await self.connect(runs)
+
+    async def connect(self, runs: list[str], per_run: int = 1, concurrency: int = 50) -> list[sse.SseClient]:
+        gate = asyncio.Semaphore(concurrency)
+        host, port = self.settings.http_host, self.settings.http_port
+
+        def on_frame(kind: str, call: str, now: float) -> None:
+            if kind == "published":
+                self.arrivals.sse[call].append(now)
+
+        async def one(run: str) -> sse.SseClient:
+            async with gate:
+                return await sse.connect(host, port, run, self.token, on_frame, retry_for=60)
+
+        opened = await asyncio.gather(*(one(run) for run in runs for _ in range(per_run)))
+        self.clients.extend(opened)
+        return list(opened)
+
+    def close_clients(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients = []
+
+    # ---------------------------------------------------------------- waiting
+
+    async def caught_up(self, consumer: str, topic: str, timeout: float = 300) -> float:
+        """Wait until ``consumer``'s group has committed every offset of ``topic``; returns when."""
+        group = f"{self.settings.group_prefix}.{consumer}"
+        partitions = [TopicPartition(topic, p) for p in sorted(self.consumer_partitions(topic))]
+        deadline = time.monotonic() + timeout
+        while True:
+            ends = await self.consumer.end_offsets(partitions)
+            committed = await self.admin.list_consumer_group_offsets(group, partitions=partitions)
+            behind = sum(max(0, ends[tp] - (committed[tp].offset if tp in committed and committed[tp].offset >= 0
+                                            else 0)) for tp in partitions)
+            if behind == 0:
+                return time.perf_counter()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{consumer} still {behind} behind on {topic}")
+            self.stack.check_alive()
+            await asyncio.sleep(0.1)
+
+    def consumer_partitions(self, topic: str) -> set[int]:
+        return self.consumer._client.cluster.partitions_for_topic(topic) or {0}
+
+    async def completed(self, calls: list[str], timeout: float, kind: str = "published") -> bool:
+        deadline = time.monotonic() + timeout
+        pending = list(calls)
+        while pending:
+            pending = [c for c in pending if self.arrivals.done(c, kind) is None]
+            if not pending:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            self.stack.check_alive()
+            await asyncio.sleep(0.05)
+        return True
+
+    # ---------------------------------------------------------------- measurements
+
+    async def burst(self, label: str, proposals: int, per_run: int, sources: Sources,
+                    delivery: bool = True, timeout: float = 600) -> dict[str, Any]:
+        """``proposals`` produced at once, round-robin over runs of ``per_run``: saturation."""
+        runs = [f"run-{label}-{r:05d}" for r in range(max(1, math.ceil(proposals / per_run)))]
+        await self.admit(runs, sources)
+        if delivery:
+            await self.caught_up("delivery", self.publication)
+        calls = [f"{label}-{i:06d}" for i in range(proposals)]
+        window = self.stack.window()
+        started = time.perf_counter()
+        await self.send(typical_part(runs[i % len(runs)], call, sources) for i, call in enumerate(calls))
+        produced = time.perf_counter()
+        complete = await self.completed(calls, timeout)
+        finished = max((self.arrivals.done(c) or 0.0) for c in calls)
+        published_window = self.stack.close(window)
+        result: dict[str, Any] = {
+            "proposals": proposals, "per_run": per_run, "runs": len(runs), "complete": complete,
+            "produce_seconds": round(produced - started, 3),
+            "seconds": round(finished - started, 3),
+            "per_s": round(proposals / (finished - started), 1) if complete else None,
+            "publication_window": published_window,
+        }
+        if delivery:
+            caught = await self.caught_up("delivery", self.publication, timeout=timeout)
+            delivery_window = self.stack.close(window)
+            result["delivery_seconds"] = round(caught - started, 3)
+            result["delivery_per_s"] = round(proposals / (caught - started), 1)
+            result["delivery_window"] = delivery_window
+            cpu = delivery_window["cpu_s"]
+        else:
+            cpu = published_window["cpu_s"]
+        result["cpu_ms_per_proposal"] = {part: round(seconds * 1000 / proposals, 3) for part, seconds in cpu.items()}
+        return result
+
+    async def paced(self, label: str, rate: float, seconds: float, per_run: int, sources: Sources,
+                    clients: bool, drain: float) -> dict[str, Any]:
+        """Offered load ``rate`` proposals/s for ``seconds``, open loop (each proposal's clock
+        starts at its scheduled time), round-robin over runs of ``per_run``."""
+        count = max(1, int(rate * seconds))
+        runs = [f"run-{label}-{r:05d}" for r in range(max(1, math.ceil(count / per_run)))]
+        await self.admit(runs, sources, clients=clients)
+        calls = [f"{label}-{i:06d}" for i in range(count)]
+        scheduled: dict[str, float] = {}
+        window = self.stack.window()
+        start = time.perf_counter() + 0.1
+        futures = []
+        late = 0.0
+        for i, call in enumerate(calls):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0.001:
+                await asyncio.sleep(delay)
+            else:
+                late = max(late, -delay)
+            scheduled[call] = due
+            key, value, headers = wire(typical_part(runs[i % len(runs)], call, sources))
+            futures.append(await self.producer.send(self.runtime, value, key=key, headers=headers))
+        last_due = start + (count - 1) / rate
+        await asyncio.gather(*futures)
+        complete = await self.completed(calls, drain)
+        window_result = self.stack.close(window)
+        published = [(scheduled[c], d) for c in calls if (d := self.arrivals.done(c)) is not None]
+        previews = [(scheduled[c], d) for c in calls if (d := self.arrivals.done(c, "preview")) is not None]
+        lat_pub = [(d - s) * 1000 for s, d in published]
+        result: dict[str, Any] = {
+            "offered_per_s": rate, "seconds": seconds, "proposals": count, "runs": len(runs),
+            "completed": len(published), "complete": complete,
+            "producer_max_lateness_ms": round(late * 1000, 1),
+            "preview_ms": latency_summary([(d - s) * 1000 for s, d in previews]),
+            "published_ms": latency_summary(lat_pub),
+            "window": window_result,
+        }
+        if published:
+            finished = max(d for _, d in published)
+            result["achieved_per_s"] = round(len(published) / (finished - start), 1)
+            result["drain_seconds"] = round(max(0.0, finished - last_due), 3)
+            # Growing backlog ⇔ latency grows with the send time (seconds of latency per second).
+            result["latency_slope"] = round(slope([s - start for s, _ in published],
+                                                  [(d - s) for s, d in published]), 4)
+        result["_samples"] = {"published": lat_pub, "preview": [(d - s) * 1000 for s, d in previews]}
+        keeps_up = complete and result.get("latency_slope", 1.0) < 0.05 and result.get("drain_seconds", 99) < 1.0
+        result["keeps_up"] = bool(keeps_up)
+        if clients:
+            sse_lat = []
+            for call in calls:
+                times = self.arrivals.sse.get(call)
+                if times and len(times) >= BLOCKS_PER_PROPOSAL:
+                    sse_lat.append((sorted(times)[BLOCKS_PER_PROPOSAL - 1] - scheduled[call]) * 1000)
+            result["sse_ms"] = latency_summary(sse_lat)
+            result["_samples"]["sse"] = sse_lat
+            self.close_clients()
+        return result
+
+    async def fanout(self, label: str, clients: int, rate: float, seconds: float, sources: Sources,
+                     drain: float) -> dict[str, Any]:
+        """One run, ``clients`` concurrent SSE streams on it; proposals at ``rate``/s;
+        latency from ``answer.published`` read on Kafka to each client's frame."""
+        run = f"run-{label}"
+        await self.admit([run], sources)
+        connect_started = time.perf_counter()
+        window = self.stack.window()
+        opened = await self.connect([run], per_run=clients)
+        connect_seconds = time.perf_counter() - connect_started
+        per_client: dict[int, dict[str, float]] = {}
+        for index, client in enumerate(opened):
+            seen: dict[str, float] = {}
+            per_client[index] = seen
+
+            def hook(kind: str, call: str, now: float, seen: dict[str, float] = seen) -> None:
+                if kind == "published":
+                    seen[call] = now  # the later of the proposal's two blocks wins
+
+            client.on_frame = hook
+        count = max(1, int(rate * seconds))
+        calls = [f"{label}-{i:05d}" for i in range(count)]
+        start = time.perf_counter() + 0.1
+        for i, call in enumerate(calls):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.send([typical_part(run, call, sources)])
+        await self.completed(calls, drain)
+        deadline = time.monotonic() + drain
+        while time.monotonic() < deadline:
+            if all(len(seen) >= count for seen in per_client.values()):
+                break
+            await asyncio.sleep(0.1)
+        result_window = self.stack.close(window)
+        latencies, missing = [], 0
+        for seen in per_client.values():
+            for call in calls:
+                published = self.arrivals.done(call)
+                if call in seen and published is not None:
+                    latencies.append((seen[call] - published) * 1000)
+                else:
+                    missing += 1
+        self.close_clients()
+        return {"clients": clients, "proposals": count, "offered_per_s": rate,
+                "connect_seconds": round(connect_seconds, 2),
+                "published_to_client_ms": latency_summary(latencies), "missing_deliveries": missing,
+                "_samples": latencies,
+                "window": result_window}

@@ -1,0 +1,278 @@
+"""Replay: ``imprint replay`` (a subprocess) over a cached Publication log, against the
+raw notification-log read of the same table with psycopg.
+
+The log is built once per size and kept in its own PostgreSQL schema
+(``bench_log_<events>``), by bulk-writing runs through the Publication application
+in-process (``services.publication.service.open_log`` → ``PublicationLog.process``
+with polls of 500 messages, the same code ``imprint serve publication`` runs, just
+without Kafka in front). A ``bench_meta`` table in that schema records the number of
+events and a hash of the Publication code that wrote it: the log is rebuilt when the
+code changes (the writer's event format is then the one the reader must replay), or
+when ``--rebuild-log`` is given."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench.procs import environment, read_rss_kb
+from bench.workload import Sources, opening, typical_part
+from services.common.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITER_CODE = ("libs/imprint/publication", "libs/imprint/shredding.py", "libs/imprint/contracts",
+               "services/publication", "services/common/eventstore.py", "services/common/keyring.py")
+PROPOSALS_PER_RUN = 25
+
+
+def writer_hash() -> str:
+    digest = hashlib.sha256()
+    for entry in WRITER_CODE:
+        path = ROOT / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(str(file.relative_to(ROOT)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def log_schema(events: int) -> str:
+    return f"bench_log_{events}"
+
+
+def log_settings(base: Settings, events: int) -> Settings:
+    return base.model_copy(update={"database_schema": log_schema(events), "topic_prefix": "benchlog.",
+                                   "state_dir": Path(base.state_dir) / "bench-log"})
+
+
+def events_table(settings: Settings) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(str(settings.database_schema)), sql.Identifier("publication_events"))
+
+
+def count_events(settings: Settings) -> int:
+    with psycopg.connect(str(settings.database_url)) as connection:
+        row = connection.execute(sql.SQL("SELECT count(*) FROM {}").format(events_table(settings))).fetchone()
+    return int(row[0]) if row else 0
+
+
+def cached(settings: Settings) -> dict[str, Any] | None:
+    try:
+        with psycopg.connect(str(settings.database_url)) as connection:
+            row = connection.execute(sql.SQL("SELECT events, writer, built_seconds, method FROM {}.bench_meta").format(
+                sql.Identifier(str(settings.database_schema)))).fetchone()
+    except psycopg.Error:
+        return None
+    if row is None:
+        return None
+    return {"events": row[0], "writer": row[1], "built_seconds": row[2], "method": row[3]}
+
+
+def ensure_logs(base: Settings, sizes: tuple[int, ...], rebuild: bool, say: Callable[[str], None]) -> dict[int, Any]:
+    """The cached logs of each size (built when missing or stale). One growing log is
+    written up to the largest size; each smaller size is a copy of it taken on the way."""
+    current = writer_hash()
+    metas: dict[int, Any] = {}
+    missing = []
+    for size in sizes:
+        meta = cached(log_settings(base, size))
+        if meta and meta["writer"] == current and meta["events"] >= size and not rebuild:
+            metas[size] = {**meta, "schema": log_schema(size), "cached": True}
+        else:
+            missing.append(size)
+    if not missing:
+        return metas
+    building = base.model_copy(update={"database_schema": "bench_log_building", "topic_prefix": "benchlog.",
+                                       "state_dir": Path(base.state_dir) / "bench-log"})
+    say(f"building Publication logs of {', '.join(f'{m:,}' for m in missing)} events "
+        f"(writer {current}; PublicationLog.process in-process, polls of 500) …")
+    with psycopg.connect(str(base.database_url), autocommit=True) as connection:
+        for schema in ("bench_log_building", *(log_schema(m) for m in missing)):
+            connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    started = time.monotonic()
+
+    def checkpoint(size: int, written: int) -> None:
+        seconds = round(time.monotonic() - started, 1)
+        target = log_schema(size)
+        with psycopg.connect(str(base.database_url), autocommit=True) as connection:
+            if size == missing[-1]:
+                connection.execute(sql.SQL("ALTER SCHEMA bench_log_building RENAME TO {}").format(sql.Identifier(target)))
+            else:
+                copy_schema(connection, "bench_log_building", target)
+            connection.execute(sql.SQL("CREATE TABLE {}.bench_meta (events bigint, writer text, built_seconds real, "
+                                       "method text)").format(sql.Identifier(target)))
+            connection.execute(sql.SQL("INSERT INTO {}.bench_meta VALUES (%s, %s, %s, %s)").format(sql.Identifier(target)),
+                               (written, current, seconds, METHOD))
+            connection.execute(sql.SQL("ANALYZE {}.publication_events").format(sql.Identifier(target)))
+        metas[size] = {"events": written, "writer": current, "built_seconds": seconds, "method": METHOD,
+                       "schema": target, "cached": False}
+        say(f"  log of {written:,} events ready in {target} after {seconds:.0f} s")
+
+    build_log(building, missing, checkpoint, say)
+    return metas
+
+
+METHOD = ("PublicationLog.process in-process (3 writer processes), polls of 500 messages; runs of 25 "
+          "proposals; each writer cites a new public source every 500 runs")
+
+
+def copy_schema(connection: psycopg.Connection[Any], source: str, target: str) -> None:
+    connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(target)))
+    tables = [r[0] for r in connection.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s AND table_type = 'BASE TABLE'",
+        (source,))]
+    for table in tables:
+        new, old = sql.Identifier(target, table), sql.Identifier(source, table)
+        connection.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING INDEXES)").format(new, old))
+        connection.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(new, old))
+
+
+def build_log(settings: Settings, sizes: list[int], checkpoint: Callable[[int, int], None],
+              say: Callable[[str], None], workers: int = 3) -> None:
+    """Runs of typical proposals through the Publication application until the log
+    holds each of ``sizes`` events in turn (``checkpoint`` is called at each, with the
+    writers stopped). ``workers`` processes write side by side (their own runs, sources
+    and tracking partition), since one writer mostly waits on its commits."""
+    import multiprocessing
+
+    from services.common.eventstore import ensure_schema
+
+    ensure_schema(settings)
+    context = multiprocessing.get_context("spawn")
+    for phase, target in enumerate(sorted(sizes)):
+        processes = [context.Process(target=_write_until, args=(settings, target, phase * workers + w),
+                                     daemon=True) for w in range(workers)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+            if process.exitcode != 0:
+                raise RuntimeError(f"a log writer failed (exit {process.exitcode})")
+        checkpoint(target, count_events(settings))
+
+
+def _write_until(settings: Settings, target: int, lane: int) -> None:
+    from services.common.observability import configure_logging
+
+    configure_logging(json=False, level="WARNING")  # before the services bind their loggers
+    from imprint.contracts.registry import encode
+    from services.common.inbound import Inbound
+    from services.publication.service import open_log
+
+    app = open_log(settings)
+    topic = settings.topic("imprint.runtime.v1")
+    offset = 0
+
+    def inbound(message: Any) -> Inbound:
+        nonlocal offset
+        offset += 1
+        raw = encode(message)
+        return Inbound(topic, lane, offset, message, size=len(raw), raw=raw, key=message.run_id.encode())
+
+    try:
+        run = 0
+        while int(app.recorder.max_notification_id() or 0) < target:  # type: ignore[attr-defined]
+            batch: list[Any] = []
+            while len(batch) < 500:
+                run_id = f"run-log-{lane:02d}-{run:07d}"
+                sources = Sources(public=f"src:public:report-{lane}-{run // 500}",
+                                  private=f"src:private:acct-bench:memo-{lane}-{run // 500}")
+                run += 1
+                batch.extend(inbound(m) for m in opening(run_id, sources))
+                batch.extend(inbound(typical_part(run_id, f"{run_id}-c{i}", sources)) for i in range(PROPOSALS_PER_RUN))
+            app.process(batch, lambda _items: None)
+    finally:
+        app.close()
+
+
+def raw_read(settings: Settings, page: int = 500) -> dict[str, Any]:
+    """Read every row of the notification log in pages, as eventsourcing's
+    ``select_notifications`` does (the floor under any replay)."""
+    table = events_table(settings)
+    query = sql.SQL("SELECT notification_id, originator_id, originator_version, topic, state FROM {} "
+                    "WHERE notification_id > %s ORDER BY notification_id LIMIT %s").format(table)
+    started = time.perf_counter()
+    cpu = time.process_time()
+    read, last, size = 0, 0, 0
+    with psycopg.connect(str(settings.database_url)) as connection:
+        while True:
+            rows = connection.execute(query, (last, page), prepare=True).fetchall()
+            if not rows:
+                break
+            read += len(rows)
+            last = rows[-1][0]
+            size += sum(len(r[4]) for r in rows)
+    seconds = time.perf_counter() - started
+    return {"events": read, "seconds": round(seconds, 2), "events_per_s": round(read / seconds),
+            "cpu_s": round(time.process_time() - cpu, 2), "mean_state_bytes": round(size / max(1, read)),
+            "page": page}
+
+
+def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[str, Any]:
+    """``imprint replay`` as a subprocess (stdout to /dev/null); peak RSS from
+    ``wait4``'s rusage of that child, and /proc sampled so a replay that would exhaust
+    the machine is stopped at ``rss_limit_mb`` (reported, not hidden)."""
+    env = environment(settings, log_level="WARNING")
+    started = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        process = subprocess.Popen([sys.executable, "-m", "services.cli", "replay"], env=env, stdout=devnull,
+                                   stderr=subprocess.PIPE)
+    stopped: dict[str, Any] = {}
+    sampled = {"max_rss_kb": 0}
+
+    def watch() -> None:
+        while process.poll() is None:
+            rss = read_rss_kb(process.pid) or 0
+            sampled["max_rss_kb"] = max(sampled["max_rss_kb"], rss)
+            if rss > rss_limit_mb * 1024 and not stopped:
+                stopped["why"] = f"RSS passed {rss_limit_mb} MB"
+                process.send_signal(signal.SIGKILL)
+            elif time.perf_counter() - started > timeout and not stopped:
+                stopped["why"] = f"ran longer than {timeout:.0f} s"
+                process.send_signal(signal.SIGKILL)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    watcher.join(timeout=2)
+    stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+    result: dict[str, Any] = {
+        "seconds": round(seconds, 2), "exit": process.returncode,
+        "peak_rss_mb": round(usage.ru_maxrss / 1024), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+    }
+    if stopped:
+        result["stopped"] = stopped["why"]
+    elif process.returncode != 0:
+        result["stderr_tail"] = stderr[-800:]
+    return result
+
+
+def bench_replay(base: Settings, sizes: tuple[int, ...], rebuild: bool, rss_limit_mb: int, timeout: float,
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    results: dict[str, Any] = {"method": "imprint replay (subprocess, stdout discarded) vs psycopg pages of 500",
+                               "sizes": {}}
+    metas = ensure_logs(base, sizes, rebuild, say)
+    for size in sizes:
+        meta = metas[size]
+        settings = log_settings(base, size)
+        events = count_events(settings)
+        raw = raw_read(settings)
+        say(f"  raw notification-log read of {events:,} events: {raw['events_per_s']:,} events/s")
+        replay = run_replay(settings, rss_limit_mb, timeout)
+        replay["events_per_s"] = round(events / replay["seconds"]) if "stopped" not in replay and replay["exit"] == 0 else None
+        say(f"  imprint replay: {replay}")
+        results["sizes"][str(size)] = {"log": meta, "events": events, "raw": raw, "replay": replay}
+    return results

@@ -1,0 +1,266 @@
+"""The summary: every figure, the issue-9 ratios and PASS/MISS against each target;
+Markdown and PNG plots next to the JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _get(data: Any, *path: Any) -> Any:
+    for key in path:
+        if data is None:
+            return None
+        if isinstance(data, dict):
+            data = data.get(str(key)) if str(key) in data else data.get(key)
+        else:
+            return None
+    return data
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if a is None or b in (None, 0):
+        return None
+    return round(a / b, 3)
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 9's targets, each with the measured value, the bound and PASS/MISS."""
+    e2e = results.get("e2e", {})
+    floors = results.get("floors", {})
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, value: Any, bound: float, better: str, unit: str = "×") -> None:
+        status = "n/a" if value is None else (
+            "PASS" if (value >= bound if better == "higher" else value <= bound) else "MISS")
+        rows.append({"target": name, "value": value, "bound": bound, "better": better, "unit": unit,
+                     "status": status})
+
+    saturation = _get(e2e, "saturation", "per_s")
+    add("end-to-end saturation ÷ commit floor", _ratio(saturation, _get(floors, "commit", "per_s")), 1.0, "higher")
+    add("end-to-end saturation ÷ naive peer (25/run)",
+        _ratio(saturation, _get(floors, "naive", "per_run_size", "25", "per_s")), 4.0, "higher")
+    growth = e2e.get("run_size", {})
+    for part in ("publication", "delivery"):
+        small = _get(growth, "25", "cpu_ms_per_proposal", part)
+        large = _get(growth, "400", "cpu_ms_per_proposal", part)
+        add(f"{part} CPU per proposal, 400/run ÷ 25/run", _ratio(large, small), 1.2, "lower")
+    aged = e2e.get("source_age", {})
+    add("publication CPU per proposal, source cited by N earlier runs ÷ fresh source",
+        _ratio(_get(aged, "aged", "cpu_ms_per_proposal", "publication"),
+               _get(aged, "fresh", "cpu_ms_per_proposal", "publication")), 1.2, "lower")
+    add("sustained paced throughput ÷ burst saturation",
+        _ratio(_get(e2e, "sustained", "achieved_per_s"), saturation), 0.8, "higher")
+    paced = e2e.get("paced", {})
+    transport_p99 = _get(floors, "transport", "paced", "300", "p99")
+    add("offered 300/s: produce→preview p99 ÷ transport p99",
+        _ratio(_get(paced, "300", "preview_ms", "p99"), transport_p99), 5.0, "lower")
+    add("offered 300/s: produce→published p99", _get(paced, "300", "published_ms", "p99"), 50.0, "lower", "ms")
+    keeps = _get(paced, "1000", "keeps_up")
+    rows.append({"target": "offered 1000/s: keeps up (no growing backlog)", "value": keeps, "bound": True,
+                 "better": "true", "unit": "", "status": "n/a" if keeps is None else ("PASS" if keeps else "MISS")})
+    add("offered 1000/s: produce→published p99", _get(paced, "1000", "published_ms", "p99"), 250.0, "lower", "ms")
+    replay = results.get("replay", {}).get("sizes", {})
+    if replay:
+        largest = max(replay, key=int)
+        smallest = min(replay, key=int)
+        big = replay[largest]
+        add(f"replay rate ÷ raw notification-log read ({int(largest):,} events)",
+            _ratio(_get(big, "replay", "events_per_s"), _get(big, "raw", "events_per_s")), 0.5, "higher")
+        add(f"replay rate ({int(largest):,} events)", _get(big, "replay", "events_per_s"), 50_000, "higher", "events/s")
+        add(f"replay peak RSS, {int(largest):,} ÷ {int(smallest):,} events (streaming: ≈1)",
+            _ratio(_get(big, "replay", "peak_rss_mb"), _get(replay[smallest], "replay", "peak_rss_mb")), 1.2, "lower")
+    fan = e2e.get("fanout", {})
+    clients = fan.get("clients")
+    add(f"Delivery, {clients} SSE clients: published→client p99", _get(fan, "published_to_client_ms", "p99"), 250.0,
+        "lower", "ms")
+    add(f"Delivery, {clients} SSE clients: RSS", _get(fan, "window", "peak_rss_mb", "delivery"), 300.0, "lower", "MB")
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    e2e = results.get("e2e", {})
+    floors = results.get("floors", {})
+    machine = results.get("machine", {})
+    out = [f"# imprint benchmark — {results.get('label', '')} ({results.get('mode')})", ""]
+    out.append(f"Run {results.get('started_at')} on `{machine.get('cpu_model')}`, {machine.get('cpus')} cores, "
+               f"{machine.get('memory_gb')} GB; code `{results.get('code', {}).get('commit')}`"
+               f"{' (dirty)' if results.get('code', {}).get('dirty') else ''}. "
+               f"Load average before / after: {machine.get('loadavg_before')} / {machine.get('loadavg_after')} "
+               f"(other engineers share these 2 cores; each phase records the machine's busy cores).")
+    versions = results.get("versions", {})
+    out.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
+    out += ["", "## Targets (issue 9)", "", "| target | measured | bound | |", "|---|---|---|---|"]
+    for row in results.get("targets", []):
+        bound = row["bound"]
+        sign = "≥" if row["better"] == "higher" else ("≤" if row["better"] == "lower" else "=")
+        out.append(f"| {row['target']} | {_fmt(row['value'], 2)} {row['unit']} | {sign} {_fmt(bound, 2)} {row['unit']} "
+                   f"| **{row['status']}** |")
+    out += ["", "## Throughput", "", "| measure | proposals/s | notes |", "|---|---|---|"]
+    out.append(f"| commit floor (INSERT+COMMIT per proposal, psycopg) | {_fmt(_get(floors, 'commit', 'per_s'))} | "
+               f"server {_get(floors, 'commit', 'server')} |")
+    for size, row in (_get(floors, "naive", "per_run_size") or {}).items():
+        out.append(f"| naive peer (eventsourcing get+trigger+save), {size}/run | {_fmt(row['per_s'])} | |")
+    out.append(f"| transport floor burst (aiokafka produce→consume) | {_fmt(_get(floors, 'transport', 'burst', 'per_s'))} "
+               f"| messages/s |")
+    sat = e2e.get("saturation", {})
+    out.append(f"| **imprint burst saturation** ({sat.get('per_run')}/run, {sat.get('proposals')} proposals) | "
+               f"**{_fmt(sat.get('per_s'))}** | produce → last `answer.published` |")
+    sus = e2e.get("sustained", {})
+    out.append(f"| **imprint sustained paced** | **{_fmt(sus.get('achieved_per_s'))}** | highest offered load that "
+               f"kept up: {_fmt(sus.get('offered_per_s'))}/s |")
+    out += ["", "## Latency at offered load (open loop, from the scheduled send)", "",
+            "| offered/s | transport p50/p95/p99 ms | produce→preview p50/p95/p99 ms | produce→published p50/p95/p99 ms "
+            "| produce→SSE p50/p95/p99 ms | achieved/s | keeps up |", "|---|---|---|---|---|---|---|"]
+
+    def trio(d: Any) -> str:
+        return "—" if not d or not d.get("n") else f"{_fmt(d['p50'])} / {_fmt(d['p95'])} / {_fmt(d['p99'])}"
+
+    for rate, row in sorted((e2e.get("paced") or {}).items(), key=lambda kv: float(kv[0])):
+        out.append(f"| {rate} | {trio(_get(floors, 'transport', 'paced', rate))} | {trio(row.get('preview_ms'))} | "
+                   f"{trio(row.get('published_ms'))} | {trio(row.get('sse_ms'))} | {_fmt(row.get('achieved_per_s'))} | "
+                   f"{'yes' if row.get('keeps_up') else 'no'} (slope {row.get('latency_slope')}) |")
+    out += ["", "## Cost growth (burst; CPU ms per proposal from /proc of each process)", "",
+            "| case | proposals/s | publication | relay | journal | delivery | delivery caught up, proposals/s |",
+            "|---|---|---|---|---|---|---|"]
+    for size, row in sorted((e2e.get("run_size") or {}).items(), key=lambda kv: int(kv[0])):
+        cpu = row.get("cpu_ms_per_proposal", {})
+        out.append(f"| {size} proposals/run | {_fmt(row.get('per_s'))} | {_fmt(cpu.get('publication'), 2)} | "
+                   f"{_fmt(cpu.get('relay'), 2)} | {_fmt(cpu.get('journal'), 2)} | {_fmt(cpu.get('delivery'), 2)} | "
+                   f"{_fmt(row.get('delivery_per_s'))} |")
+    aged = e2e.get("source_age") or {}
+    for case in ("fresh", "aged") if aged else ():
+        row = aged.get(case) or {}
+        cpu = row.get("cpu_ms_per_proposal", {})
+        label = "fresh source" if case == "fresh" else f"source cited by {_fmt(aged.get('earlier_runs'))} earlier runs"
+        out.append(f"| {label} | {_fmt(row.get('per_s'))} | {_fmt(cpu.get('publication'), 2)} | "
+                   f"{_fmt(cpu.get('relay'), 2)} | {_fmt(cpu.get('journal'), 2)} | {_fmt(cpu.get('delivery'), 2)} | "
+                   f"{_fmt(row.get('delivery_per_s'))} |")
+    replay = (results.get("replay") or {}).get("sizes") or {}
+    if replay:
+        out += ["", "## Replay", "", "| log events | raw read events/s | `imprint replay` events/s | replay s | "
+                "replay peak RSS MB | note |", "|---|---|---|---|---|---|"]
+        for size, row in sorted(replay.items(), key=lambda kv: int(kv[0])):
+            rp = row.get("replay", {})
+            out.append(f"| {row.get('events'):,} | {_fmt(_get(row, 'raw', 'events_per_s'))} | "
+                       f"{_fmt(rp.get('events_per_s'))} | {_fmt(rp.get('seconds'))} | {_fmt(rp.get('peak_rss_mb'))} | "
+                       f"{rp.get('stopped') or ''} |")
+        out.append("")
+        out.append(f"Log built by: {next(iter(replay.values())).get('log', {}).get('method')}.")
+    fan = e2e.get("fanout") or {}
+    if fan:
+        out += ["", "## Delivery fan-out", "",
+                f"{fan.get('clients')} SSE clients on one run, {fan.get('proposals')} proposals at "
+                f"{fan.get('offered_per_s')}/s: `answer.published` on Kafka → client p50/p95/p99 "
+                f"{trio(fan.get('published_to_client_ms'))} ms, missing {fan.get('missing_deliveries')}, "
+                f"connect {fan.get('connect_seconds')} s, Delivery peak RSS "
+                f"{_get(fan, 'window', 'peak_rss_mb', 'delivery')} MB, Delivery CPU "
+                f"{_get(fan, 'window', 'cpu_util', 'delivery')} cores."]
+    out += ["", "## CPU (cores) and peak RSS (MB) per process, per phase", "",
+            "| phase | publication | relay | journal | delivery | machine busy cores |", "|---|---|---|---|---|---|"]
+    for phase, window in results.get("windows", {}).items():
+        util, rss = window.get("cpu_util", {}), window.get("peak_rss_mb", {})
+        cells = [f"{_fmt(util.get(p), 2)} / {_fmt(rss.get(p))}" for p in ("publication", "relay", "journal", "delivery")]
+        out.append(f"| {phase} | " + " | ".join(cells) + f" | {window.get('machine_busy_cores')} |")
+    profiles = results.get("profiles") or {}
+    if profiles:
+        out += ["", "## Profiles at saturation (py-spy, top five)", ""]
+        for part, prof in profiles.items():
+            if not isinstance(prof, dict) or not prof.get("samples"):
+                out.append(f"* {part}: {prof}")
+                continue
+            out.append(f"**{part}** ({prof['samples']} samples; {prof.get('when')})")
+            out.append("")
+            out.append("| inclusive | share | self | share |")
+            out.append("|---|---|---|---|")
+            for a, b in zip(prof.get("inclusive", []), prof.get("self", []), strict=False):
+                out.append(f"| `{a['frame']}` | {a['share']:.0%} | `{b['frame']}` | {b['share']:.0%} |")
+            out.append("")
+    if results.get("errors"):
+        out += ["", "## Failures", ""] + [f"* {k}: {v}" for k, v in results["errors"].items()]
+    return "\n".join(out) + "\n"
+
+
+def plots(results: dict[str, Any], prefix: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    e2e = results.get("e2e", {})
+    floors = results.get("floors", {})
+    label = results.get("label", "")
+    samples = results.get("samples", {})
+    # 1. latency CDF
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, values in sorted(samples.items()):
+        if values:
+            ordered = sorted(values)
+            ax.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, log)")
+    ax.set_ylabel("fraction of proposals")
+    ax.set_title(f"Latency CDF — {label}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{prefix}-latency-cdf.png", dpi=110)
+    plt.close(fig)
+    written.append(f"{prefix}-latency-cdf.png")
+    # 2. throughput against offered load
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    paced = sorted((float(r), row) for r, row in (e2e.get("paced") or {}).items())
+    if paced:
+        xs = [r for r, _ in paced]
+        ax.plot(xs, [row.get("achieved_per_s") or 0 for _, row in paced], "o-", label="imprint achieved (paced)")
+        ax.plot(xs, xs, ":", color="grey", label="offered")
+    for name, value, style in (("burst saturation", _get(e2e, "saturation", "per_s"), "--"),
+                               ("commit floor", _get(floors, "commit", "per_s"), "-."),
+                               ("naive peer 25/run", _get(floors, "naive", "per_run_size", "25", "per_s"), ":")):
+        if value:
+            ax.axhline(value, linestyle=style, label=f"{name} {value:,.0f}/s", alpha=0.7)
+    ax.set_xlabel("offered proposals/s")
+    ax.set_ylabel("completed proposals/s")
+    ax.set_title(f"Throughput against offered load — {label}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{prefix}-throughput.png", dpi=110)
+    plt.close(fig)
+    written.append(f"{prefix}-throughput.png")
+    # 3. cost against run size
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+    sizes = sorted((int(s), row) for s, row in (e2e.get("run_size") or {}).items())
+    if sizes:
+        xs = [s for s, _ in sizes]
+        for part in ("publication", "relay", "journal", "delivery"):
+            left.plot(xs, [row.get("cpu_ms_per_proposal", {}).get(part, 0) for _, row in sizes], "o-", label=part)
+        right.plot(xs, [row.get("per_s") or 0 for _, row in sizes], "o-", label="publication (to answer.published)")
+        right.plot(xs, [row.get("delivery_per_s") or 0 for _, row in sizes], "s-", label="delivery caught up")
+    for axis in (left, right):
+        axis.set_xscale("log")
+        axis.set_xticks([25, 100, 400], ["25", "100", "400"])
+        axis.set_xlabel("proposals per run")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
+    left.set_ylabel("CPU ms per proposal")
+    right.set_ylabel("proposals/s")
+    fig.suptitle(f"Cost against run size — {label}")
+    fig.tight_layout()
+    fig.savefig(f"{prefix}-cost.png", dpi=110)
+    plt.close(fig)
+    written.append(f"{prefix}-cost.png")
+    return written
