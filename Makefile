@@ -13,6 +13,7 @@ TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
 .PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 .PHONY: soak test-cluster
+.PHONY: bench-quick
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -71,8 +72,23 @@ infra-status:
 schemas: install
 	$(BIN)/python -m services.tools.schemas
 
-bench: install infra-up
-	$(BIN)/python -m bench
+## make bench / make bench-quick: issue 9's side-by-side benchmark (~20 min / under 3 min); results in bench/results/.
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ENV = IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
+	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)}
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# With IMPRINT_DATABASE_URL set, the given Kafka and PostgreSQL are used as they are (no infra-up).
+BENCH_INFRA = $(if $(IMPRINT_DATABASE_URL),,infra-up)
+
+bench: $(BENCH_STAMP) $(BENCH_INFRA)
+	$(BENCH_ENV) $(BIN)/python -m bench --profile $(BENCH_ARGS)
+
+bench-quick: $(BENCH_STAMP) $(BENCH_INFRA)
+	$(BENCH_ENV) $(BIN)/python -m bench --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(STATE)/data
