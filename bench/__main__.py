@@ -250,34 +250,6 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
         say(f"  fresh {fresh['per_s']}/s {fresh['cpu_ms_per_proposal']}  aged {aged['per_s']}/s "
             f"{aged['cpu_ms_per_proposal']}")
 
-        e2e["paced"] = {}
-        failed = False
-        best: dict[str, Any] | None = None
-        for rate in plan.ladder:
-            if failed and rate not in plan.required_rates:
-                continue
-            say(f"paced: offered {rate}/s for {plan.step_seconds:.0f} s (one SSE client per run)")
-            drain = max(20.0, rate * plan.step_seconds / 150)
-            row = await driver.paced(f"paced{rate}", rate, plan.step_seconds, 25, Sources(
-                public=f"src:public:paced-{rate}", private=f"src:private:acct-bench:paced-{rate}"),
-                clients=True, drain=drain)
-            raw = row.pop("_samples", {})
-            if rate in plan.required_rates:
-                for kind, values in raw.items():
-                    if kind == "published" or (kind in ("preview", "sse") and rate == 300):
-                        samples[f"produce→{kind} @{rate}/s"] = values
-            e2e["paced"][str(rate)] = row
-            windows[f"paced {rate}/s"] = row["window"]
-            say(f"  achieved {row.get('achieved_per_s')}/s keeps_up={row['keeps_up']} slope={row.get('latency_slope')} "
-                f"preview {row['preview_ms']}  published {row['published_ms']}  sse {row.get('sse_ms')}")
-            if row["keeps_up"] and not failed:
-                best = row
-            else:
-                failed = True
-            await driver.caught_up("publication", driver.runtime, timeout=600)
-        e2e["sustained"] = {"offered_per_s": best["offered_per_s"], "achieved_per_s": best.get("achieved_per_s")} \
-            if best else {"offered_per_s": None, "achieved_per_s": None}
-
         say(f"fan-out: {plan.fanout_clients} SSE clients on one run")
         fan = await driver.fanout("fanout", plan.fanout_clients, plan.fanout_rate, plan.fanout_seconds, Sources(
             public="src:public:fanout", private="src:private:acct-bench:fanout"), drain=60)
@@ -288,31 +260,75 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
         windows[f"fan-out {plan.fanout_clients} clients"] = fan["window"]
         say(f"  {fan['published_to_client_ms']}  missing {fan['missing_deliveries']}  "
             f"delivery RSS {fan['window']['peak_rss_mb'].get('delivery')} MB")
-
         if profile_dir is not None:
-            say(f"profiles: py-spy on every part during an overload burst ({plan.profile_seconds:.0f} s)")
-            rate = (e2e["saturation"].get("per_s") or 300) * 1.5
-            count = int(rate * plan.profile_seconds)
-            recorders = {part: profile.start(pid, profile_dir / f"{part}.txt", plan.profile_seconds)
-                         for part, pid in stack.pids().items()}
-            await driver.burst("profile", count, 25, Sources(public="src:public:profile",
-                                                             private="src:private:acct-bench:profile"),
-                               delivery=False, timeout=600)
-            for part, recorder in recorders.items():
-                error = profile.finish(recorder)
-                results["profiles"][part] = ({**profile.top_costs(profile_dir / f"{part}.txt"),
-                                              "when": f"burst of {count} proposals, 25/run"}
-                                             if error is None else error)
-            say(f"  {results['profiles']}")
-            say("profiles: py-spy on delivery during fan-out")
-            recorder = profile.start(stack.pids()["delivery"], profile_dir / "delivery-fanout.txt", plan.profile_seconds)
+            say("profile: py-spy on delivery during a second fan-out")
+            recorder = profile.start(stack.pids()["delivery"], profile_dir / "delivery-fanout.txt",
+                                     plan.profile_seconds)
             await driver.fanout("fanout-profile", plan.fanout_clients, plan.fanout_rate, plan.profile_seconds,
                                 Sources(public="src:public:fanout", private="src:private:acct-bench:fanout"),
-                                drain=30)
+                                drain=20)
             error = profile.finish(recorder)
             results["profiles"]["delivery (fan-out)"] = (
                 {**profile.top_costs(profile_dir / "delivery-fanout.txt"),
-                 "when": f"{plan.fanout_clients} SSE clients, {plan.fanout_rate}/s"} if error is None else error)
+                 "when": f"{plan.fanout_clients} SSE clients on one run, {plan.fanout_rate}/s"}
+                if error is None else error)
+            await driver.caught_up("delivery", driver.publication, timeout=300)
+
+        e2e["paced"] = {}
+        failed = False
+        best: dict[str, Any] | None = None
+        steps = [r for r in plan.ladder]
+        backlog = False
+        for index, rate in enumerate(steps):
+            if failed and rate not in plan.required_rates:
+                continue
+            say(f"paced: offered {rate}/s for {plan.step_seconds:.0f} s (one SSE client per run)")
+            row = await driver.paced(f"paced{rate}", rate, plan.step_seconds, 25, Sources(
+                public=f"src:public:paced-{rate}", private=f"src:private:acct-bench:paced-{rate}"),
+                clients=True, drain=max(5.0, 1.5 * plan.step_seconds))
+            raw = row.pop("_samples", {})
+            if rate in plan.required_rates:
+                for kind, values in raw.items():
+                    if kind == "published" or (kind in ("preview", "sse") and rate == 300):
+                        samples[f"produce→{kind} @{rate}/s"] = values
+            e2e["paced"][str(rate)] = row
+            windows[f"paced {rate}/s"] = row["window"]
+            say(f"  achieved {row.get('achieved_per_s')}/s keeps_up={row['keeps_up']} slope={row.get('latency_slope')} "
+                f"unfinished {row['unfinished_at_deadline']}  preview {row['preview_ms']}  "
+                f"published {row['published_ms']}  sse {row.get('sse_ms')}")
+            if row["keeps_up"] and not failed:
+                best = row
+            else:
+                failed = True
+            last = index == len(steps) - 1
+            backlog = last and row["unfinished_at_deadline"] > 0
+            if not last:
+                await driver.caught_up("publication", driver.runtime, timeout=900)
+                await driver.caught_up("delivery", driver.publication, timeout=900)
+        e2e["sustained"] = {"offered_per_s": best["offered_per_s"], "achieved_per_s": best.get("achieved_per_s")} \
+            if best else {"offered_per_s": None, "achieved_per_s": None}
+
+        if profile_dir is not None:
+            recorders = {part: profile.start(pid, profile_dir / f"{part}.txt", plan.profile_seconds)
+                         for part, pid in stack.pids().items()}
+            if backlog:
+                when = f"draining the backlog of the {steps[-1]}/s step (saturated)"
+                say(f"profile: py-spy on every part while {when}")
+                await asyncio.sleep(plan.profile_seconds + 1)
+            else:
+                rate = (e2e["saturation"].get("per_s") or 300) * 1.5
+                count = int(rate * plan.profile_seconds)
+                when = f"an overload burst of {count} proposals, 25/run"
+                say(f"profile: py-spy on every part during {when}")
+                await driver.burst("profile", count, 25, Sources(public="src:public:profile",
+                                                                 private="src:private:acct-bench:profile"),
+                                   delivery=False, timeout=600)
+            for part, recorder in recorders.items():
+                error = profile.finish(recorder)
+                results["profiles"][part] = ({**profile.top_costs(profile_dir / f"{part}.txt"), "when": when}
+                                             if error is None else error)
+            for part, prof in results["profiles"].items():
+                say(f"  {part}: {prof.get('cpu', prof) if isinstance(prof, dict) else prof}")
     finally:
         await driver.stop()
 

@@ -24,7 +24,7 @@ def py_spy() -> str | None:
     return found if Path(found).exists() else None
 
 
-def start(pid: int, out: Path, seconds: float, rate: int = 50) -> subprocess.Popen[bytes] | None:
+def start(pid: int, out: Path, seconds: float, rate: int = 100) -> subprocess.Popen[bytes] | None:
     binary = py_spy()
     if binary is None:
         return None
@@ -59,11 +59,26 @@ def _frame_name(frame: str) -> str:
     return f"{name} ({path})"
 
 
-def top_costs(raw: Path, n: int = 5) -> dict[str, Any]:
-    """Self and inclusive shares of the samples in a py-spy raw (collapsed) profile."""
+WAITS = ("Connection.wait", "select (selectors", "EpollSelector.select", "Condition.wait", "Event.wait",
+         "Queue.get", "lock.acquire", "sleep", "_worker (concurrent", "wait (threading", "_recv", "recv_into",
+         "poll (", "BaseSelectorEventLoop._write_to_self", "wait_c", "_wait_gen")
+
+
+def _is_wait(leaf: str) -> bool:
+    return any(w in leaf for w in WAITS)
+
+
+def top_costs(raw: Path, n: int = 10) -> dict[str, Any]:
+    """Top ``n`` frames of a py-spy raw (collapsed) profile. Samples whose innermost frame
+    is a wait (a socket/select, a lock, a queue, psycopg's ``Connection.wait``) are
+    counted as ``waiting``; the shares in ``cpu`` are of the remaining (on-CPU) samples:
+    ``self`` = the function the sample was in, ``inclusive`` = every frame it passed
+    through, minus the event-loop/thread plumbing all samples share and minus frames
+    that hand ≥ 90% of their samples to a single callee (the callee is listed instead)."""
     own: Counter[str] = Counter()
     through: Counter[str] = Counter()
-    total = 0
+    edges: Counter[tuple[str, str]] = Counter()
+    total = waiting = 0
     for line in raw.read_text(errors="replace").splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
@@ -72,22 +87,35 @@ def top_costs(raw: Path, n: int = 5) -> dict[str, Any]:
         frames = [f for f in stack.split(";") if f and not f.startswith("process ") and not f.startswith("thread ")]
         if not frames:
             continue
-        total += count
         names = [_frame_name(f) for f in frames]
+        if _is_wait(names[-1]):
+            waiting += count
+            continue
+        total += count
         own[names[-1]] += count
         for name in set(names):
             through[name] += count
+        for pair in set(zip(names, names[1:])):
+            edges[pair] += count
     if total == 0:
-        return {"samples": 0}
+        return {"samples": waiting, "waiting": 1.0 if waiting else None}
+
+    heaviest_child: dict[str, int] = {}
+    for (parent, child), count in edges.items():
+        if parent != child:
+            heaviest_child[parent] = max(heaviest_child.get(parent, 0), count)
 
     def share(counter: Counter[str], skip_plumbing: bool) -> list[dict[str, Any]]:
         rows = []
         for name, count in counter.most_common():
-            if skip_plumbing and (any(p in name for p in PLUMBING) or count >= 0.97 * total):
+            # A frame that only passes its samples on to one callee says nothing of its own.
+            if skip_plumbing and (any(p in name for p in PLUMBING) or count >= 0.97 * total
+                                  or heaviest_child.get(name, 0) >= 0.9 * count):
                 continue
             rows.append({"frame": name, "share": round(count / total, 3)})
             if len(rows) == n:
                 break
         return rows
 
-    return {"samples": total, "self": share(own, False), "inclusive": share(through, True)}
+    return {"samples": total + waiting, "cpu_samples": total, "waiting": round(waiting / (total + waiting), 3),
+            "self": share(own, False), "inclusive": share(through, True)}

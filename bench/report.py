@@ -181,11 +181,12 @@ def markdown(results: dict[str, Any]) -> str:
             if not isinstance(prof, dict) or not prof.get("samples"):
                 out.append(f"* {part}: {prof}")
                 continue
-            out.append(f"**{part}** ({prof['samples']} samples; {prof.get('when')})")
+            out.append(f"**{part}** ({prof['samples']} samples at 100 Hz, {prof.get('waiting', 0):.0%} of them waiting "
+                       f"on I/O or locks; shares below are of the on-CPU samples; {prof.get('when')})")
             out.append("")
             out.append("| inclusive | share | self | share |")
             out.append("|---|---|---|---|")
-            for a, b in zip(prof.get("inclusive", []), prof.get("self", []), strict=False):
+            for a, b in list(zip(prof.get("inclusive", []), prof.get("self", []), strict=False))[:5]:
                 out.append(f"| `{a['frame']}` | {a['share']:.0%} | `{b['frame']}` | {b['share']:.0%} |")
             out.append("")
     if results.get("errors"):
