@@ -54,7 +54,7 @@ class Plan:
 QUICK = Plan(transport_seconds=2, transport_burst=2000, commit_count=1000, naive_sizes=(25,), naive_proposals=250,
              run_size_proposals=400, earlier_runs=300, age_proposals=300, ladder=(100, 300, 1000),
              step_seconds=2, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
-             replay_sizes=(20_000, 80_000), replay_rss_limit_mb=6000, replay_timeout=120)
+             replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
 
 
 def say(message: str) -> None:

@@ -92,12 +92,13 @@ def ensure_logs(base: Settings, sizes: tuple[int, ...], rebuild: bool, say: Call
             missing.append(size)
     if not missing:
         return metas
-    building = base.model_copy(update={"database_schema": "bench_log_building", "topic_prefix": "benchlog.",
+    work = f"bench_log_building_{missing[-1]}"
+    building = base.model_copy(update={"database_schema": work, "topic_prefix": "benchlog.",
                                        "state_dir": Path(base.state_dir) / "bench-log"})
     say(f"building Publication logs of {', '.join(f'{m:,}' for m in missing)} events "
         f"(writer {current}; PublicationLog.process in-process, polls of 500) …")
     with psycopg.connect(str(base.database_url), autocommit=True) as connection:
-        for schema in ("bench_log_building", *(log_schema(m) for m in missing)):
+        for schema in (work, *(log_schema(m) for m in missing)):
             connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     started = time.monotonic()
 
@@ -106,9 +107,10 @@ def ensure_logs(base: Settings, sizes: tuple[int, ...], rebuild: bool, say: Call
         target = log_schema(size)
         with psycopg.connect(str(base.database_url), autocommit=True) as connection:
             if size == missing[-1]:
-                connection.execute(sql.SQL("ALTER SCHEMA bench_log_building RENAME TO {}").format(sql.Identifier(target)))
+                connection.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(work),
+                                                                                  sql.Identifier(target)))
             else:
-                copy_schema(connection, "bench_log_building", target)
+                copy_schema(connection, work, target)
             connection.execute(sql.SQL("CREATE TABLE {}.bench_meta (events bigint, writer text, built_seconds real, "
                                        "method text)").format(sql.Identifier(target)))
             connection.execute(sql.SQL("INSERT INTO {}.bench_meta VALUES (%s, %s, %s, %s)").format(sql.Identifier(target)),
