@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.start()
             try:
                 asyncio.run(run_e2e(settings, stack, plan, results, samples, profile_dir))
-            except Exception as error:  # noqa: BLE001
+            except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001
                 import traceback
 
                 errors["e2e"] = f"{type(error).__name__}: {error}"

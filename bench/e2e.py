@@ -75,9 +75,11 @@ class Driver:
             client.close()
         self.reader.cancel()
         await asyncio.gather(self.reader, return_exceptions=True)
-        await self.consumer.stop()
-        await self.producer.stop()
-        await self.admin.close()
+        for closing in (self.consumer.stop, self.producer.stop, self.admin.close):
+            try:  # a broker that timed out a fetch must not cost the results already taken
+                await asyncio.wait_for(closing(), 30)
+            except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001
+                self.say(f"  (closing a Kafka client: {type(error).__name__})")
 
     async def _read(self) -> None:
         kafka = self.arrivals.kafka
