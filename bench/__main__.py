@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -363,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="partitions per topic (deploy/local default: 3)")
     parser.add_argument("--rebuild-log", action="store_true", help="rebuild the cached replay logs")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override one size of the plan, e.g. --set earlier_runs=2000 (recorded in the results)")
     args = parser.parse_args(argv)
 
     from services.common.observability import configure_logging
@@ -375,6 +378,14 @@ def main(argv: list[str] | None = None) -> int:
     from bench.procs import Stack
 
     plan = QUICK if args.quick else Plan()
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        name, _, text = item.partition("=")
+        current = getattr(plan, name)
+        overrides[name] = (tuple(type(current[0])(v) for v in text.split(",")) if isinstance(current, tuple)
+                           else type(current)(text))
+    if overrides:
+        plan = dataclasses.replace(plan, **overrides)
     parts = args.only or ["floors", "e2e", "replay"]
     tag = uuid.uuid4().hex[:8]
     settings = bench_settings(tag)
@@ -382,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "label": args.label or "latest", "mode": "quick" if args.quick else "full",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
-        "versions": versions(settings), "code": code(), "plan": plan.__dict__, "partitions": args.partitions,
+        "versions": versions(settings), "code": code(), "plan": plan.__dict__, "plan_overrides": overrides,
+        "partitions": args.partitions,
         "floors": {}, "e2e": {}, "windows": {}, "profiles": {}, "seconds": {},
     }
     samples: dict[str, list[float]] = {}

@@ -100,6 +100,11 @@ def markdown(results: dict[str, Any]) -> str:
                f"{' (dirty)' if results.get('code', {}).get('dirty') else ''}. "
                f"Load average before / after: {machine.get('loadavg_before')} / {machine.get('loadavg_after')} "
                f"(other engineers share these 2 cores; each phase records the machine's busy cores).")
+    if results.get("plan_overrides"):
+        out.append(f"Plan overrides (smaller than the standard full run): {results['plan_overrides']}.")
+    seconds = results.get("seconds", {})
+    if seconds:
+        out.append(f"Wall time per section (s): {seconds}.")
     versions = results.get("versions", {})
     out.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     out += ["", "## Targets (issue 9)", "", "| target | measured | bound | |", "|---|---|---|---|"]
