@@ -178,6 +178,7 @@ def code() -> dict[str, Any]:
             return ""
 
     return {"commit": git("rev-parse", "--short", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "system_commit": git("log", "-1", "--format=%h %s", "--", "libs", "services"),
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "libs", "services"))}
 
 
@@ -363,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=int(os.environ.get("KAFKA_TOPIC_PARTITIONS", "3")),
                         help="partitions per topic (deploy/local default: 3)")
     parser.add_argument("--rebuild-log", action="store_true", help="rebuild the cached replay logs")
+    parser.add_argument("--reuse-log", action="store_true",
+                        help="replay the cached logs even when other Publication code wrote them (recorded)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override one size of the plan, e.g. --set earlier_runs=2000 (recorded in the results)")
@@ -442,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             say(f"replay over logs of {', '.join(f'{s:,}' for s in plan.replay_sizes)} events")
             results["replay"] = bench_replay(settings, plan.replay_sizes, args.rebuild_log, plan.replay_rss_limit_mb,
-                                             plan.replay_timeout, say)
+                                             plan.replay_timeout, say, reuse=args.reuse_log)
         except Exception as error:  # noqa: BLE001
             errors["replay"] = f"{type(error).__name__}: {error}"
         results["seconds"]["replay"] = round(time.monotonic() - phase, 1)

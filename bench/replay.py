@@ -78,7 +78,8 @@ def cached(settings: Settings) -> dict[str, Any] | None:
     return {"events": row[0], "writer": row[1], "built_seconds": row[2], "method": row[3]}
 
 
-def ensure_logs(base: Settings, sizes: tuple[int, ...], rebuild: bool, say: Callable[[str], None]) -> dict[int, Any]:
+def ensure_logs(base: Settings, sizes: tuple[int, ...], rebuild: bool, say: Callable[[str], None],
+                reuse: bool = False) -> dict[int, Any]:
     """The cached logs of each size (built when missing or stale). One growing log is
     written up to the largest size; each smaller size is a copy of it taken on the way."""
     current = writer_hash()
@@ -86,8 +87,9 @@ def ensure_logs(base: Settings, sizes: tuple[int, ...], rebuild: bool, say: Call
     missing = []
     for size in sizes:
         meta = cached(log_settings(base, size))
-        if meta and meta["writer"] == current and meta["events"] >= size and not rebuild:
-            metas[size] = {**meta, "schema": log_schema(size), "cached": True}
+        if meta and (meta["writer"] == current or reuse) and meta["events"] >= size and not rebuild:
+            metas[size] = {**meta, "schema": log_schema(size), "cached": True,
+                           "written_by_current_code": meta["writer"] == current}
         else:
             missing.append(size)
     if not missing:
@@ -263,10 +265,10 @@ def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[st
 
 
 def bench_replay(base: Settings, sizes: tuple[int, ...], rebuild: bool, rss_limit_mb: int, timeout: float,
-                 say: Callable[[str], None]) -> dict[str, Any]:
+                 say: Callable[[str], None], reuse: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {"method": "imprint replay (subprocess, stdout discarded) vs psycopg pages of 500",
                                "sizes": {}}
-    metas = ensure_logs(base, sizes, rebuild, say)
+    metas = ensure_logs(base, sizes, rebuild, say, reuse)
     for size in sizes:
         meta = metas[size]
         settings = log_settings(base, size)

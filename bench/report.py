@@ -102,7 +102,8 @@ def markdown(results: dict[str, Any]) -> str:
     machine = results.get("machine", {})
     out = [f"# imprint benchmark — {results.get('label', '')} ({results.get('mode')})", ""]
     out.append(f"Run {results.get('started_at')} on `{machine.get('cpu_model')}`, {machine.get('cpus')} cores, "
-               f"{machine.get('memory_gb')} GB; code `{results.get('code', {}).get('commit')}`"
+               f"{machine.get('memory_gb')} GB; code `{results.get('code', {}).get('commit')}` (libs/services at "
+               f"`{results.get('code', {}).get('system_commit')}`)"
                f"{' (dirty)' if results.get('code', {}).get('dirty') else ''}. "
                f"Load average before / after: {machine.get('loadavg_before')} / {machine.get('loadavg_after')} "
                f"(other engineers share these 2 cores; each phase records the machine's busy cores).")
