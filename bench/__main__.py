@@ -385,8 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.set:
         name, _, text = item.partition("=")
         current = getattr(plan, name)
-        overrides[name] = (tuple(type(current[0])(v) for v in text.split(",")) if isinstance(current, tuple)
-                           else type(current)(text))
+        def number(value: str) -> int | float:
+            return float(value) if "." in value else int(value)
+
+        overrides[name] = (tuple(number(v) for v in text.split(",")) if isinstance(current, tuple)
+                           else number(text))
     if overrides:
         plan = dataclasses.replace(plan, **overrides)
     parts = args.only or ["floors", "e2e", "replay"]
@@ -402,6 +405,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     samples: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
+
+    def checkpoint() -> None:
+        """Write what is measured so far: a run stopped half-way still leaves its results."""
+        results["machine"]["loadavg_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        if errors:
+            results["errors"] = errors
+        results["targets"] = report.targets(results)
+        results["samples"] = {k: [round(v, 3) for v in vs] for k, vs in samples.items()}
+        write(results, args.out, args.label, quiet=True)
+
     profile_dir = (args.out / "profiles" / (args.label or "latest")) if args.profile else None
     from services.common.eventstore import ensure_schema
 
@@ -415,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as error:  # noqa: BLE001 — report what failed and go on
                 errors["floors"] = f"{type(error).__name__}: {error}"
             results["seconds"]["floors"] = round(time.monotonic() - phase, 1)
+            checkpoint()
         if "e2e" in parts:
             phase = time.monotonic()
             stack = Stack(settings, PARTS)
@@ -434,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 stack.stop()
             results["seconds"]["e2e"] = round(time.monotonic() - phase, 1)
+            checkpoint()
     finally:
         asyncio.run(delete_topics(settings))
         drop_schema(settings)
@@ -460,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if errors else 0
 
 
-def write(results: dict[str, Any], out: Path, label: str | None) -> None:
+def write(results: dict[str, Any], out: Path, label: str | None, quiet: bool = False) -> None:
     from bench import report
 
     out.mkdir(parents=True, exist_ok=True)
@@ -475,7 +490,8 @@ def write(results: dict[str, Any], out: Path, label: str | None) -> None:
             report.plots({**results, "label": name}, prefix)
         except Exception as error:  # noqa: BLE001 — plots are a convenience; the JSON is the record
             say(f"plots failed: {type(error).__name__}: {error}")
-    say(f"results written to {out}/{names[-1]}.{{json,md}} and *.png")
+    if not quiet:
+        say(f"results written to {out}/{names[-1]}.{{json,md}} and *.png")
 
 
 if __name__ == "__main__":
