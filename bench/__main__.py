@@ -208,7 +208,7 @@ def run_floors(settings: Any, plan: Plan, results: dict[str, Any], samples: dict
 
 async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any], samples: dict[str, list[float]],
                   profile_dir: Path | None) -> None:
-    from bench import profile
+    from bench import profile, report
     from bench.e2e import Driver
     from bench.workload import Sources, opening, typical_part
 
@@ -278,7 +278,6 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
 
         e2e["paced"] = {}
         failed = False
-        best: dict[str, Any] | None = None
         steps = [r for r in plan.ladder]
         backlog = False
         for index, rate in enumerate(steps):
@@ -298,17 +297,14 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
             say(f"  achieved {row.get('achieved_per_s')}/s keeps_up={row['keeps_up']} slope={row.get('latency_slope')} "
                 f"unfinished {row['unfinished_at_deadline']}  preview {row['preview_ms']}  "
                 f"published {row['published_ms']}  sse {row.get('sse_ms')}")
-            if row["keeps_up"] and not failed:
-                best = row
-            else:
+            if not row["keeps_up"]:
                 failed = True
             last = index == len(steps) - 1
             backlog = last and row["unfinished_at_deadline"] > 0
             if not last:
                 await driver.caught_up("publication", driver.runtime, timeout=900)
                 await driver.caught_up("delivery", driver.publication, timeout=900)
-        e2e["sustained"] = {"offered_per_s": best["offered_per_s"], "achieved_per_s": best.get("achieved_per_s")} \
-            if best else {"offered_per_s": None, "achieved_per_s": None}
+        e2e["sustained"] = report.sustained(e2e["paced"])
 
         if profile_dir is not None:
             recorders = {part: profile.start(pid, profile_dir / f"{part}.txt", plan.profile_seconds)

@@ -36,6 +36,40 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def sustained(paced: dict[str, Any]) -> dict[str, Any]:
+    """The highest paced step that kept up, below the first that did not."""
+    best: dict[str, Any] | None = None
+    failed_at = None
+    for rate, row in sorted(paced.items(), key=lambda kv: float(kv[0])):
+        if not row.get("keeps_up"):
+            failed_at = float(rate)
+            break
+        best = row
+    return {"offered_per_s": best["offered_per_s"] if best else None,
+            "achieved_per_s": best.get("achieved_per_s") if best else None,
+            "first_failing_offered_per_s": failed_at}
+
+
+def rerender(path: Path) -> None:
+    """Recompute the derived figures (keeps-up, sustained, targets) of a results JSON
+    with the current rules and write its Markdown and plots again."""
+    import json
+
+    from bench.e2e import keeps_up
+
+    results = json.loads(path.read_text())
+    paced = results.get("e2e", {}).get("paced") or {}
+    for row in paced.values():
+        row["keeps_up"] = keeps_up(row)
+    if paced:
+        results["e2e"]["sustained"] = sustained(paced)
+    results["targets"] = targets(results)
+    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    name = path.stem
+    path.with_suffix(".md").write_text(markdown({**results, "label": name}))
+    plots({**results, "label": name}, path.with_suffix(""))
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 9's targets, each with the measured value, the bound and PASS/MISS."""
     e2e = results.get("e2e", {})
@@ -132,7 +166,8 @@ def markdown(results: dict[str, Any]) -> str:
                f"**{_fmt(sat.get('per_s'))}** | produce → last `answer.published` |")
     sus = e2e.get("sustained", {})
     out.append(f"| **imprint sustained paced** | **{_fmt(sus.get('achieved_per_s'))}** | highest offered load that "
-               f"kept up: {_fmt(sus.get('offered_per_s'))}/s |")
+               f"kept up: {_fmt(sus.get('offered_per_s'))}/s; first that did not: "
+               f"{_fmt(sus.get('first_failing_offered_per_s'))}/s |")
     out += ["", "## Latency at offered load (open loop, from the scheduled send)", "",
             "| offered/s | transport p50/p95/p99 ms | produce→preview p50/p95/p99 ms | produce→published p50/p95/p99 ms "
             "| produce→SSE p50/p95/p99 ms | achieved/s | keeps up |", "|---|---|---|---|---|---|---|"]
@@ -279,3 +314,10 @@ def plots(results: dict[str, Any], prefix: Path) -> list[str]:
     plt.close(fig)
     written.append(f"{prefix}-cost.png")
     return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for argument in sys.argv[1:]:
+        rerender(Path(argument))
