@@ -128,7 +128,8 @@ def assert_relayed_exactly(values: list[dict[str, Any]], expected: list[Any], ru
     """Nothing lost, first copies in log order (so per run), duplicates byte-identical, and the
     wire form of each is what the log announces. Returns how many re-sends there were."""
     order = [v["event_id"] for v in dedupe(values)]
-    assert order == [str(m.event_id) for m in expected], "nothing lost; every committed event first seen in log order"
+    assert sorted(order) == sorted(str(m.event_id) for m in expected), "nothing lost, nothing extra"
+    # The topic has several partitions: the log's order holds per run (one run, one partition).
     for run in runs:
         assert [v["event_id"] for v in dedupe(values) if v["run_id"] == run] == \
             [str(m.event_id) for m in expected if m.run_id == run], f"per-run order kept for {run}"
