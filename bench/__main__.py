@@ -232,6 +232,20 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
             say(f"  {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}  delivery {row['delivery_per_s']}/s")
         e2e["saturation"] = dict(e2e["run_size"][str(plan.run_sizes[0])])
 
+        say("burst with 2 Publication instances in one consumer group (issue 12)")
+        stack.add("publication", "publication-2")
+        await asyncio.sleep(10)  # the new member joins; the group rebalances the partitions
+        two = await driver.burst("two-publications", plan.run_size_proposals, plan.run_sizes[0], Sources(
+            public="src:public:two", private="src:private:acct-bench:two"))
+        stack.remove("publication-2")
+        await asyncio.sleep(5)
+        e2e["publication_instances"] = {
+            "1": {"per_s": e2e["saturation"]["per_s"], "cpu_ms_per_proposal": e2e["saturation"]["cpu_ms_per_proposal"]},
+            "2": {"per_s": two["per_s"], "cpu_ms_per_proposal": two["cpu_ms_per_proposal"],
+                  "publication_window": two["publication_window"]},
+        }
+        say(f"  1 instance {e2e['saturation']['per_s']}/s, 2 instances {two['per_s']}/s")
+
         say(f"source age: {plan.earlier_runs:,} earlier runs cite one source")
         hot = Sources(public="src:public:hot", private="src:private:acct-bench:hot")
         runs = [f"run-old-{r:06d}" for r in range(plan.earlier_runs)]

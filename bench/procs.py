@@ -123,6 +123,21 @@ class Stack:
                 env=environment(self.settings, self.log_level), stdout=log, stderr=subprocess.STDOUT)
         self.sampler.start()
 
+    def add(self, part: str, name: str) -> None:
+        """One more instance of ``part`` (same settings, so the same consumer group) as ``name``."""
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "serve", part],
+            env=environment(self.settings, self.log_level), stdout=log, stderr=subprocess.STDOUT)
+
+    def remove(self, name: str) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
     def pids(self) -> dict[str, int]:
         return {part: p.pid for part, p in self.processes.items()}
 

@@ -161,6 +161,10 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"| naive peer (eventsourcing get+trigger+save), {size}/run | {_fmt(row['per_s'])} | |")
     out.append(f"| transport floor burst (aiokafka produce→consume) | {_fmt(_get(floors, 'transport', 'burst', 'per_s'))} "
                f"| messages/s |")
+    instances = e2e.get("publication_instances") or {}
+    for count, row in sorted(instances.items()):
+        out.append(f"| imprint burst, {count} Publication instance(s) in one consumer group | {_fmt(row.get('per_s'))} "
+                   f"| cpu ms/proposal {row.get('cpu_ms_per_proposal')} |")
     sat = e2e.get("saturation", {})
     out.append(f"| **imprint burst saturation** ({sat.get('per_run')}/run, {sat.get('proposals')} proposals) | "
                f"**{_fmt(sat.get('per_s'))}** | produce → last `answer.published` |")
