@@ -29,8 +29,9 @@ from tests.unit.delivery.delivery_builders import (
 RUN = "run-s"
 
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)]
+pytestmark = pytest.mark.integration
+each_backend = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+"""A rule of the store, whatever holds it: one body per backend."""
 
 
 @pytest.fixture
@@ -54,6 +55,7 @@ def held(store: ViewStore, run_id: str = RUN) -> list[tuple[int, str, object]]:
     return [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0)]
 
 
+@each_backend
 @pytest.mark.rule("D1")
 def test_frame_ids_are_per_run_and_monotonic_from_one(store: ViewStore) -> None:
     feed = Feed()
@@ -63,6 +65,7 @@ def test_frame_ids_are_per_run_and_monotonic_from_one(store: ViewStore) -> None:
     assert [f.id for f in store.frames_after("r-a", 1)] == [2]
 
 
+@each_backend
 @pytest.mark.rule("D1")
 def test_a_redelivered_message_appends_no_frame(store: ViewStore) -> None:
     batch = Feed()(running(RUN), published(RUN, "b1", 1, "v1"))
@@ -75,6 +78,7 @@ def test_a_redelivered_message_appends_no_frame(store: ViewStore) -> None:
     assert store.position("imprint.runs.v1", 0) == 0
 
 
+@each_backend
 @pytest.mark.rule("D1")
 def test_a_restart_keeps_frames_views_and_positions(settings: Settings) -> None:
     feed = Feed()
@@ -91,6 +95,7 @@ def test_a_restart_keeps_frames_views_and_positions(settings: Settings) -> None:
         again.close()
 
 
+@each_backend
 @pytest.mark.rule("D1")
 @pytest.mark.rule("P21")
 def test_a_new_client_replaying_from_zero_sees_only_current_bodies(store: ViewStore) -> None:
@@ -110,6 +115,7 @@ def test_a_new_client_replaying_from_zero_sees_only_current_bodies(store: ViewSt
     assert [b["block_id"] for b in store.answer_view(RUN)["blocks"]] == ["b1"]  # type: ignore[index]
 
 
+@each_backend
 @pytest.mark.rule("D3")
 def test_the_terminal_written_by_the_store_validates(store: ViewStore) -> None:
     store.process(Feed()(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "y" * 30)))
@@ -117,6 +123,7 @@ def test_the_terminal_written_by_the_store_validates(store: ViewStore) -> None:
     assert store.run(RUN).terminal  # type: ignore[union-attr]
 
 
+@each_backend
 @pytest.mark.rule("D3")
 @pytest.mark.rule("P21")
 def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store: ViewStore) -> None:
@@ -130,6 +137,7 @@ def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store:
     assert store.answer_view(RUN)["blocks"] == []  # type: ignore[index]
 
 
+@each_backend
 @pytest.mark.rule("X8")
 def test_conversation_deletion_purges_private_bodies(store: ViewStore) -> None:
     feed = Feed()
@@ -147,6 +155,7 @@ def test_conversation_deletion_purges_private_bodies(store: ViewStore) -> None:
     assert not store.run("run-other").deleted, "another account's run in a same-named conversation is untouched"  # type: ignore[union-attr]
 
 
+@each_backend
 @pytest.mark.rule("D4")
 @pytest.mark.rule("D5")
 def test_delivery_state_is_sticky_once_completed(store: ViewStore) -> None:
@@ -159,6 +168,7 @@ def test_delivery_state_is_sticky_once_completed(store: ViewStore) -> None:
     assert store.run(RUN).delivery == "completed"  # type: ignore[union-attr]
 
 
+@each_backend
 @pytest.mark.rule("P17")
 def test_conflicts_are_recorded_and_announced(store: ViewStore) -> None:
     seen = []
@@ -186,6 +196,7 @@ EARLIER_LAYOUT = (
 )
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the earlier layout was SQLite's
 @pytest.mark.rule("D1")
 @pytest.mark.rule("P17")
 def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settings: Settings) -> None:

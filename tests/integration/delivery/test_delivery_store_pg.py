@@ -96,7 +96,7 @@ def test_a_store_in_the_earlier_layout_is_upgraded_in_place_on_postgres(isolated
 
     from imprint.delivery import merge
     from tests.unit.delivery.test_delivery_store_append import Feed, Reference, script
-    from tests.unit.delivery.test_delivery_store_sqlite import EARLIER_LAYOUT
+    from tests.integration.delivery.test_delivery_store import EARLIER_LAYOUT
 
     batches = script(4)
     reference, cut = Reference(), len(batches) // 2
