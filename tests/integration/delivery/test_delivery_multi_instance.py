@@ -55,7 +55,8 @@ class Instance:
 def start(settings: Settings, name: str, directory: Path) -> Instance:
     port = free_port()
     env = environment(settings)
-    env.update(IMPRINT_HTTP_PORT=str(port), IMPRINT_SSE_POLL_SECONDS="60", IMPRINT_SSE_KEEPALIVE_SECONDS="1")
+    env.update(IMPRINT_HTTP_PORT=str(port), IMPRINT_SSE_POLL_SECONDS="60", IMPRINT_SSE_KEEPALIVE_SECONDS="1",
+               IMPRINT_STREAM_OPEN_WAIT_SECONDS="1")  # a stream for an unknown run waits this long, then 404
     log = directory / f"delivery-{name}.log"
     process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "delivery"], env=env,
                                stdout=log.open("ab"), stderr=subprocess.STDOUT)
@@ -195,7 +196,8 @@ def test_clients_on_either_instance_follow_live_and_resume_on_the_other(
     # D6 holds on both instances: another account's client learns nothing of the run.
     stranger = mint_token(isolated, "acct-2")
     for instance in (a, b):
-        response = httpx.get(f"{instance.url}/v1/runs/{run}/events", headers={"Authorization": f"Bearer {stranger}"})
+        response = httpx.get(f"{instance.url}/v1/runs/{run}/events", headers={"Authorization": f"Bearer {stranger}"},
+                             timeout=30)  # the 404 comes after the same bounded wait as for a missing run
         assert response.status_code == 404
 
     # One client on each instance, live from the start; a third on the instance that does
