@@ -176,7 +176,7 @@ class _RegistryView(Mapping[str, SourceFacts]):
                 facts = self._run.noted_standing(record.standing())
                 lane = self._ws.get(SourceDependents, SourceDependents.id_for(source_id, self._lane))
                 if lane is not None:  # a revocation noted on this lane outranks an older copy of the source
-                    facts = lane.noted(facts)
+                    facts = lane.noted_standing(facts)
             self._seen[source_id] = facts
         facts = self._seen[source_id]
         if facts is None:

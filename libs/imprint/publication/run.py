@@ -20,7 +20,7 @@ A candidate's settlement is recorded under its identity, so an
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Literal
 
@@ -33,7 +33,14 @@ from imprint.publication.dependencies import blocks_to_withdraw
 from imprint.publication.facts import BlockRecord, Grant, NumericValue, RunFacts, StateView
 from imprint.publication.policy import DEFAULT_POLICY, Policy
 from imprint.publication.quota import quota_key
-from imprint.publication.sources import EMPTY_STANDING, SourceFacts, SourceStanding
+from imprint.publication.sources import (
+    EMPTY_STANDING,
+    SourceFacts,
+    SourceStanding,
+    no_revocation,
+    note_revocation,
+    with_noted,
+)
 
 RUN_NAMESPACE = uuid.UUID("0c8e5a4d-2f1b-5c3a-8d7e-6b5a4c3d2e1f")
 RECEIPT_NAMESPACE = uuid.UUID("9d2c4b6a-8e1f-5a3b-9c7d-2e4f6a8b0c1d")
@@ -285,14 +292,8 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
 
         def apply(self, run: PublicationRun) -> None:
             changes = run.__dict__.setdefault("source_changes", {})
-            noted = changes.setdefault(self.source_id, {"tombstoned": False, "revoked_for_all": False,
-                                                        "revoked_accounts": []})
-            if self.cause == "source_tombstoned":
-                noted["tombstoned"] = True
-            elif self.account_id is None:
-                noted["revoked_for_all"] = True
-            elif self.account_id not in noted["revoked_accounts"]:
-                noted["revoked_accounts"].append(self.account_id)
+            note_revocation(changes.setdefault(self.source_id, no_revocation()),
+                            tombstoned=self.cause == "source_tombstoned", account_id=self.account_id)
 
     class ConversationDeleted(Aggregate.Event):
         """X8: the run's conversation was deleted; the run takes no new body. On the run
@@ -413,12 +414,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
 
     def noted_standing(self, facts: SourceFacts) -> SourceFacts:
         """``facts`` from the registry, with the revocations this run has noted itself (P21)."""
-        noted = self.__dict__.get("source_changes", {}).get(facts.source_id)
-        if noted is None:
-            return facts
-        return replace(facts, tombstoned=facts.tombstoned or noted["tombstoned"],
-                       revoked_for_all=facts.revoked_for_all or noted["revoked_for_all"],
-                       revoked_accounts=facts.revoked_accounts | frozenset(noted["revoked_accounts"]))
+        return with_noted(facts, self.__dict__.get("source_changes", {}).get(facts.source_id))
 
     def reconciliations(self) -> dict[str, dict[str, Any]]:
         """R7: the recovery findings recorded on this run, by :func:`reconciliation_key`."""

@@ -11,9 +11,9 @@ restore it (a restored document comes back under a new id)."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 from eventsourcing.domain import Aggregate
 
@@ -61,6 +61,30 @@ class SourceStanding:
 
 
 EMPTY_STANDING = SourceStanding()
+
+
+def no_revocation() -> dict[str, Any]:
+    """A revocation noted beside the registry (on a run, on a lane), JSON-shaped: nothing yet."""
+    return {"tombstoned": False, "revoked_for_all": False, "revoked_accounts": []}
+
+
+def note_revocation(noted: dict[str, Any], *, tombstoned: bool, account_id: str | None) -> None:
+    """Fold one ``source.revoked`` / ``source.tombstoned`` into ``noted`` (in place)."""
+    if tombstoned:
+        noted["tombstoned"] = True
+    elif account_id is None:
+        noted["revoked_for_all"] = True
+    elif account_id not in noted["revoked_accounts"]:
+        noted["revoked_accounts"].append(account_id)
+
+
+def with_noted(facts: SourceFacts, noted: Mapping[str, Any] | None) -> SourceFacts:
+    """The registry's ``facts``, with a revocation noted elsewhere added (never removed)."""
+    if noted is None:
+        return facts
+    return replace(facts, tombstoned=facts.tombstoned or noted["tombstoned"],
+                   revoked_for_all=facts.revoked_for_all or noted["revoked_for_all"],
+                   revoked_accounts=facts.revoked_accounts | frozenset(noted["revoked_accounts"]))
 
 
 class SourceRecord(Aggregate):
@@ -189,9 +213,7 @@ class SourceDependents(Aggregate):
         self.source_id = source_id
         self.lane = lane
         self.dependents: list[str] = []
-        self.revoked_for_all = False
-        self.revoked_accounts: list[str] = []
-        self.tombstoned = False
+        self.noted = no_revocation()
 
     class RelianceRecorded(Aggregate.Event):
         run_id: str
@@ -204,12 +226,7 @@ class SourceDependents(Aggregate):
         account_id: str | None
 
         def apply(self, lane: SourceDependents) -> None:
-            if self.tombstoned:
-                lane.tombstoned = True
-            elif self.account_id is None:
-                lane.revoked_for_all = True
-            elif self.account_id not in lane.revoked_accounts:
-                lane.revoked_accounts.append(self.account_id)
+            note_revocation(lane.noted, tombstoned=self.tombstoned, account_id=self.account_id)
 
     def record_reliance(self, run_id: str) -> None:
         """Once per (run, source): the run remembers which sources it relies on."""
@@ -218,14 +235,8 @@ class SourceDependents(Aggregate):
     def note_standing(self, *, tombstoned: bool, account_id: str | None) -> None:
         self.trigger_event(self.StandingNoted, tombstoned=tombstoned, account_id=account_id)
 
-    def noted(self, facts: SourceFacts) -> SourceFacts:
-        return SourceFacts(
-            source_id=facts.source_id, registered=facts.registered, scope=facts.scope,
-            owner_account_id=facts.owner_account_id,
-            revoked_for_all=facts.revoked_for_all or self.revoked_for_all,
-            revoked_accounts=facts.revoked_accounts | frozenset(self.revoked_accounts),
-            tombstoned=facts.tombstoned or self.tombstoned,
-        )
+    def noted_standing(self, facts: SourceFacts) -> SourceFacts:
+        return with_noted(facts, self.noted)
 
 
 def standing_of(records: Iterable[SourceRecord]) -> SourceStanding:
