@@ -11,6 +11,7 @@ Client-safe: a rejection announces its reason code only; the internal detail
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any, Iterable
 
@@ -88,9 +89,12 @@ def announce_all(events: Iterable[Any]) -> list[PublicationMessage]:
 
 def preview_for(run_id: str, commit: Commit) -> AnswerPreview:
     """P14: a prepared block shown before its commit. It carries no receipt and is
-    never a claim of durability; its ``event_id`` is stable per prepared revision."""
+    never a claim of durability. Its ``event_id`` is derived from everything it shows, so
+    a re-sent preview is the same message and a different one (prepared again on fresh
+    state after a lost race: another ordinal, another citation status) has another id."""
     block = commit.block
-    event_id = uuid.uuid5(PREVIEW_NAMESPACE, f"{run_id}:{block.block_id}:{block.revision}:{block.body_sha256}")
+    shown = hashlib.sha256(block.model_dump_json().encode()).hexdigest()
+    event_id = uuid.uuid5(PREVIEW_NAMESPACE, f"{run_id}:{block.block_id}:{block.revision}:{shown}")
     return AnswerPreview(run_id=run_id, block=block, event_id=event_id)
 
 
