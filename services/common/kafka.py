@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
-from aiokafka import ConsumerRebalanceListener, ConsumerRecord
+from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker, KafkaMessage
@@ -207,6 +207,17 @@ async def _handle_isolating_poison(
 BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
 
 
+def offsets_after(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """The offsets to commit once ``records`` are applied: per partition, the one after the
+    last record of the batch. Not the consumer's position: the next poll may already have
+    moved that past records nobody applied yet."""
+    offsets: dict[TopicPartition, int] = {}
+    for record in records:
+        partition = TopicPartition(record.topic, record.partition)
+        offsets[partition] = max(offsets.get(partition, 0), record.offset + 1)
+    return offsets
+
+
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
     """aiokafka's rebalance hook, reduced to what a tracked store needs to hear."""
 
@@ -309,6 +320,9 @@ def subscribe_tracked(
             return
         # The store's tracking record is the truth about what was applied; the Kafka offset
         # only spares a redelivery. So the next poll need not wait for this commit's round
-        # trip: it runs while the commit travels (one in flight, in order).
+        # trip: it runs while the commit travels (one in flight, in order). It commits this
+        # batch's offsets, never the consumer's position: by the time the commit runs, the
+        # next poll may have been fetched, and a crash then must redeliver it (FastStream's
+        # ``ack`` commits the position, which is right only when nothing polls meanwhile).
         await settle_previous()
-        acknowledging.append(asyncio.ensure_future(msg.ack()))
+        acknowledging.append(asyncio.ensure_future(msg.consumer.commit(offsets_after(records))))

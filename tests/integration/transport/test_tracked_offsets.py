@@ -1,0 +1,69 @@
+"""The Kafka offset a tracked consumer commits (SPEC §7: at-least-once on the wire, exactly
+once in effect; R1: what was committed is never lost, what was not is redelivered).
+
+A tracked consumer commits a batch's offset only after its store recorded the batch, and
+that commit travels while the next poll runs. The offset it commits must be the batch's
+own end, not the consumer's position: the next poll has often moved that position already,
+and a crash before the next batch is applied must redeliver it, not skip it. Found by the
+Journal's relay failover test: a SIGKILL at that moment lost one run's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from imprint.contracts.runtime import RunQueued
+from imprint.contracts.topics import Topic
+from services.common.inbound import Inbound
+from services.common.kafka import Outbox, make_broker, subscribe_tracked
+from services.common.settings import Settings
+from tests.support.kafka import produce
+
+pytestmark = pytest.mark.integration
+
+
+async def committed_offset(settings: Settings, group: str, topic: str) -> int | None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return await consumer.committed(TopicPartition(topic, 0))
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.rule("R1")
+def test_the_committed_offset_is_the_applied_batch_not_the_next_poll(isolated: Settings) -> None:
+    s = isolated
+    messages = [RunQueued(run_id="run-offsets") for _ in range(9)]
+    asyncio.run(produce(s, Topic.RUNTIME, *messages))
+
+    async def scenario() -> tuple[list[list[int]], int | None]:
+        batches: list[list[int]] = []
+        second_batch_held = asyncio.Event()
+        never = asyncio.Event()
+
+        async def handle(inbound: list[Inbound]) -> None:
+            batches.append([item.offset for item in inbound])
+            if len(batches) == 2:  # the process "dies" here: this batch is never applied
+                second_batch_held.set()
+                await never.wait()
+
+        broker = make_broker(s, "offsets-test")
+        subscribe_tracked(broker, s, Outbox(broker, s), consumer="offsets", topics=[Topic.RUNTIME],
+                          handle=handle, max_records=3)
+        await broker.start()
+        try:
+            await asyncio.wait_for(second_batch_held.wait(), timeout=30)
+            await asyncio.sleep(1.0)  # the first batch's commit has long landed
+            return batches, await committed_offset(s, f"{s.group_prefix}.offsets", s.topic(Topic.RUNTIME))
+        finally:
+            never.set()
+            await broker.stop()
+
+    batches, committed = asyncio.run(scenario())
+    first, second = batches[0], batches[1]
+    assert first and second and second[0] == first[-1] + 1
+    assert committed == first[-1] + 1, (
+        f"the commit covers the applied batch {first}, never the polled one {second}: committed {committed}")
