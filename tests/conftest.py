@@ -81,9 +81,11 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_part
     ensure_schema(settings)
     create_topics(settings)
     yield settings
+    from tests.support.kafka import delete_topics
     from tests.support.postgres import drop_schema
 
     drop_schema(settings)
+    delete_topics(settings)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

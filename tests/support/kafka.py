@@ -10,7 +10,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.partitioner import DefaultPartitioner
 
 from imprint.contracts.base import Message
@@ -50,6 +50,24 @@ def key_beside(settings: Settings, key: str, stem: str) -> str:
     """A key (``stem-N``) that lands on the same partition as ``key``: a marker sent after
     ``key``'s messages is then consumed after them, as it was on a single partition."""
     return next(f"{stem}-{n}" for n in range(10_000) if partition_of(settings, f"{stem}-{n}") == partition_of(settings, key))
+
+
+def delete_topics(settings: Settings) -> None:
+    """A test's topics, deleted when it ends: a broker restarted on a developer's machine
+    recovers every partition it still holds, and thousands of tests' leftovers make that
+    take minutes. Best effort: a topic already gone is fine."""
+
+    async def delete() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([settings.topic(t) for t in Topic], timeout_ms=10_000)
+        except KafkaError:
+            pass
+        finally:
+            await admin.close()
+
+    asyncio.run(delete())
 
 
 async def produce(settings: Settings, topic: Topic, *messages: Message | bytes, key: bytes | None = None) -> None:
