@@ -22,6 +22,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rule(id): the SPEC rule this test proves")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.support.kafka import delete_created_topics
+
+    delete_created_topics()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     from tests.infra import kafka_bootstrap as resolve
@@ -81,11 +87,9 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_part
     ensure_schema(settings)
     create_topics(settings)
     yield settings
-    from tests.support.kafka import delete_topics
     from tests.support.postgres import drop_schema
 
     drop_schema(settings)
-    delete_topics(settings)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

@@ -25,6 +25,7 @@ aggregate version and is evicted and redone; a revoked partition is evicted
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
@@ -49,6 +50,19 @@ HOT_CACHE = {
     "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
 }
 """eventsourcing settings of an application whose aggregates only its units of work change."""
+
+
+LATEST_VERSION = sys.maxsize
+"""A version no aggregate reaches: asked for it, the repository rebuilds what is stored
+(from the latest snapshot on) and leaves the hot cache alone."""
+
+
+def stored(app: Application[UUID], aggregate_id: UUID) -> Any:
+    """An aggregate as it is stored now, for a query. The hot cache is the units of work's:
+    only this process's own writes keep it current (another instance's writes reach a unit
+    as a version conflict, never a reader), so a reader — a status page, an operator's
+    tool, a test waiting for a commit — reads the store. Raises ``AggregateNotFoundError``."""
+    return app.repository.get(aggregate_id, version=LATEST_VERSION)
 
 
 class ConflictsExhausted(RuntimeError):

@@ -48,7 +48,7 @@ from imprint.shredding import Keyring
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.recorders import tracking_many
-from services.common.unit_of_work import ConflictsExhausted, StoredWorkspace, TrackedUnitOfWork
+from services.common.unit_of_work import HOT_CACHE, ConflictsExhausted, StoredWorkspace, TrackedUnitOfWork, stored
 from services.journal.announcements import announce
 
 A = TypeVar("A", bound=Aggregate)
@@ -60,6 +60,9 @@ JournalConflict = ConflictsExhausted
 
 class RuntimeJournal(Application[UUID]):
     name = "journal"
+    env = dict(HOT_CACHE)
+    """Executions and conversations stay in memory between messages, changed in place by the
+    units of work (no re-read of a conversation's whole history per message)."""
 
     def __init__(
         self,
@@ -158,6 +161,7 @@ class RuntimeJournal(Application[UUID]):
                     self.message_index.drop_conversation(intent.conversation_id)
             else:
                 self.message_index.drop_conversation(intent.conversation_id)
+                self.units.forget()  # the cache must not keep what the destroyed key sealed
 
     # -- deletion and retention (X8) ------------------------------------------------------------
 
@@ -206,7 +210,7 @@ class RuntimeJournal(Application[UUID]):
 
     def _get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         try:
-            agg = self.repository.get(aggregate_id)
+            agg = stored(self, aggregate_id)
         except AggregateNotFoundError:
             return None
         return agg if isinstance(agg, cls) else None

@@ -42,7 +42,7 @@ from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.recorders import tracking_many
-from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork
+from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, stored
 from services.publication.sealing import RecentKeys, SealingMapper
 
 log = get_logger(__name__)
@@ -87,7 +87,7 @@ class PublicationLog(Application[uuid.UUID]):
 
     def run(self, run_id: str) -> PublicationRun | None:
         try:
-            return self.repository.get(PublicationRun.id_for(run_id))
+            return stored(self, PublicationRun.id_for(run_id))
         except AggregateNotFoundError:
             return None
 

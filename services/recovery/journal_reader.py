@@ -22,6 +22,7 @@ from imprint.journal.execution import AnswerExecution
 from imprint.recovery.journal_facts import JournalAvailability, JournalRun
 from services.common.eventstore import store_environment
 from services.common.observability import get_logger
+from services.common.unit_of_work import stored
 from services.common.settings import Settings
 
 log = get_logger(__name__)
@@ -95,7 +96,7 @@ class JournalReader:
         if self._store is None:
             return None
         try:
-            execution = self._store.repository.get(AnswerExecution.id_for(run_id))
+            execution = stored(self._store, AnswerExecution.id_for(run_id))
         except AggregateNotFoundError:
             execution = None
         except Exception as error:  # noqa: BLE001

@@ -27,6 +27,7 @@ from eventsourcing.utils import get_topic
 
 from imprint.contracts.publication import CommittedBlock
 from services.common.observability import get_logger
+from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
@@ -167,7 +168,7 @@ def source_standing(app: PublicationLog, source_ids: Iterable[str]) -> SourceSta
     records: list[SourceRecord] = []
     for source_id in sorted(set(source_ids)):
         try:
-            records.append(app.repository.get(SourceRecord.id_for(source_id)))
+            records.append(stored(app, SourceRecord.id_for(source_id)))
         except AggregateNotFoundError:
             continue
     return standing_of(records)
@@ -204,7 +205,7 @@ def apply_reconciliations(app: PublicationLog, run_id: str, findings: list[Recon
         return []
     for attempt in range(APPLY_ATTEMPTS):
         try:
-            run: PublicationRun = app.repository.get(PublicationRun.id_for(run_id))
+            run: PublicationRun = stored(app, PublicationRun.id_for(run_id))
         except AggregateNotFoundError:
             return [_applied(f, False, "run not found") for f in findings]
         except Exception as error:  # noqa: BLE001 — e.g. an undecodable record: report, append nothing

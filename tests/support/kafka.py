@@ -23,6 +23,7 @@ def create_topics(settings: Settings, partitions: int | None = None) -> None:
     """Every contract topic under the settings' prefix, with ``partitions`` partitions
     (default: ``settings.topic_partitions``)."""
     partitions = partitions or settings.topic_partitions
+    CREATED.extend((settings.kafka_bootstrap, settings.topic(t)) for t in Topic)
 
     async def create() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
@@ -52,22 +53,38 @@ def key_beside(settings: Settings, key: str, stem: str) -> str:
     return next(f"{stem}-{n}" for n in range(10_000) if partition_of(settings, f"{stem}-{n}") == partition_of(settings, key))
 
 
-def delete_topics(settings: Settings) -> None:
-    """A test's topics, deleted when it ends: a broker restarted on a developer's machine
-    recovers every partition it still holds, and thousands of tests' leftovers make that
-    take minutes. Best effort: a topic already gone is fine."""
+CREATED: list[tuple[str, str]] = []
+"""(bootstrap, topic) of every topic this test session created, deleted when it ends."""
 
-    async def delete() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+
+def delete_created_topics() -> None:
+    """Every topic the session created, deleted in one request per broker once the tests are
+    over (not one by one as each test ends: deleting while other tests create topics kept a
+    single broker busy re-electing leaders). A developer's broker otherwise keeps every old
+    test's partitions, and recovering tens of thousands of them on restart takes minutes.
+    Best effort: a topic already gone is fine."""
+    by_broker: dict[str, list[str]] = {}
+    for bootstrap, topic in CREATED:
+        by_broker.setdefault(bootstrap, []).append(topic)
+    CREATED.clear()
+
+    async def delete(bootstrap: str, topics: list[str]) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
         try:
-            await admin.delete_topics([settings.topic(t) for t in Topic], timeout_ms=10_000)
-        except KafkaError:
-            pass
+            for start in range(0, len(topics), 500):
+                try:
+                    await admin.delete_topics(topics[start:start + 500], timeout_ms=30_000)
+                except KafkaError:
+                    pass
         finally:
             await admin.close()
 
-    asyncio.run(delete())
+    for bootstrap, topics in by_broker.items():
+        try:
+            asyncio.run(delete(bootstrap, topics))
+        except (KafkaError, OSError):
+            pass
 
 
 async def produce(settings: Settings, topic: Topic, *messages: Message | bytes, key: bytes | None = None) -> None:

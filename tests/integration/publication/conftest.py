@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 def module_settings(kafka_bootstrap: str, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     from services.common.eventstore import ensure_schema
     from tests.conftest import free_port
-    from tests.support.kafka import create_topics, delete_topics
+    from tests.support.kafka import create_topics
     from tests.support.postgres import drop_schema
 
     tag = uuid.uuid4().hex[:10]
@@ -37,7 +37,6 @@ def module_settings(kafka_bootstrap: str, database_url: str, tmp_path_factory: p
     create_topics(settings)
     yield settings
     drop_schema(settings)
-    delete_topics(settings)
 
 
 @pytest.fixture(scope="module")
