@@ -285,22 +285,34 @@ class EventStream(Response):
             subscription.close()
 
     async def _write(self, queue: asyncio.Queue[Any], send: Any) -> None:
+        """Write what the pump queued. Everything already queued goes out as ONE body (one
+        send, one socket write): at a wake-up every client of a run has the same few frames
+        waiting, and a send per frame was most of the fan-out's cost. Waiting uses
+        ``asyncio.timeout``, not ``wait_for`` (no task per frame)."""
         while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), self.config.keepalive)
-            except TimeoutError:
-                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
-                continue
-            if item is END:
-                await self._finish(send, self.form.closing(False))
-                return
-            frame: Frame = item
-            body = self.form.frame(frame)
+            if queue.empty():
+                try:
+                    async with asyncio.timeout(self.config.keepalive):
+                        item = await queue.get()
+                except TimeoutError:
+                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                    continue
+            else:
+                item = queue.get_nowait()
+            items = [item]
+            while items[-1] is not END and items[-1].event != DONE and not queue.empty():
+                items.append(queue.get_nowait())
+            frames: list[Frame] = [i for i in items if i is not END]
+            body = b"".join(self.form.frame(frame) for frame in frames)
             if body:
                 await send({"type": "http.response.body", "body": body, "more_body": True})
-            self.report.wrote(frame)
-            self.metrics.frames_sent.labels(frame.event).inc()
-            if frame.event == DONE:
+            for frame in frames:
+                self.report.wrote(frame)
+                self.metrics.frames_sent.labels(frame.event).inc()
+            if items[-1] is END:
+                await self._finish(send, self.form.closing(False))
+                return
+            if items[-1].event == DONE:
                 await self._finish(send, self.form.closing(True))
                 return
 
