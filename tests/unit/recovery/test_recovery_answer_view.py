@@ -27,6 +27,13 @@ def three_blocks(log: Log) -> tuple[str, str, str]:
     return a.block_id, b.block_id, c.block_id
 
 
+def three_block_log() -> tuple[Log, list, tuple[str, str, str]]:  # type: ignore[type-arg]
+    """A log of three committed blocks, its events as a list to tamper with, and the blocks' ids."""
+    log = Log()
+    ids = three_blocks(log)
+    return log, list(log.events), ids
+
+
 def commit_of(events: list, block_id: str) -> int:  # type: ignore[type-arg]
     """Where the log commits ``block_id`` (each block of these logs has one revision)."""
     return next(i for i, e in enumerate(events)
@@ -123,9 +130,7 @@ def test_the_view_is_built_from_the_publication_log_alone() -> None:
 
 @pytest.mark.rule("R4")
 def test_one_corrupt_body_is_withheld_alone() -> None:
-    log = Log()
-    a, b, c = three_blocks(log)
-    events = list(log.events)
+    log, events, (a, b, c) = three_block_log()
     index = commit_of(events, b)
     original = events[index].block["content"]
     events[index] = tampered(events[index], content={"type": original["type"], "markdown": "B weighs 13 %"})
@@ -137,9 +142,7 @@ def test_one_corrupt_body_is_withheld_alone() -> None:
 
 @pytest.mark.rule("R4")
 def test_a_missing_authorization_proof_is_withheld_alone() -> None:
-    log = Log()
-    a, b, c = three_blocks(log)
-    events = list(log.events)
+    log, events, (a, b, c) = three_block_log()
     events[commit_of(events, a)] = without(events[commit_of(events, a)], "receipt_id")
     events[commit_of(events, c)] = tampered(events[commit_of(events, c)], role=None, smuggled="x")  # no block record
     view = answer_view(LogFold.of(events).runs[log.run_id])
@@ -149,9 +152,7 @@ def test_a_missing_authorization_proof_is_withheld_alone() -> None:
 
 @pytest.mark.rule("R4")
 def test_a_receipt_that_binds_another_revision_is_no_proof() -> None:
-    log = Log()
-    a, b, _ = three_blocks(log)
-    events = list(log.events)
+    log, events, (a, b, _) = three_block_log()
     clone = copy.deepcopy(events[commit_of(events, a)])
     clone.__dict__["receipt_id"] = log.run.blocks[b]["receipt"]["receipt_id"]
     events[commit_of(events, a)] = clone
@@ -163,9 +164,7 @@ def test_a_receipt_that_binds_another_revision_is_no_proof() -> None:
 @pytest.mark.rule("R4")
 @pytest.mark.rule("R1")
 def test_an_unreadable_record_never_sinks_the_replay() -> None:
-    log = Log()
-    a, b, c = three_blocks(log)
-    events = list(log.events)
+    log, events, (a, b, c) = three_block_log()
     index = commit_of(events, c)
     events[index] = tampered(events[index], block_id=None)  # cannot even be placed
     fold = LogFold.of(events)
