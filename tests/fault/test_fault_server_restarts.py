@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from services.common.settings import Settings
-from tests.fault.invariants import check_invariants
+from tests.fault.invariants import check_invariants, proves_the_invariants
 from tests.fault.parts import Parts
 from tests.fault.private_infra import PrivateInfra
 from tests.fault.workload import Workload, private_settings
@@ -40,11 +40,7 @@ def settings(infra: PrivateInfra, tmp_path: Path) -> Settings:
     return private_settings(infra.bootstrap, infra.database_url, tmp_path, partitions=3)
 
 
-@pytest.mark.rule("P15")
-@pytest.mark.rule("P14")
-@pytest.mark.rule("P21")
-@pytest.mark.rule("R1")
-@pytest.mark.rule("D1")
+@proves_the_invariants
 def test_postgres_restarted_mid_stream_loses_nothing_and_applies_nothing_twice(
     infra: PrivateInfra, settings: Settings
 ) -> None:
@@ -67,11 +63,7 @@ def test_postgres_restarted_mid_stream_loses_nothing_and_applies_nothing_twice(
         "the server really crashed (immediate stop) and ran crash recovery on start"
 
 
-@pytest.mark.rule("P15")
-@pytest.mark.rule("P14")
-@pytest.mark.rule("P21")
-@pytest.mark.rule("R1")
-@pytest.mark.rule("D1")
+@proves_the_invariants
 def test_kafka_broker_killed_and_restarted_mid_stream_loses_nothing_and_applies_nothing_twice(
     infra: PrivateInfra, settings: Settings
 ) -> None:
