@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import Any
 
 import psycopg
@@ -63,11 +63,8 @@ def feeding(settings: Settings) -> Iterator[tuple[PublicationLog, Feeder]]:
     """The Publication log on ``settings`` and a feeder into it; the log is closed afterwards."""
     from services.publication.service import open_log
 
-    app = open_log(settings)
-    try:
+    with closing(open_log(settings)) as app:
         yield app, Feeder(app)
-    finally:
-        app.close()
 
 
 def admitted(run_id: str, account: str = ACCOUNT) -> RunAdmitted:
