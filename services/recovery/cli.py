@@ -80,6 +80,15 @@ def _dump(value: Any, *, pretty: bool = False) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, indent=2 if pretty else None)
 
 
+def _shown(document: Mapping[str, Any], output: str, out: TextIO, table: Callable[[TextIO, Mapping[str, Any]], None]) -> int:
+    """A command's one document, as pretty JSON or as its table; the command succeeded."""
+    if output == "json":
+        print(_dump(document, pretty=True), file=out)
+    else:
+        table(out, document)
+    return EXIT_OK
+
+
 def _no_run(run_id: str, err: TextIO) -> int:
     print(f"imprint: run {run_id!r} is not in the Publication log", file=err)
     return EXIT_NO_RUN
@@ -255,11 +264,7 @@ def recover(
             "apply": apply,
             "applied": applied,
         }
-        if output == "json":
-            print(_dump(document, pretty=True), file=out)
-        else:
-            render.recover_table(out, document)
-        return EXIT_OK
+        return _shown(document, output, out, render.recover_table)
     finally:
         if journal is not None:
             journal.close()
@@ -364,11 +369,7 @@ def inspect(settings: Settings, run_id: str, *, out: TextIO | None = None, err: 
         observed = read_observations(settings, run_id, INSPECT_TOPICS, INSPECT_TYPES)
         with JournalReader(settings) as journal:
             document = assemble_timeline(app, run_id, store=store, observed=observed, journal=journal)
-        if output == "json":
-            print(_dump(document, pretty=True), file=out)
-        else:
-            render.inspect_table(out, document)
-        return EXIT_OK
+        return _shown(document, output, out, render.inspect_table)
     finally:
         if store is not None:
             store.close()

@@ -18,14 +18,13 @@ import pytest
 from imprint.contracts.runtime import RunQueued, RunStarted, ToolReceipt
 from imprint.contracts.topics import Topic
 from services.delivery.operator import mint_operator_token
-from services.publication.service import open_log
 from tests.integration.delivery.support import Delivery, off_thread, read_stream
 from tests.integration.recovery.recovery_support import (
     ACCOUNT,
     PRIVATE_OWN,
     PUBLIC,
-    Feeder,
     admitted,
+    feeding,
     granted,
     numeric,
     part,
@@ -48,9 +47,7 @@ def crash_window(delivery: Delivery) -> dict[str, str]:
     settings = delivery.settings
     proposals = [part(RUN, "call-a", f"A cites [[cite:{PUBLIC}]]"), part(RUN, "call-b", "B weighs [[num:num-weight]]"),
                  text(RUN, f"C, from entry A, cites [[cite:{PRIVATE_OWN}]]")]
-    app = open_log(settings)
-    try:
-        feed = Feeder(app)
+    with feeding(settings) as (app, feed):
         feed(registered(), registered(PRIVATE_OWN, "private", ACCOUNT), topic=Topic.SOURCES)
         feed(admitted(RUN), granted(RUN), granted(RUN, PRIVATE_OWN, "private", ACCOUNT), numeric(RUN, "12.5", 1))
         feed(*proposals)
@@ -58,8 +55,6 @@ def crash_window(delivery: Delivery) -> dict[str, str]:
         assert run is not None
         blocks = {r.candidate_id: r.block_id for r in run.live_blocks()}
         previews = [m for t, m in feed.emitted if m.type == "answer.preview"]
-    finally:
-        app.close()
     off_thread(produce(settings, Topic.RUNTIME, *proposals))
     off_thread(produce(settings, Topic.PUBLICATION, *previews))
     announced = committed_announcements(settings, RUN)

@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
-from tests.fault.invariants import check_invariants
+from tests.fault.invariants import check_invariants, proves_the_invariants
 from tests.fault.parts import Parts
 from tests.fault.private_infra import PrivateInfra
 from tests.fault.workload import Workload, private_settings
@@ -60,11 +60,7 @@ def wait_full_isr(settings: Settings, timeout: float = 120) -> None:
         time.sleep(1)
 
 
-@pytest.mark.rule("P15")
-@pytest.mark.rule("P14")
-@pytest.mark.rule("P21")
-@pytest.mark.rule("R1")
-@pytest.mark.rule("D1")
+@proves_the_invariants
 def test_a_broker_killed_mid_stream_loses_nothing_committed_and_duplicates_no_effect(
     cluster: PrivateInfra, tmp_path: Path
 ) -> None:

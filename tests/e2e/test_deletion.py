@@ -10,22 +10,13 @@ import uuid
 import httpx
 import pytest
 
-from imprint.contracts.runtime import (
-    AnswerPart,
-    EvidenceGranted,
-    EvidenceItem,
-    EvidenceSet,
-    QuestionConditionSet,
-    RunAdmitted,
-    RunCompleted,
-    RunQueued,
-    RunStarted,
-)
+from imprint.contracts.runtime import AnswerPart, EvidenceItem
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.dump import dump_schema
 from tests.support.kafka import produce, read_topic
+from tests.support.runs import admitted, completed, granted, opened
 from tests.support.sse import read_frames
 from tests.support.stack import Stack
 
@@ -45,15 +36,13 @@ def test_deleting_a_conversation_leaves_no_private_text_in_any_store(isolated: S
     token = mint_token(isolated, account)
     with Stack(isolated) as stack:
         asyncio.run(produce(isolated, Topic.RUNTIME,
-            RunAdmitted(run_id=run, account_id=account, conversation_id=conversation, message_id=f"m-{tag}",
-                        question=secrets["question"], qcs=QuestionConditionSet(qcs_id=f"qcs-{tag}")),
-            RunQueued(run_id=run), RunStarted(run_id=run),
-            EvidenceGranted(run_id=run, source_id="src-survey", scope="private", owner_account_id=account),
+            *opened(admitted(run, account_id=account, conversation_id=conversation, message_id=f"m-{tag}",
+                             question=secrets["question"])),
+            granted(run, "src-survey", scope="private", owner_account_id=account),
             AnswerPart(run_id=run, turn_id="t1", tool_call_id="c1", sealed=True,
                        arguments={"markdown": secrets["body"] + " [[cite:src-survey]]"}),
-            RunCompleted(run_id=run, outcome="answered", answer_text=secrets["answer"],
-                         evidence=EvidenceSet(items=[EvidenceItem(source_id="src-survey", excerpt=secrets["excerpt"])],
-                                              snapshot_id="s1", knowledge_version="k1")),
+            completed(run, secrets["answer"], EvidenceItem(source_id="src-survey", excerpt=secrets["excerpt"]),
+                      snapshot_id="s1", knowledge_version="k1"),
         ))
         stack.wait_for_run(run, token)
         read_frames(stack.base_url, run, token, until=lambda fs: any(f.event == "done" for f in fs))
@@ -89,8 +78,7 @@ def test_retention_deletes_an_idle_conversation_everywhere(isolated: Settings) -
     token = mint_token(settings, account)
     with Stack(settings) as stack:
         asyncio.run(produce(settings, Topic.RUNTIME,
-            RunAdmitted(run_id=run, account_id=account, conversation_id=conversation, message_id=f"m-{tag}",
-                        question=question, qcs=QuestionConditionSet(qcs_id=f"qcs-{tag}")),
+            admitted(run, account_id=account, conversation_id=conversation, message_id=f"m-{tag}", question=question),
             AnswerPart(run_id=run, turn_id="t1", tool_call_id="c1", sealed=True, arguments={"markdown": body})))
         stack.wait_for_run(run, token)
         # Idle past the retention age: the sweeper deletes it in the journal and asks the others.

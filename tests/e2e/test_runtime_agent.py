@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from imprint.runtime import RunWriter
@@ -22,6 +22,7 @@ from imprint.runtime.kafka import KafkaDecisions, KafkaTransport
 from imprint.runtime.pydantic_ai import TOOL_NAME, AnswerPublication
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
+from tests.support.agents import tool_returns
 from tests.support.sse import Frame, read_frames
 from tests.support.stack import Stack
 
@@ -33,11 +34,6 @@ TEXT = "Water boils at 100 °C at sea level [[cite:src:handbook]]."
 DRAFT = "At altitude water boils lower."
 REVISED = "At altitude water boils lower: about 93 °C at 2,000 m [[cite:src:handbook]]."
 CLOSING = "In short: 100 °C at sea level, less higher up."
-
-
-def tool_returns(messages: list[ModelMessage]) -> list[str]:
-    return [str(p.content) for m in messages if isinstance(m, ModelRequest) for p in m.parts
-            if isinstance(p, ToolReturnPart)]
 
 
 def researcher(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -7,15 +7,6 @@ SIGKILL at an exact point of the real code path, then runs the real serve);
 
 from __future__ import annotations
 
-import time
+from tests.support.waiting import wait_until
 
-
-def wait_until(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+__all__ = ["wait_until"]

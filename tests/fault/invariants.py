@@ -30,9 +30,10 @@ import asyncio
 import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -42,6 +43,18 @@ from services.common.settings import Settings
 from services.publication.service import open_log
 from services.recovery.log_reader import current_bound, read_fold
 from tests.fault.workload import Workload
+
+INVARIANT_RULES = ("P15", "P14", "P21", "R1", "D1")
+"""The SPEC rules :func:`check_invariants` proves, in the order its checks name them."""
+_Test = TypeVar("_Test")
+
+
+def proves_the_invariants(test: _Test) -> _Test:
+    """Marks a scenario that ends in :func:`check_invariants` with each rule it proves
+    (``@pytest.mark.rule(id)``, one mark per rule, as written out by hand)."""
+    for rule in reversed(INVARIANT_RULES):
+        test = pytest.mark.rule(rule)(test)
+    return test
 
 DIRECT_TYPES = ("answer.preview", "answer.save_unknown", "answer.save_failed")
 OUTCOME_TYPES = ("answer.published", "answer.unchanged", "answer.rejected", "answer.revision_rejected")

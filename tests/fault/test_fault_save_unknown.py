@@ -49,29 +49,36 @@ def proxied(settings: Settings) -> Iterator[tuple[PgProxy, Settings]]:
         proxy.close()
 
 
+@contextmanager
+def warmed_up_through_proxy(settings: Settings, run: str) -> Iterator[tuple[PgProxy, Stack]]:
+    """The relay, and Publication reaching PostgreSQL through a proxy, with ``run``'s first
+    block already published; stopped afterwards."""
+    stack = Stack(settings, parts=())
+    with proxied(settings) as (proxy, through_proxy):
+        try:
+            stack.start("relay")
+            stack.start("publication", settings=through_proxy)
+            send(settings, admitted(run), part(run, "warm", "Warm-up."))
+            wait_run(settings, run, has_published("Warm-up."), timeout=45)
+            yield proxy, stack
+        finally:
+            stack.__exit__(None, None, None)
+
+
 @pytest.mark.rule("P15")
 @pytest.mark.rule("P19")
 @pytest.mark.parametrize("mode", ["after_commit", "before_commit"])
 def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated: Settings, mode: str) -> None:
     s, run = isolated, f"run-unknown-{mode}"
-    stack = Stack(s, parts=())
-    with proxied(s) as (proxy, through_proxy):
-        try:
-            stack.start("relay")
-            stack.start("publication", settings=through_proxy)
-            send(s, admitted(run), part(run, "warm", "Warm-up."))
-            wait_run(s, run, has_published("Warm-up."), timeout=45)
-
-            # the tracked transaction's COMMIT; then the store's 9 retries are cut too (10 attempts in all)
-            proxy.arm(mode, then_refuse=9, watch="publication_tracking")
-            send(s, part(run, "u-1", "Saved or not?"))
-            # (after a durable COMMIT the relay may announce it before the consumer, still busy
-            # with its cut retries, says save_unknown: wait for both)
-            values = wait_run(s, run, lambda vs: has_published("Saved or not?")(vs) and any(
-                v["type"] == "answer.save_unknown" for v in vs), timeout=45)
-            publication_log = stack.log("publication")
-        finally:
-            stack.__exit__(None, None, None)
+    with warmed_up_through_proxy(s, run) as (proxy, stack):
+        # the tracked transaction's COMMIT; then the store's 9 retries are cut too (10 attempts in all)
+        proxy.arm(mode, then_refuse=9, watch="publication_tracking")
+        send(s, part(run, "u-1", "Saved or not?"))
+        # (after a durable COMMIT the relay may announce it before the consumer, still busy
+        # with its cut retries, says save_unknown: wait for both)
+        values = wait_run(s, run, lambda vs: has_published("Saved or not?")(vs) and any(
+            v["type"] == "answer.save_unknown" for v in vs), timeout=45)
+        publication_log = stack.log("publication")
 
     assert not proxy.armed, "every armed fault was used"
     expected_first = ("server replied COMMIT; reply withheld, connection cut" if mode == "after_commit"
@@ -98,20 +105,12 @@ def test_a_commit_whose_outcome_is_unknown_is_resolved_by_reading_back(isolated:
 @pytest.mark.rule("P15")
 def test_a_connection_lost_while_reading_a_key_is_retried_not_dead_lettered(isolated: Settings) -> None:
     s, run = isolated, "run-unknown-key"
-    stack = Stack(s, parts=())
-    with proxied(s) as (proxy, through_proxy):
-        try:
-            stack.start("relay")
-            stack.start("publication", settings=through_proxy)
-            send(s, admitted(run), part(run, "warm", "Warm-up."))
-            wait_run(s, run, has_published("Warm-up."), timeout=45)
-            proxy.cut_statements("data_key", times=1)
-            time.sleep(1.5)  # past the one-second key cache (sealing.RecentKeys): the key is read from the table
-            send(s, part(run, "k-1", "Needs the conversation key."), part(run, "k-2", "Marker behind it."))
-            values = wait_run(s, run, has_published("Marker behind it."), timeout=20)
-            publication_log = stack.log("publication")
-        finally:
-            stack.__exit__(None, None, None)
+    with warmed_up_through_proxy(s, run) as (proxy, stack):
+        proxy.cut_statements("data_key", times=1)
+        time.sleep(1.5)  # past the one-second key cache (sealing.RecentKeys): the key is read from the table
+        send(s, part(run, "k-1", "Needs the conversation key."), part(run, "k-2", "Marker behind it."))
+        values = wait_run(s, run, has_published("Marker behind it."), timeout=20)
+        publication_log = stack.log("publication")
     assert proxy.log.events == ["attempt refused"]
     assert [v["block"]["revision"] for v in dedupe(published(values)) if v["block"]["candidate_id"] == "tool:k-1"] == [1]
     assert "dead-lettering" not in publication_log

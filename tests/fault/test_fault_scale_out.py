@@ -20,7 +20,7 @@ import pytest
 
 from services.common.settings import Settings
 from tests.support.postgres import drop_schema
-from tests.fault.invariants import check_invariants
+from tests.fault.invariants import check_invariants, proves_the_invariants
 from tests.fault.parts import Parts
 from tests.fault.workload import Workload, private_settings
 
@@ -36,11 +36,7 @@ def settings(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> Iterato
     drop_schema(scaled)
 
 
-@pytest.mark.rule("P15")
-@pytest.mark.rule("P14")
-@pytest.mark.rule("P21")
-@pytest.mark.rule("R1")
-@pytest.mark.rule("D1")
+@proves_the_invariants
 def test_two_instances_of_every_part_one_of_each_killed_under_load(settings: Settings) -> None:
     with Parts(settings) as parts:
         parts.serve_all(instances=2)

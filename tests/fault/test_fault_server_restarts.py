@@ -11,13 +11,14 @@ private state dir), never on the shared ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.common.settings import Settings
-from tests.fault.invariants import check_invariants
+from tests.fault.invariants import check_invariants, proves_the_invariants
 from tests.fault.parts import Parts
 from tests.fault.private_infra import PrivateInfra
 from tests.fault.workload import Workload, private_settings
@@ -40,54 +41,49 @@ def settings(infra: PrivateInfra, tmp_path: Path) -> Settings:
     return private_settings(infra.bootstrap, infra.database_url, tmp_path, partitions=3)
 
 
-@pytest.mark.rule("P15")
-@pytest.mark.rule("P14")
-@pytest.mark.rule("P21")
-@pytest.mark.rule("R1")
-@pytest.mark.rule("D1")
-def test_postgres_restarted_mid_stream_loses_nothing_and_applies_nothing_twice(
-    infra: PrivateInfra, settings: Settings
-) -> None:
+def under_load(settings: Settings, disturb: Callable[[Workload], None]) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """Every part serving a steady load; ``disturb`` strikes once 30 % is accepted; then the
+    load is finished and checked. Returns the invariant check's report and the parts' own exits."""
     with Parts(settings) as parts:
         parts.serve_all()
         load = Workload(settings, parts.delivery_urls).start()
         try:
             load.wait_accepted(0.3)
-            infra.kill_postgres()
-            load.wait_accepted(0.5)  # the runtime keeps proposing while the database is gone
-            infra.start_postgres()
+            disturb(load)
             load.finish(timeout=240)
         finally:
             load.stop()
-        report = check_invariants(settings, load, parts.delivery_urls)
-        exits = list(parts.exits)
+        return check_invariants(settings, load, parts.delivery_urls), list(parts.exits)
+
+
+@proves_the_invariants
+def test_postgres_restarted_mid_stream_loses_nothing_and_applies_nothing_twice(
+    infra: PrivateInfra, settings: Settings
+) -> None:
+    def restart(load: Workload) -> None:
+        infra.kill_postgres()
+        load.wait_accepted(0.5)  # the runtime keeps proposing while the database is gone
+        infra.start_postgres()
+
+    report, exits = under_load(settings, restart)
     print(f"\npostgres restart: {report}; parts that exited on their own and were restarted: {exits}")
     server_log = infra.log("postgres.log")
     assert "immediate shutdown request" in server_log and "not properly shut down" in server_log, \
         "the server really crashed (immediate stop) and ran crash recovery on start"
 
 
-@pytest.mark.rule("P15")
-@pytest.mark.rule("P14")
-@pytest.mark.rule("P21")
-@pytest.mark.rule("R1")
-@pytest.mark.rule("D1")
+@proves_the_invariants
 def test_kafka_broker_killed_and_restarted_mid_stream_loses_nothing_and_applies_nothing_twice(
     infra: PrivateInfra, settings: Settings
 ) -> None:
-    with Parts(settings) as parts:
-        parts.serve_all()
-        load = Workload(settings, parts.delivery_urls).start()
-        try:
-            load.wait_accepted(0.3)
-            starts = infra.log("kafka.log").count(STARTED)
-            infra.kill_kafka()  # SIGKILL: no controlled shutdown
-            infra.start_kafka()
-            load.finish(timeout=240)
-        finally:
-            load.stop()
-        report = check_invariants(settings, load, parts.delivery_urls)
-        exits = list(parts.exits)
+    starts: list[int] = []
+
+    def restart(load: Workload) -> None:
+        starts.append(infra.log("kafka.log").count(STARTED))
+        infra.kill_kafka()  # SIGKILL: no controlled shutdown
+        infra.start_kafka()
+
+    report, exits = under_load(settings, restart)
     print(f"\nkafka restart: {report}; parts that exited on their own and were restarted: {exits}")
     assert infra.kills[-1] == "kafka"
-    assert infra.log("kafka.log").count(STARTED) > starts, "the broker really started again"
+    assert infra.log("kafka.log").count(STARTED) > starts[0], "the broker really started again"

@@ -6,13 +6,13 @@ HTTP and Kafka (the delivery facts)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from tests.integration.delivery.support import Delivery
 from tests.node.conftest import LINES, start_reader
+from tests.support.waiting import wait_until
 from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, preview, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -22,14 +22,6 @@ CLOSED_TEXT = "Water boils at 100 °C at sea level; at altitude it boils lower, 
 
 def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in message["parts"] if p["type"] == "data-block"]
-
-
-def wait_for(condition: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def assert_final_message(result: dict[str, Any], run: str) -> None:
@@ -73,7 +65,7 @@ def test_the_ai_sdk_client_reads_a_run_as_one_message_of_every_line(delivery: De
                          published(run, "b1", 1, "Boiling point: 100 °C.", 1),
                          published(run, "b2", 1, "Built on a report that will be revoked.", 2))
     readers = [start_reader(line, api, run, token) for line in LINES]
-    wait_for(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= len(readers) or any(r.exited() for r in readers),
+    wait_until(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= len(readers) or any(r.exited() for r in readers),
              "every reader to be following the live run")
     for reader in readers:
         assert not reader.exited(), reader.result()
@@ -111,7 +103,7 @@ def test_the_sdk_resume_request_for_a_chat_replays_the_active_run_and_is_204_whe
                          published(run, "b2", 1, "Built on a report that will be revoked.", 2),
                          published(run, "b3", 1, "Third block.", 3))
     reader = start_reader("ai5", api, conversation, token)
-    wait_for(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= 1 or reader.exited(), "the resumed reader to follow the run")
+    wait_until(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= 1 or reader.exited(), "the resumed reader to follow the run")
     assert not reader.exited(), reader.result()
     delivery.feeder.send(published(run, "b1", 2, "Boiling point, revised: 100 °C [[cite:src-1]].", 1,
                                    citations=[{"source_id": "src-1", "status": "valid"}],

@@ -13,23 +13,14 @@ from typing import Any
 
 import pytest
 
-from imprint.contracts.runtime import (
-    AnswerPart,
-    EvidenceGranted,
-    EvidenceItem,
-    EvidenceSet,
-    QuestionConditionSet,
-    RunAdmitted,
-    RunCompleted,
-    RunQueued,
-    RunStarted,
-)
+from imprint.contracts.runtime import AnswerPart, EvidenceItem, QuestionConditionSet
 from imprint.contracts.sources import SourceRevoked
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.node.conftest import LINES, start_reader
 from tests.support.kafka import produce, read_topic
+from tests.support.runs import admitted, completed, granted, opened
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -65,13 +56,10 @@ def test_the_ai_sdk_client_follows_a_run_it_opened_before_the_run_was_known(isol
         time.sleep(1.0)  # the readers' requests are in: Delivery has not heard of the run
         assert not any(r.exited() for r in readers), [r.result() for r in readers if r.exited()]
         asyncio.run(produce(isolated, Topic.RUNTIME,
-            RunAdmitted(run_id=run, account_id=ACCOUNT, conversation_id=f"conv-{run}", message_id=f"msg-{run}",
-                        question="At what temperature does water boil?", qcs=QuestionConditionSet(qcs_id="q")),
-            RunQueued(run_id=run), RunStarted(run_id=run),
-            EvidenceGranted(run_id=run, source_id=PUBLIC, scope="public", owner_account_id="registry",
-                            title="Handbook"),
-            EvidenceGranted(run_id=run, source_id=PRIVATE, scope="private", owner_account_id=ACCOUNT,
-                            title="Field notes"),
+            *opened(admitted(run, account_id=ACCOUNT, question="At what temperature does water boil?",
+                             qcs=QuestionConditionSet(qcs_id="q"))),
+            granted(run, PUBLIC, scope="public", owner_account_id="registry", title="Handbook"),
+            granted(run, PRIVATE, scope="private", owner_account_id=ACCOUNT, title="Field notes"),
             part(run, "call-1", f"Water boils at 100 °C [[cite:{PUBLIC}]]."),
             part(run, "call-2", f"My notes say the same [[cite:{PRIVATE}]]."),
             part(run, "call-3", "At altitude it boils lower.")))
@@ -84,9 +72,8 @@ def test_the_ai_sdk_client_follows_a_run_it_opened_before_the_run_was_known(isol
                             SourceRevoked(source_id=PRIVATE, account_id=ACCOUNT, reason="owner withdrew it")))
         published(stack.settings, run, lambda vs: any(v["type"] == "answer.withdrawn" for v in vs)
                   and any(v["type"] == "answer.published" and v["block"]["revision"] == 2 for v in vs))
-        asyncio.run(produce(isolated, Topic.RUNTIME, RunCompleted(
-            run_id=run, outcome="answered", answer_text=ANSWER,
-            evidence=EvidenceSet(items=[EvidenceItem(source_id=PUBLIC, title="Handbook", excerpt="100 °C")]))))
+        asyncio.run(produce(isolated, Topic.RUNTIME, completed(
+            run, ANSWER, EvidenceItem(source_id=PUBLIC, title="Handbook", excerpt="100 °C"))))
         results = {reader.line: reader.result(timeout=120) for reader in readers}
 
     messages = []

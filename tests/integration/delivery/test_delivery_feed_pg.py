@@ -6,7 +6,6 @@ duplicate; a deletion ends every live stream."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from services.delivery.app import create_app
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, Feeder, KafkaPublish, LiveServer, read_stream
+from tests.support.waiting import wait_until
 from tests.unit.delivery.delivery_builders import ConversationDeleted, closed, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -89,14 +89,6 @@ class Reader(threading.Thread):
             self.frames, self.ended = read_stream(*self.args, last_event_id=self.last_event_id, timeout=60)
         except BaseException as error:  # reported by the test
             self.error = error
-
-
-def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def held(frames: list[SSE]) -> list[tuple[int, str, object]]:

@@ -5,8 +5,11 @@ restart, skeletons, purge, delivery state."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
+import psycopg
 import pytest
 
 from imprint.delivery import merge
@@ -196,12 +199,31 @@ EARLIER_LAYOUT = (
 )
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the earlier layout was SQLite's
+@contextmanager
+def earlier_store(settings: Settings) -> Iterator[Callable[[str, Sequence[Sequence[object]]], None]]:
+    """Writes into the view store's tables on ``settings``'s backend the way the earlier store
+    did, bypassing ``ViewStore`` (statements with ``?`` placeholders, one row of values each)."""
+    if settings.database_url is None:  # the embedded default: the store's SQLite file
+        path = settings.state_dir / "data"
+        path.mkdir(parents=True)
+        with sqlite3.connect(path / "delivery.sqlite") as lite:
+            yield lambda statement, rows: lite.executemany(statement, rows)
+        lite.close()
+        return
+    schema = settings.database_schema
+    assert schema is not None
+
+    def named(statement: str) -> str:
+        return statement.replace("delivery_", f'"{schema}".delivery_').replace("?", "%s")
+
+    with psycopg.connect(settings.database_url) as pg, pg.cursor() as cursor:
+        yield lambda statement, rows: cursor.executemany(named(statement), rows)
+
+
+@each_backend
 @pytest.mark.rule("D1")
 @pytest.mark.rule("P17")
 def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settings: Settings) -> None:
-    import sqlite3
-
     from tests.unit.delivery.test_delivery_store_append import Reference, script
 
     batches = script(4)
@@ -209,19 +231,17 @@ def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settin
     for batch in batches[:cut]:
         reference.batch(batch)
     run_id, p = reference.projection.run_id, reference.projection
-    path = settings.state_dir / "data"
-    path.mkdir(parents=True)
-    with sqlite3.connect(path / "delivery.sqlite") as db:  # what the earlier store wrote
+    with earlier_store(settings) as write:  # what the earlier store wrote
         for statement in EARLIER_LAYOUT:
-            db.execute(statement)
-        db.execute("INSERT INTO delivery_runs VALUES (?, ?, ?, ?, ?, ?, NULL, 'interrupted', 0, ?, 't0', 't0')",
-                   (run_id, p.account_id, p.conversation_id, p.state, p.outcome, len(reference.frames),
-                    p.model_dump_json(exclude={"answer"})))
-        db.execute("INSERT INTO delivery_views VALUES (?, ?, '{}', 't0')", (run_id, p.answer.model_dump_json()))
-        db.executemany("INSERT INTO delivery_frames VALUES (?, ?, ?, ?, ?, ?, ?, 't0')", [
+            write(statement, [()])
+        write("INSERT INTO delivery_runs VALUES (?, ?, ?, ?, ?, ?, NULL, 'interrupted', 0, ?, 't0', 't0')",
+              [(run_id, p.account_id, p.conversation_id, p.state, p.outcome, len(reference.frames),
+                p.model_dump_json(exclude={"answer"}))])
+        write("INSERT INTO delivery_views VALUES (?, ?, '{}', 't0')", [(run_id, p.answer.model_dump_json())])
+        write("INSERT INTO delivery_frames VALUES (?, ?, ?, ?, ?, ?, ?, 't0')", [
             (run_id, f["id"], f["event"], json.dumps(f["data"], ensure_ascii=False), f["sha"], f["key"],
              int(f["superseded"])) for f in reference.frames])
-        db.executemany("INSERT INTO delivery_conflicts VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)", [
+        write("INSERT INTO delivery_conflicts VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)", [
             (run_id, x.block_id, x.revision, x.first_kind, x.first_sha256, x.second_kind, x.second_sha256,
              f"t{n:03d}") for n, x in enumerate(p.answer.conflicts)])
     store = ViewStore(settings)

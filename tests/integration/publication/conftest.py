@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -50,8 +51,5 @@ def stack(module_settings: Settings) -> Iterator[Stack]:
 
 @pytest.fixture
 def driver(isolated: Settings) -> Iterator[Driver]:
-    driving = Driver(isolated)
-    try:
+    with closing(Driver(isolated)) as driving:
         yield driving
-    finally:
-        driving.close()

@@ -12,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -173,11 +173,8 @@ def dedupe(values: Values) -> Values:
 @contextmanager
 def log_of(settings: Settings) -> Iterator[PublicationLog]:
     """A fresh PublicationLog over the test's schema: reads what is committed."""
-    app = open_log(settings)
-    try:
+    with closing(open_log(settings)) as app:
         yield app
-    finally:
-        app.close()
 
 
 def read_run(settings: Settings, run: str) -> PublicationRun:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from typing import Any
 
 import psycopg
@@ -55,6 +56,15 @@ class Feeder(OneFeeder[None]):
 
     def poll(self, batch: list[Inbound], emit: Emit | None = None) -> None:
         self.app.process(batch, emit or self.emitted.extend)
+
+
+@contextmanager
+def feeding(settings: Settings) -> Iterator[tuple[PublicationLog, Feeder]]:
+    """The Publication log on ``settings`` and a feeder into it; the log is closed afterwards."""
+    from services.publication.service import open_log
+
+    with closing(open_log(settings)) as app:
+        yield app, Feeder(app)
 
 
 def admitted(run_id: str, account: str = ACCOUNT) -> RunAdmitted:

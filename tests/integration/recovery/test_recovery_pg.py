@@ -26,6 +26,7 @@ from tests.integration.recovery.recovery_support import (
     Feeder,
     admitted,
     block_ids,
+    feeding,
     granted,
     numeric,
     overwrite_state,
@@ -47,9 +48,7 @@ pytestmark = pytest.mark.integration
 def write_run(settings: Settings, run_id: str = "run-1") -> dict[str, str]:
     """A run with three committed blocks (tool, tool with a number, entry-A text), in one
     consumer process that then exits. Nothing is emitted anywhere: no journal sees it."""
-    app = open_log(settings)
-    try:
-        feed = Feeder(app)
+    with feeding(settings) as (app, feed):
         feed(registered(), registered(PRIVATE_OWN, "private", ACCOUNT), topic=Topic.SOURCES)
         feed(admitted(run_id), granted(run_id), granted(run_id, PRIVATE_OWN, "private", ACCOUNT),
              numeric(run_id, "12.5", 1))
@@ -59,8 +58,6 @@ def write_run(settings: Settings, run_id: str = "run-1") -> dict[str, str]:
         run = app.run(run_id)
         assert run is not None
         return {r.candidate_id: r.block_id for r in run.live_blocks()}
-    finally:
-        app.close()
 
 
 def version_of(settings: Settings, run_id: str, block_id: str) -> int:
@@ -93,13 +90,9 @@ def test_a_block_no_journal_saw_is_in_the_answer_view_after_a_restart(isolated: 
 @pytest.mark.rule("R1")
 def test_replay_verify_agrees_across_processes_and_with_snapshotted_aggregates(isolated: Settings) -> None:
     write_run(isolated)
-    app = open_log(isolated)
-    try:  # enough commits on one run for the repository to snapshot it (interval 100)
-        feed = Feeder(app)
+    with feeding(isolated) as (app, feed):  # enough commits on one run for the repository to snapshot it (interval 100)
         feed(admitted("run-long"))
         feed(*(text("run-long", f"segment {i}", segment=i) for i in range(105)))
-    finally:
-        app.close()
     snapshots = snapshot_versions(isolated, "run-long")  # the aggregate is rebuilt from a snapshot,
     assert len(snapshots) == 1 and 100 <= snapshots[0] <= 107  # taken from memory once 100 events were due
     first_code, first = replay_lines(isolated, verify=True)
@@ -196,9 +189,7 @@ def test_an_undecodable_row_fails_verification_and_recover_appends_nothing_to_th
 def test_the_protected_read_rechecks_account_and_sources_and_keeps_commit_time_numbers(isolated: Settings) -> None:
     blocks = write_run(isolated)
     a, b, c = blocks["tool:call-a"], blocks["tool:call-b"], blocks["text:turn-1:0"]
-    app = open_log(isolated)
-    try:
-        feed = Feeder(app)
+    with feeding(isolated) as (app, feed):
         feed(numeric("run-1", "99.9", 2))  # today's value differs from the rendered one
         run = app.run("run-1")
         assert run is not None
@@ -212,8 +203,6 @@ def test_the_protected_read_rechecks_account_and_sources_and_keeps_commit_time_n
         feed(SourceRevoked(source_id=PRIVATE_OWN, account_id=ACCOUNT, reason="owner withdrew it"), topic=Topic.SOURCES)
         assert cli.read_block_from(app, "run-1", c, receipts[c], ACCOUNT).reason == "withdrawn"
         assert cli.read_block_from(app, "run-1", a, receipts[a], ACCOUNT).served  # the others still are
-    finally:
-        app.close()
     code, lines = replay_lines(isolated, "run-1")
     assert block_ids(lines[0]) == [a, b]
     assert "99.9" not in json.dumps(lines[0])
@@ -223,13 +212,9 @@ def test_the_protected_read_rechecks_account_and_sources_and_keeps_commit_time_n
 def test_export_keeps_a_withdrawn_blocks_committed_history(isolated: Settings) -> None:
     blocks = write_run(isolated)
     a = blocks["tool:call-a"]
-    app = open_log(isolated)
-    try:
-        feed = Feeder(app)
+    with feeding(isolated) as (app, feed):
         feed(part("run-1", "call-a2", f"A, second revision, cites [[cite:{PUBLIC}]]", replaces=a))
         feed(SourceRevoked(source_id=PUBLIC, reason="retracted"), topic=Topic.SOURCES)
-    finally:
-        app.close()
     code, lines = replay_lines(isolated, "run-1")
     assert a not in block_ids(lines[0]) and blocks["tool:call-b"] not in block_ids(lines[0])  # B's number stood on it
 
@@ -252,9 +237,7 @@ def test_export_keeps_a_withdrawn_blocks_committed_history(isolated: Settings) -
 def test_recover_reports_and_apply_appends_findings_once(isolated: Settings) -> None:
     blocks = write_run(isolated)
     a = blocks["tool:call-a"]
-    app = open_log(isolated)
-    try:
-        feed = Feeder(app)
+    with feeding(isolated) as (app, feed):
 
         # a previewed modification whose process died between the preview and the commit
         def crash(_: object) -> None:
@@ -277,8 +260,6 @@ def test_recover_reports_and_apply_appends_findings_once(isolated: Settings) -> 
         with pytest.raises(Exception):
             feed.poll([refused], emit=race)
         other.close()
-    finally:
-        app.close()
 
     code, out, _ = run_cli(cli.recover, isolated, "run-1")
     document = json.loads(out)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -48,6 +50,19 @@ async def settle(condition: Any, what: str) -> None:
     raise AssertionError(f"never: {what}")
 
 
+@asynccontextmanager
+async def one_client(poll_interval: float = 60) -> AsyncIterator[tuple[FakeStore, Notifier, Any]]:
+    """A hub with one client of ``RUN`` whose first read is done; closed afterwards."""
+    store, hub = FakeStore(), Notifier(poll_interval=poll_interval)
+    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+    await settle(lambda: store.reads == 1, "the first read")
+    try:
+        yield store, hub, subscription
+    finally:
+        subscription.close()
+        await hub.close()
+
+
 @pytest.mark.rule("D1")
 async def test_clients_of_a_run_share_each_read_and_each_encoding() -> None:
     store, hub = FakeStore(), Notifier(poll_interval=60)
@@ -69,25 +84,21 @@ async def test_clients_of_a_run_share_each_read_and_each_encoding() -> None:
 
 @pytest.mark.rule("D1")
 async def test_wake_ups_during_a_read_coalesce_into_one_more_read() -> None:
-    store, hub = FakeStore(), Notifier(poll_interval=60)
-    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
-    await settle(lambda: store.reads == 1, "the first read")
-    store.gate.clear()
-    store.reading.clear()
-    hub.notify([RUN])
-    await asyncio.to_thread(store.reading.wait, 10)  # the second read is in flight, held
-    for n in range(10):
-        store.add(1)
+    async with one_client() as (store, hub, subscription):
+        store.gate.clear()
+        store.reading.clear()
         hub.notify([RUN])
-    store.gate.set()
-    frames: list[Frame] = []
-    while len(frames) < 10:
-        frames += await subscription.next()
-    await asyncio.sleep(0.05)
-    assert [f.id for f in frames] == list(range(1, 11))
-    assert store.reads == 3, "ten wake-ups during a read cost one more read"
-    subscription.close()
-    await hub.close()
+        await asyncio.to_thread(store.reading.wait, 10)  # the second read is in flight, held
+        for n in range(10):
+            store.add(1)
+            hub.notify([RUN])
+        store.gate.set()
+        frames: list[Frame] = []
+        while len(frames) < 10:
+            frames += await subscription.next()
+        await asyncio.sleep(0.05)
+        assert [f.id for f in frames] == list(range(1, 11))
+        assert store.reads == 3, "ten wake-ups during a read cost one more read"
 
 
 @pytest.mark.rule("D1")
@@ -111,27 +122,19 @@ async def test_a_late_client_learns_what_the_feed_read_before_it_and_an_overflow
 
 @pytest.mark.rule("D1")
 async def test_a_lost_wake_up_is_caught_by_one_fallback_check_for_all_runs() -> None:
-    store, hub = FakeStore(), Notifier(poll_interval=0.05)
-    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
-    await settle(lambda: store.reads == 1, "the first read")
-    store.add(1)  # committed, never announced
-    assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]
-    subscription.close()
-    await hub.close()
+    async with one_client(poll_interval=0.05) as (store, _, subscription):
+        store.add(1)  # committed, never announced
+        assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]
 
 
 @pytest.mark.rule("D1")
 async def test_notifications_wake_the_feeds_of_other_instances_only() -> None:
-    store, hub = FakeStore(), Notifier(poll_interval=60)
-    subscription = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
-    await settle(lambda: store.reads == 1, "the first read")
-    wakeups = PostgresWakeups("postgresql://unused", "channel", "me", hub)
-    store.add(1)
-    wakeups._deliver('{"origin": "me", "runs": ["run-feed"]}')
-    wakeups._deliver("not json")
-    await asyncio.sleep(0.05)
-    assert store.reads == 1, "this process's own batch already woke its feeds"
-    wakeups._deliver('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
-    assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]
-    subscription.close()
-    await hub.close()
+    async with one_client() as (store, hub, subscription):
+        wakeups = PostgresWakeups("postgresql://unused", "channel", "me", hub)
+        store.add(1)
+        wakeups._deliver('{"origin": "me", "runs": ["run-feed"]}')
+        wakeups._deliver("not json")
+        await asyncio.sleep(0.05)
+        assert store.reads == 1, "this process's own batch already woke its feeds"
+        wakeups._deliver('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
+        assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]

@@ -82,24 +82,25 @@ def test_a_withdrawal_beats_any_earlier_preview_and_receipt_and_a_late_receipt_d
     assert entry is not None and entry["revision"] == 3, "only a newer revision shows the block again"
 
 
+def saved_then_revision_rejected(reason: str, markdown: str = "v2") -> AnswerState:
+    """Block b1 saved at revision 1, its revision 2 previewed, then the revision rejected for ``reason``."""
+    return fold(
+        published(RUN, "b1", 1, "v1"),
+        preview(RUN, "b1", 2, markdown, candidate="c2"),
+        AnswerRejected(run_id=RUN, candidate_id="c2", block_id="b1", reason=reason),  # type: ignore[arg-type]
+    )
+
+
 @pytest.mark.rule("P16")
 def test_a_current_source_rejection_beats_the_old_preview_and_receipt_of_that_block() -> None:
-    state = fold(
-        published(RUN, "b1", 1, "v1"),
-        preview(RUN, "b1", 2, "v2 citing a private report", candidate="c2"),
-        AnswerRejected(run_id=RUN, candidate_id="c2", block_id="b1", reason="unauthorized_source"),
-    )
+    state = saved_then_revision_rejected("unauthorized_source", "v2 citing a private report")
     assert shown(state, "b1") is None
     assert view(state) == []
 
 
 @pytest.mark.rule("P16")
 def test_a_non_source_rejection_drops_only_the_candidates_preview() -> None:
-    state = fold(
-        published(RUN, "b1", 1, "v1"),
-        preview(RUN, "b1", 2, "v2", candidate="c2"),
-        AnswerRejected(run_id=RUN, candidate_id="c2", block_id="b1", reason="malformed_block"),
-    )
+    state = saved_then_revision_rejected("malformed_block")
     entry = shown(state, "b1")
     assert entry is not None and entry["revision"] == 1 and entry["status"] == "saved"
     apply(state, preview(RUN, "b1", 2, "v2", candidate="c2"))  # a late duplicate of the refused preview

@@ -17,16 +17,14 @@ from imprint.contracts.runtime import (
     Condition,
     EvidenceGranted,
     EvidenceItem,
-    EvidenceSet,
     QuestionConditionSet,
     RunAdmitted,
     RunCompleted,
-    RunQueued,
-    RunStarted,
 )
 from imprint.contracts.sources import SourceTombstoned
 
 from services.common.inbound import Inbound
+from tests.support import runs
 from tests.support.feeder import Feeder as OneFeeder
 
 ACCOUNT = "acct-1"
@@ -74,34 +72,25 @@ def admitted(
     question: str = QUESTION,
     qcs_set: QuestionConditionSet | None = None,
 ) -> RunAdmitted:
-    return RunAdmitted(
-        run_id=run_id,
-        account_id=account_id,
-        conversation_id=conversation_id,
-        message_id=message_id or f"msg-{run_id}",
-        question=question,
-        qcs=qcs_set or qcs(f"qcs-{run_id}"),
-    )
+    return runs.admitted(run_id, account_id=account_id, question=question, conversation_id=conversation_id,
+                         message_id=message_id, qcs=qcs_set or qcs(f"qcs-{run_id}"))
 
 
-def evidence(*sources: str, excerpt: str = EXCERPT) -> EvidenceSet:
-    return EvidenceSet(
-        items=[EvidenceItem(source_id=s, title=f"Title of {s}", excerpt=f"{excerpt} [{s}]") for s in sources],
-        snapshot_id="snap-7",
-        knowledge_version="kv-2024.09",
-    )
+def evidence_items(*sources: str, excerpt: str = EXCERPT) -> list[EvidenceItem]:
+    return [EvidenceItem(source_id=s, title=f"Title of {s}", excerpt=f"{excerpt} [{s}]") for s in sources]
 
 
 def completed(run_id: str, outcome: str = "answered", answer: str | None = ANSWER, sources: tuple[str, ...] = ("src-a", "src-b")) -> RunCompleted:
-    return RunCompleted(run_id=run_id, outcome=outcome, answer_text=answer, evidence=evidence(*sources))  # type: ignore[arg-type]
+    return runs.completed(run_id, answer, *evidence_items(*sources), outcome=outcome, snapshot_id="snap-7",
+                          knowledge_version="kv-2024.09")
 
 
 def to_running(run_id: str, **kw: Any) -> list[Any]:
-    return [admitted(run_id, **kw), RunQueued(run_id=run_id), RunStarted(run_id=run_id)]
+    return runs.opened(admitted(run_id, **kw))
 
 
 def granted(run_id: str, source_id: str) -> EvidenceGranted:
-    return EvidenceGranted(run_id=run_id, source_id=source_id, scope="public", owner_account_id=ACCOUNT, title=f"Title of {source_id}")
+    return runs.granted(run_id, source_id, scope="public", owner_account_id=ACCOUNT, title=f"Title of {source_id}")
 
 
 def tombstoned(source_id: str) -> SourceTombstoned:

@@ -27,6 +27,19 @@ def three_blocks(log: Log) -> tuple[str, str, str]:
     return a.block_id, b.block_id, c.block_id
 
 
+def three_block_log() -> tuple[Log, list, tuple[str, str, str]]:  # type: ignore[type-arg]
+    """A log of three committed blocks, its events as a list to tamper with, and the blocks' ids."""
+    log = Log()
+    ids = three_blocks(log)
+    return log, list(log.events), ids
+
+
+def commit_of(events: list, block_id: str) -> int:  # type: ignore[type-arg]
+    """Where the log commits ``block_id`` (each block of these logs has one revision)."""
+    return next(i for i, e in enumerate(events)
+                if isinstance(e, PublicationRun.BlockRevisionCommitted) and e.block["block_id"] == block_id)
+
+
 @pytest.mark.rule("R1")
 def test_replaying_the_same_log_twice_yields_the_same_view_and_hash() -> None:
     log = Log()
@@ -117,11 +130,8 @@ def test_the_view_is_built_from_the_publication_log_alone() -> None:
 
 @pytest.mark.rule("R4")
 def test_one_corrupt_body_is_withheld_alone() -> None:
-    log = Log()
-    a, b, c = three_blocks(log)
-    events = list(log.events)
-    index = next(i for i, e in enumerate(events)
-                 if isinstance(e, PublicationRun.BlockRevisionCommitted) and e.block["block_id"] == b)
+    log, events, (a, b, c) = three_block_log()
+    index = commit_of(events, b)
     original = events[index].block["content"]
     events[index] = tampered(events[index], content={"type": original["type"], "markdown": "B weighs 13 %"})
     view = answer_view(LogFold.of(events).runs[log.run_id])
@@ -132,14 +142,9 @@ def test_one_corrupt_body_is_withheld_alone() -> None:
 
 @pytest.mark.rule("R4")
 def test_a_missing_authorization_proof_is_withheld_alone() -> None:
-    log = Log()
-    a, b, c = three_blocks(log)
-    events = list(log.events)
-    for i, event in enumerate(events):
-        if isinstance(event, PublicationRun.BlockRevisionCommitted) and event.block["block_id"] == a:
-            events[i] = without(event, "receipt_id")
-        if isinstance(event, PublicationRun.BlockRevisionCommitted) and event.block["block_id"] == c:
-            events[i] = tampered(event, role=None, smuggled="x")  # no longer a block record
+    log, events, (a, b, c) = three_block_log()
+    events[commit_of(events, a)] = without(events[commit_of(events, a)], "receipt_id")
+    events[commit_of(events, c)] = tampered(events[commit_of(events, c)], role=None, smuggled="x")  # no block record
     view = answer_view(LogFold.of(events).runs[log.run_id])
     assert [x["block_id"] for x in view["blocks"]] == [b]
     assert [(w["block_id"], w["reason"]) for w in view["withheld"]] == [(a, "proof_missing"), (c, "malformed_record")]
@@ -147,14 +152,10 @@ def test_a_missing_authorization_proof_is_withheld_alone() -> None:
 
 @pytest.mark.rule("R4")
 def test_a_receipt_that_binds_another_revision_is_no_proof() -> None:
-    log = Log()
-    a, b, _ = three_blocks(log)
-    events = list(log.events)
-    for i, event in enumerate(events):
-        if isinstance(event, PublicationRun.BlockRevisionCommitted) and event.block["block_id"] == a:
-            clone = copy.deepcopy(event)
-            clone.__dict__["receipt_id"] = log.run.blocks[b]["receipt"]["receipt_id"]
-            events[i] = clone
+    log, events, (a, b, _) = three_block_log()
+    clone = copy.deepcopy(events[commit_of(events, a)])
+    clone.__dict__["receipt_id"] = log.run.blocks[b]["receipt"]["receipt_id"]
+    events[commit_of(events, a)] = clone
     view = answer_view(LogFold.of(events).runs[log.run_id])
     assert ("proof_missing", a) in {(w["reason"], w["block_id"]) for w in view["withheld"]}
     assert a not in {x["block_id"] for x in view["blocks"]}
@@ -163,11 +164,8 @@ def test_a_receipt_that_binds_another_revision_is_no_proof() -> None:
 @pytest.mark.rule("R4")
 @pytest.mark.rule("R1")
 def test_an_unreadable_record_never_sinks_the_replay() -> None:
-    log = Log()
-    a, b, c = three_blocks(log)
-    events = list(log.events)
-    index = next(i for i, e in enumerate(events)
-                 if isinstance(e, PublicationRun.BlockRevisionCommitted) and e.block["block_id"] == c)
+    log, events, (a, b, c) = three_block_log()
+    index = commit_of(events, c)
     events[index] = tampered(events[index], block_id=None)  # cannot even be placed
     fold = LogFold.of(events)
     fold.note_undecodable(log.run.id, 999, "MapperDeserialisationError")

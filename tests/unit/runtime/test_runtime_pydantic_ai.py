@@ -9,7 +9,7 @@ from collections.abc import AsyncIterable
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from imprint.contracts.publication import AnswerPublished, AnswerRevisionRejected, CommittedBlock, Content, Receipt
@@ -18,6 +18,7 @@ from imprint.contracts.topics import Topic
 from imprint.publication.block_ids import issue_block_id
 from imprint.runtime import Decisions, MemoryTransport, Record, RunWriter
 from imprint.runtime.pydantic_ai import TOOL_NAME, AnswerPublication
+from tests.support.agents import tool_returns
 
 BLOCK_ID = re.compile(r"blk_[0-9a-f]{32}")
 
@@ -51,13 +52,8 @@ class StandInPublication(MemoryTransport):
             receipt=Receipt(receipt_id="r", log_position=1, committed_at=message.occurred_at))))
 
 
-def returns(messages: list[ModelMessage]) -> list[str]:
-    return [str(p.content) for m in messages if isinstance(m, ModelRequest) for p in m.parts
-            if isinstance(p, ToolReturnPart)]
-
-
 def writes_text_then_a_block_then_revises_it(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    seen = returns(messages)
+    seen = tool_returns(messages)
     if not seen:
         return ModelResponse(parts=[TextPart("Water boils at 100 °C at sea level."),
                                     ToolCallPart(TOOL_NAME, {"markdown": "First draft."}, tool_call_id="call-1")])
@@ -93,7 +89,7 @@ async def test_the_agent_writes_text_and_blocks_and_revises_by_the_id_the_host_i
     assert sent[0]["turn_id"] != sent[-1]["turn_id"], "each model response is its own turn (its own candidate)"
     first = issue_block_id("run-1", "tool:call-1", 0)
     assert sent[3]["arguments"] == {"markdown": "Revised.", "replaces": first}
-    told = returns(result.all_messages())
+    told = tool_returns(result.all_messages())
     assert told[0] == f"Block {first} committed (revision 1, position 1, sources_unverified)."
     assert told[1] == f"Block {first} revised in place (revision 2, position 1, sources_unverified)."
     assert told[2] == "Revision of blk_guessed rejected: invalid_target; that block is unchanged."
@@ -119,7 +115,7 @@ async def test_the_tool_tells_the_model_what_replaces_means() -> None:
 @pytest.mark.rule("P1")
 async def test_without_a_decisions_reader_the_tool_still_sends_and_says_no_block_id_is_known() -> None:
     def once(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if returns(messages):
+        if tool_returns(messages):
             return ModelResponse(parts=[TextPart("   ")])
         return ModelResponse(parts=[ToolCallPart(TOOL_NAME, {"markdown": "A block."}, tool_call_id="c1")])
 
@@ -127,13 +123,13 @@ async def test_without_a_decisions_reader_the_tool_still_sends_and_says_no_block
     result = await Agent(FunctionModel(once)).run("hi", capabilities=[AnswerPublication(RunWriter(transport, "r"))])
     assert [json.loads(r.value)["type"] for r in transport.records] == ["answer.part", "tool.receipt"], \
         "blank text is not sent as a candidate"
-    assert "block ids are not reported" in returns(result.all_messages())[0]
+    assert "block ids are not reported" in tool_returns(result.all_messages())[0]
 
 
 @pytest.mark.rule("P1")
 async def test_a_streamed_response_forwards_its_whole_text_once_before_its_tool_call() -> None:
     async def stream(messages: list[ModelMessage], info: AgentInfo):  # type: ignore[no-untyped-def]
-        if returns(messages):
+        if tool_returns(messages):
             yield "Bye."
             return
         yield "Hel"
