@@ -81,7 +81,12 @@ class Outbox:
 
     async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None:
         """Send in order, confirm together: one round of acknowledgements per batch."""
-        futures = [
+        await confirmed(await self.send_many(items))
+
+    async def send_many(self, items: Iterable[tuple[Topic, Message]]) -> list[asyncio.Future[Any]]:
+        """Send in order now; the broker's acknowledgements are the returned futures, for a
+        caller with something better to do than wait for them (:func:`confirmed`)."""
+        return [
             await self._broker.publish(
                 encode(message),
                 self._settings.topic(topic),
@@ -91,8 +96,6 @@ class Outbox:
             )
             for topic, message in items
         ]
-        if futures:
-            await asyncio.gather(*futures)
 
     def blocking(self, loop: asyncio.AbstractEventLoop) -> Callable[[Topic, Message], None]:
         """A synchronous publish for code running in a worker thread (the stores are synchronous)."""
@@ -101,6 +104,12 @@ class Outbox:
             asyncio.run_coroutine_threadsafe(self.publish(topic, message), loop).result(timeout=30)
 
         return publish
+
+
+async def confirmed(acknowledgements: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait for every acknowledgement; the first failure is raised (the others still settle)."""
+    if acknowledgements:
+        await asyncio.gather(*acknowledgements)
 
 
 def _key_of(message: Message) -> bytes | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
@@ -12,7 +13,7 @@ from services.common.settings import Settings
 from services.common.eventstore import ensure_schema, open_application, store_environment
 from services.common.inbound import Inbound
 from services.common.keyring import open_keyring
-from services.common.kafka import Outbox, make_broker, subscribe_tracked
+from services.common.kafka import Outbox, confirmed, make_broker, subscribe_tracked
 from services.common.lifecycle import run_until_stopped
 from services.publication.application import PublicationLog
 from services.publication.sealing import REMOVED, SEALED, UNREADABLE
@@ -39,11 +40,29 @@ async def serve(settings: Settings) -> None:
     outbox = Outbox(broker, settings)
     loop = asyncio.get_running_loop()
 
+    unconfirmed: list[asyncio.Future[Any]] = []
+    """Acknowledgements of what this poll emitted, awaited once its commit is done."""
+
     def emit(items: Sequence[tuple[Topic, Message]]) -> None:
-        asyncio.run_coroutine_threadsafe(outbox.publish_many(items), loop).result(timeout=30)
+        # Sent now, in order, before the poll commits (P14: a preview may go out before the
+        # commit, to cut first paint). Its acknowledgement need not hold the commit up: the
+        # broker's round trip and the database's overlap, and the poll waits for both.
+        # A preview confirmed after its block's commit changes nothing a viewer sees (P16:
+        # for the same revision the committed receipt beats the preview).
+        unconfirmed.extend(asyncio.run_coroutine_threadsafe(outbox.send_many(items), loop).result(timeout=30))
+
+    def taken() -> list[asyncio.Future[Any]]:
+        acknowledgements = list(unconfirmed)
+        unconfirmed.clear()
+        return acknowledgements
 
     async def handle(batch: list[Inbound]) -> None:
-        await asyncio.to_thread(app.process, batch, emit)
+        try:
+            await asyncio.to_thread(app.process, batch, emit)
+        except BaseException:
+            await asyncio.gather(*taken(), return_exceptions=True)
+            raise
+        await confirmed(taken())  # a failure redelivers the poll; what it committed is skipped
 
     async def revoked(tracking_names: list[str]) -> None:
         await asyncio.to_thread(app.revoked, tracking_names)
