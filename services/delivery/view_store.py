@@ -24,6 +24,13 @@ entry and the block's live frame with its skeleton), new frame rows, and one
 rows when asked. Only the terminal (once per run), a withdrawal after ``done`` and a
 conversation's deletion read a run's frames.
 
+**Hot runs.** The runs a batch touched stay in memory with the rows they loaded (their
+projection, parsed block states and live frames), keyed by the run row's ``version``,
+which every write of the run's rows increments under the row lock. The next batch still
+locks and reads the run row; when its version is the cached one, nothing else is read or
+parsed. Another instance's write, a purge or a failed transaction makes the copy stale or
+drops it, and the run is read again (bounded by :data:`HOT_BLOCKS`).
+
 **Several instances.** The instances form one consumer group over one shared store.
 During a rebalance the old and the new owner of a partition may apply overlapping polls
 at the same moment: a transaction-scoped advisory lock per partition, taken before the
@@ -41,7 +48,8 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -76,6 +84,9 @@ log = get_logger(__name__)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 PRIVATE_FRAME_EVENTS = ("answer-preview", "answer-publication", "answer-withdrawn", "answer-rejected",
                         "content", "evidence-summary", "progress", "error")
+HOT_BLOCKS = 20_000
+"""At most this many block states are kept in memory across the hot runs (least recently
+used runs go first)."""
 NOTIFY_PAYLOAD_BYTES = 7000
 """PostgreSQL caps a notification's payload at 8000 bytes; run ids are packed below that."""
 
@@ -143,7 +154,8 @@ class DeliveryTables:
             " last_frame_id BIGINT NOT NULL DEFAULT 0, terminal_frame_id BIGINT,"
             " delivery TEXT NOT NULL DEFAULT 'pending', deleted INTEGER NOT NULL DEFAULT 0,"
             " projection TEXT NOT NULL, live_frames TEXT NOT NULL DEFAULT '{{}}',"
-            " conflict_count BIGINT NOT NULL DEFAULT 0, first_seen TEXT NOT NULL, updated_at TEXT NOT NULL)",
+            " conflict_count BIGINT NOT NULL DEFAULT 0, version BIGINT NOT NULL DEFAULT 0,"
+            " first_seen TEXT NOT NULL, updated_at TEXT NOT NULL)",
             "CREATE INDEX IF NOT EXISTS {runs_index} ON {runs} (conversation_id)",
             "CREATE TABLE IF NOT EXISTS {blocks} ("
             " run_id TEXT NOT NULL, block_id TEXT NOT NULL, state TEXT NOT NULL, display TEXT,"
@@ -271,6 +283,7 @@ class ViewStore:
         self.listeners: list[ConflictListener] = []
         self.origin = uuid.uuid4().hex
         """Names this process in its own notifications (it wakes its feeds directly)."""
+        self.hot = _HotRuns(HOT_BLOCKS)
         self._upgrade()
 
     def close(self) -> None:
@@ -313,6 +326,7 @@ class ViewStore:
                 run_id = getattr(item.message, "run_id", None)
                 if run_id:
                     named[run_id] = _union(named.get(run_id, set()), merge.named_blocks(item.message))
+            work.load(list(named))
             for run_id in sorted(named):
                 work.blocks(work.run(run_id), named[run_id])
             for item in ordered:
@@ -328,6 +342,7 @@ class ViewStore:
                     work.forget()
                     for purged in self._purge(c, result.purge_conversation, run.projection.account_id):
                         work.touched[purged] = None
+                        self.hot.drop(purged)
                     continue
                 work.append(run, result.drafts, result.conflicts)
                 if result.terminal:
@@ -342,6 +357,7 @@ class ViewStore:
             touched = list(work.touched)
             if touched:
                 r.notify(c, self.origin, touched)
+        self.hot.keep(work.runs.values())  # committed: these copies are the stored rows now
         for conflict in work.conflicts:
             log.warning("protocol conflict", run_id=conflict.run_id, block_id=conflict.block_id,
                         revision=conflict.revision, first=conflict.first_kind, second=conflict.second_kind)
@@ -491,6 +507,8 @@ class ViewStore:
         and delivery states stay as they are."""
         r = self.recorder
         with r.transaction(commit=True) as c:
+            if "version" not in r.columns(c, "runs"):
+                c.execute(r.q("ALTER TABLE {runs} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"))
             if "live_frames" in r.columns(c, "runs"):
                 return
             log.info("upgrading the delivery view store to the appending layout")
@@ -627,10 +645,51 @@ class _Run:
     conflict_count: int
     live: dict[str, list[Any]]
     """Run-level keys (``run-status``, ``progress``) → [live frame id, its skeleton]."""
+    version: int
+    """The run row's version these rows were read at (or written as)."""
     rows: dict[str, _Block] = field(default_factory=dict)
     """Loaded block rows (a name loaded and absent has ``stored`` None)."""
     all_blocks: bool = False
+    """Every block row of the run is in ``rows`` (a name not there is a new block)."""
     dirty: bool = False
+    touched: set[str] | None = field(default_factory=set)
+    """The blocks this batch's messages named (``None``: all of them): only these are written."""
+
+
+class _HotRuns:
+    """The runs committed batches left in memory, least recently used first. A batch
+    takes a run out (the copy is then its own to change) and gives it back after its
+    commit; a run that was not given back (a failed transaction) is read again."""
+
+    def __init__(self, max_blocks: int) -> None:
+        self.max_blocks = max_blocks
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._blocks = 0
+
+    def take(self, run_id: str, version: int) -> _Run | None:
+        """The cached run if it is the stored version (``None`` otherwise; a stale copy is dropped)."""
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return None
+        self._blocks -= len(run.rows)
+        return run if run.version == version else None
+
+    def drop(self, run_id: str) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            self._blocks -= len(run.rows)
+
+    def keep(self, runs: Iterable[_Run]) -> None:
+        for run in runs:
+            self.drop(run.projection.run_id)
+            self._runs[run.projection.run_id] = run
+            self._blocks += len(run.rows)
+        while self._blocks > self.max_blocks and self._runs:
+            _, oldest = self._runs.popitem(last=False)
+            self._blocks -= len(oldest.rows)
+
+    def __len__(self) -> int:
+        return len(self._runs)
 
 
 class _Work:
@@ -654,29 +713,53 @@ class _Work:
 
     def run(self, run_id: str) -> _Run:
         run = self.runs.get(run_id)
-        if run is not None:
-            return run
-        r, c = self.r, self.c
-        select = r.q("SELECT projection, last_frame_id, live_frames, conflict_count FROM {runs} WHERE run_id = ?"
-                     + r.lock_suffix)
-        c.execute(select, (run_id,))
-        row = c.fetchone()
-        if row is None:
-            now = _now()
-            fresh = RunProjection.new(run_id)
-            c.execute(r.q("INSERT INTO {runs} (run_id, projection, first_seen, updated_at) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT (run_id) DO NOTHING"),
-                      (run_id, fresh.model_dump_json(exclude={"answer"}), now, now))
-            c.execute(select, (run_id,))
-            row = c.fetchone()
-        data = json.loads(row["projection"])
-        projection = RunProjection.model_validate({**data, "answer": merge.AnswerState(run_id=run_id)})
-        run = self.runs[run_id] = _Run(projection, int(row["last_frame_id"]), int(row["conflict_count"]),
-                                       json.loads(row["live_frames"] or "{}"))
+        if run is None:
+            self.load([run_id])
+            run = self.runs[run_id]
         return run
+
+    def load(self, run_ids: Sequence[str]) -> None:
+        """Lock and read these runs' rows in one statement, in run id order, then create the
+        missing ones in that order (so two instances sharing runs cannot deadlock). A run
+        held in memory at the stored version is taken as it is; only the others are parsed."""
+        r, c = self.r, self.c
+        wanted = sorted(run_id for run_id in set(run_ids) if run_id not in self.runs)
+        columns = "run_id, projection, last_frame_id, live_frames, conflict_count, version"
+        found: dict[str, Any] = {}
+        for start in range(0, len(wanted), 400):
+            part = wanted[start:start + 400]
+            marks = ", ".join("?" for _ in part)
+            c.execute(r.q(f"SELECT {columns} FROM {{runs}} WHERE run_id IN ({marks}) ORDER BY run_id"
+                          + r.lock_suffix), part)
+            found.update((row["run_id"], row) for row in c.fetchall())
+        for run_id in wanted:
+            row = found.get(run_id)
+            if row is None:
+                now = _now()
+                fresh = RunProjection.new(run_id)
+                c.execute(r.q("INSERT INTO {runs} (run_id, projection, first_seen, updated_at) VALUES (?, ?, ?, ?) "
+                              "ON CONFLICT (run_id) DO NOTHING RETURNING run_id"),
+                          (run_id, fresh.model_dump_json(exclude={"answer"}), now, now))
+                if c.fetchone() is not None:  # ours, and locked until this batch commits: it has no blocks yet
+                    self.runs[run_id] = _Run(fresh, 0, 0, {}, 0, all_blocks=True)
+                    continue
+                c.execute(r.q(f"SELECT {columns} FROM {{runs}} WHERE run_id = ?" + r.lock_suffix), (run_id,))
+                row = c.fetchone()
+            hot = self.store.hot.take(run_id, int(row["version"]))
+            if hot is not None:
+                self.runs[run_id] = hot
+                continue
+            data = json.loads(row["projection"])
+            projection = RunProjection.model_validate({**data, "answer": merge.AnswerState(run_id=run_id)})
+            self.runs[run_id] = _Run(projection, int(row["last_frame_id"]), int(row["conflict_count"]),
+                                     json.loads(row["live_frames"] or "{}"), int(row["version"]))
 
     def blocks(self, run: _Run, names: set[str] | tuple[str, ...] | None) -> None:
         """Make sure the run's answer state holds these blocks (``None``: all of them)."""
+        if names is None:
+            run.touched = None
+        elif run.touched is not None:
+            run.touched.update(names)
         if run.all_blocks:
             return
         r, c, run_id = self.r, self.c, run.projection.run_id
@@ -818,7 +901,10 @@ class _Work:
             if not run.dirty:
                 continue
             p = run.projection
-            for block_id, state in p.answer.blocks.items():
+            blocks = p.answer.blocks
+            names = blocks if run.touched is None else sorted(n for n in run.touched if n in blocks)
+            for block_id in names:
+                state = blocks[block_id]
                 row = run.rows.setdefault(block_id, _Block(None, None, None))
                 stored = state.model_dump_json()
                 if not row.changed(stored):
@@ -830,7 +916,9 @@ class _Work:
             run_rows.append((p.account_id, p.conversation_id, p.state, p.outcome, run.last_frame_id, int(p.deleted),
                              p.model_dump_json(exclude={"answer"}), json.dumps(run.live), run.conflict_count, now,
                              p.run_id))
+            run.version += 1
             run.dirty = False
+            run.touched = set()
         if block_rows:
             c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, display, frame_id, frame_skeleton, "
                               "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, block_id) DO UPDATE SET "
@@ -840,7 +928,7 @@ class _Work:
         if run_rows:
             c.executemany(r.q("UPDATE {runs} SET account_id = ?, conversation_id = ?, state = ?, outcome = ?, "
                               "last_frame_id = ?, deleted = ?, projection = ?, live_frames = ?, conflict_count = ?, "
-                              "updated_at = ? WHERE run_id = ?"), run_rows)
+                              "version = version + 1, updated_at = ? WHERE run_id = ?"), run_rows)
 
 
 def _record(row: Any) -> RunRecord:

@@ -259,3 +259,53 @@ def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settin
             "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
     finally:
         store.close()
+
+
+@each_backend
+@pytest.mark.rule("D1")
+@pytest.mark.rule("D2")
+def test_a_run_held_in_memory_is_read_again_after_another_instance_wrote_it(settings: Settings) -> None:
+    """Each instance keeps the runs it wrote in memory (the hot runs). When another instance
+    writes one of them, the next batch sees the run row's new version and reads the run
+    again: frame ids keep counting from the other instance's, and its revision is kept."""
+    feed = Feed()
+    first, second = ViewStore(settings), ViewStore(settings)
+    try:
+        first.process(feed(running(RUN), published(RUN, "b1", 1, "v1"), partition=0))
+        assert len(first.hot) == 1
+        second.process(feed(published(RUN, "b1", 2, "v2"), published(RUN, "b2", 1, "w1", ordinal=2), partition=1))
+        first.process(feed(published(RUN, "b1", 3, "v3"), partition=0))
+        assert [f.id for f in first.frames_after(RUN, 0)] == [1, 2, 3, 4, 5]
+        shown = {b["block_id"]: (b["revision"], b["content"]["markdown"]) for b in first.answer_view(RUN)["blocks"]}
+        assert shown == {"b1": (3, "v3"), "b2": (1, "w1")}
+        # The other way round: the second instance's copy is now stale too.
+        second.process(feed(published(RUN, "b2", 2, "w2", ordinal=2), partition=1))
+        shown = {b["block_id"]: (b["revision"], b["content"]["markdown"]) for b in second.answer_view(RUN)["blocks"]}
+        assert shown == {"b1": (3, "v3"), "b2": (2, "w2")}
+        assert [f.id for f in second.frames_after(RUN, 0)] == [1, 2, 3, 4, 5, 6]
+    finally:
+        first.close()
+        second.close()
+
+
+@each_backend
+@pytest.mark.rule("D1")
+def test_a_failed_batch_leaves_no_copy_in_memory(store: ViewStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose transaction fails gives back none of the runs it changed: the next
+    batch reads the stored rows, not the half-applied copy."""
+    feed = Feed()
+    store.process(feed(running(RUN), published(RUN, "b1", 1, "v1")))
+    failing = feed(published(RUN, "b1", 2, "lost"))
+
+    def refuse(*_: object) -> None:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(store.recorder, "notify", refuse)
+    with pytest.raises(RuntimeError):
+        store.process(failing)
+    monkeypatch.undo()
+    assert len(store.hot) == 0
+    store.process(failing)  # redelivered: applied once, on the stored rows
+    assert [f.id for f in store.frames_after(RUN, 0)] == [1, 2, 3]
+    shown = [(b["revision"], b["content"]["markdown"]) for b in store.answer_view(RUN)["blocks"]]
+    assert shown == [(2, "lost")]
