@@ -24,6 +24,7 @@ connection is an interruption, never a cancel: only ``POST …/cancel`` stops a 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -308,7 +309,8 @@ class EventStream(Response):
                 await send({"type": "http.response.body", "body": body, "more_body": True})
             for frame in frames:
                 self.report.wrote(frame)
-                self.metrics.frames_sent.labels(frame.event).inc()
+            for event, count in Counter(frame.event for frame in frames).items():
+                self.metrics.frames_sent.labels(event).inc(count)
             if items[-1] is END:
                 await self._finish(send, self.form.closing(False))
                 return
