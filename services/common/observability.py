@@ -23,6 +23,9 @@ def _drop_private_text(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str,
 def configure_logging(json: bool = False, level: str = "INFO") -> None:
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    # FastStream sets its "faststream" logger to INFO when it is first imported (and then
+    # logs "Received"/"Processed" for every poll): import it before setting the levels.
+    import faststream  # noqa: F401
     for noisy in ("aiokafka", "kafka", "faststream", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.configure(
