@@ -1,8 +1,9 @@
 """Kafka wiring of Delivery: publication and runs topics → the view store → live streams.
 
-Every Delivery instance is a member of one consumer group; the store holds nothing in
-memory between polls (each batch reads the rows it touches under their locks), so a
-revoked partition needs no eviction here. The instance that applied a batch wakes its
+Every Delivery instance is a member of one consumer group. Each batch locks the run rows
+it touches; the runs the store keeps in memory between polls are used only when the
+locked row's version is the one they were written at, so a revoked partition needs no
+eviction here. The instance that applied a batch wakes its
 own feeds at once; the others hear the batch's ``NOTIFY`` (see ``notifier.py``)."""
 
 from __future__ import annotations
