@@ -87,6 +87,12 @@ PRIVATE_FRAME_EVENTS = ("answer-preview", "answer-publication", "answer-withdraw
 HOT_BLOCKS = 20_000
 """At most this many block states are kept in memory across the hot runs (least recently
 used runs go first)."""
+ROWS_PER_STATEMENT = 500
+"""Rows per multi-row ``VALUES`` statement."""
+FRAME_COLUMNS = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
+RUN_COLUMNS = ("account_id", "conversation_id", "state", "outcome", "last_frame_id", "deleted", "projection",
+               "live_frames", "conflict_count", "updated_at", "run_id")
+BLOCK_COLUMNS = ("run_id", "block_id", "state", "display", "frame_id", "frame_skeleton", "updated_at")
 NOTIFY_PAYLOAD_BYTES = 7000
 """PostgreSQL caps a notification's payload at 8000 bytes; run ids are packed below that."""
 
@@ -172,6 +178,37 @@ class DeliveryTables:
             "CREATE TABLE IF NOT EXISTS {tickets} ("
             " digest TEXT PRIMARY KEY, account_id TEXT NOT NULL, run_id TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)",
         )]
+
+    def insert_rows(self, c: Any, into: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                    tail: str = "") -> None:
+        """``INSERT INTO into (columns)`` many rows in one statement (a multi-row ``VALUES``
+        list), not one prepared statement per row: on PostgreSQL a 12-row insert costs
+        ~50 µs of CPU this way, ~230 µs as ``executemany`` and several ms as ``unnest``
+        of arrays (psycopg escapes each long text element in Python)."""
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            part = rows[start:start + ROWS_PER_STATEMENT]
+            row = "(" + ", ".join("?" for _ in columns) + ")"
+            c.execute(self.q(f"INSERT INTO {into} ({', '.join(columns)}) VALUES {', '.join([row] * len(part))}"
+                             f"{tail}"), [value for values in part for value in values])
+
+    def update_rows(self, c: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                    keys: Sequence[str], also: str = "") -> None:
+        """``UPDATE table`` many rows in one statement: each row gives ``columns`` (the
+        ``keys`` among them select the row, the others are set), ``also`` adds fixed
+        assignments (``"superseded = 1"``)."""
+        sets = ", ".join([*(f"{name} = v.{name}" for name in columns if name not in keys), *([also] if also else [])])
+        where = " AND ".join(f"{table}.{name} = v.{name}" for name in keys)
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            part = rows[start:start + ROWS_PER_STATEMENT]
+            row = "(" + ", ".join("?" for _ in columns) + ")"
+            c.execute(self.q(f"WITH v ({', '.join(columns)}) AS (VALUES {', '.join([row] * len(part))}) "
+                             f"UPDATE {table} SET {sets} FROM v WHERE {where}"),
+                      [value for values in part for value in values])
+
+    def strip_frames(self, c: Any, rows: Sequence[Sequence[Any]]) -> None:
+        """Replace these frames' data with their skeletons: rows of (data, run_id, frame_id)."""
+        self.update_rows(c, "{frames}", ("data", "run_id", "frame_id"), rows, ("run_id", "frame_id"),
+                         "superseded = 1")
 
     # The recorders provide these (eventsourcing).
     def _insert_tracking(self, c: Any, tracking: Any) -> None: ...  # pragma: no cover
@@ -579,8 +616,7 @@ class ViewStore:
         updates = [(json.dumps(skeleton(row["event"], json.loads(row["data"]), row["body_sha256"], reason=reason),
                                ensure_ascii=False), run_id, row["frame_id"]) for row in c.fetchall()]
         if updates:
-            c.executemany(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
-                          updates)
+            r.strip_frames(c, updates)
 
     def _purge(self, c: Any, conversation_id: str, account_id: str | None) -> list[str]:
         r = self.recorder
@@ -607,8 +643,7 @@ class ViewStore:
             updates = [(json.dumps(skeleton(row["event"], json.loads(row["data"]), row["body_sha256"],
                                             reason="purged")), run_id, row["frame_id"]) for row in c.fetchall()]
             if updates:
-                c.executemany(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
-                              updates)
+                r.strip_frames(c, updates)
         if run_ids:
             log.info("conversation purged", conversation_id=conversation_id, runs=len(run_ids))
         return run_ids
@@ -877,12 +912,10 @@ class _Work:
     def flush_frames(self) -> None:
         r, c = self.r, self.c
         if self.strips:
-            c.executemany(r.q("UPDATE {frames} SET data = ?, superseded = 1 WHERE run_id = ? AND frame_id = ?"),
-                          self.strips)
+            r.strip_frames(c, self.strips)
             self.strips = []
         if self.inserts:
-            c.executemany(r.q("INSERT INTO {frames} (run_id, frame_id, event, data, body_sha256, skey, superseded, "
-                              "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"), [tuple(row) for row in self.inserts])
+            r.insert_rows(c, "{frames}", FRAME_COLUMNS, self.inserts)
             self.inserts = []
             self.pending = {}
 
@@ -920,15 +953,11 @@ class _Work:
             run.dirty = False
             run.touched = set()
         if block_rows:
-            c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, display, frame_id, frame_skeleton, "
-                              "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, block_id) DO UPDATE SET "
-                              "state = excluded.state, display = excluded.display, frame_id = excluded.frame_id, "
-                              "frame_skeleton = excluded.frame_skeleton, updated_at = excluded.updated_at"),
-                          block_rows)
+            r.insert_rows(c, "{blocks}", BLOCK_COLUMNS, block_rows, " ON CONFLICT (run_id, block_id) DO UPDATE SET "
+                          "state = excluded.state, display = excluded.display, frame_id = excluded.frame_id, "
+                          "frame_skeleton = excluded.frame_skeleton, updated_at = excluded.updated_at")
         if run_rows:
-            c.executemany(r.q("UPDATE {runs} SET account_id = ?, conversation_id = ?, state = ?, outcome = ?, "
-                              "last_frame_id = ?, deleted = ?, projection = ?, live_frames = ?, conflict_count = ?, "
-                              "version = version + 1, updated_at = ? WHERE run_id = ?"), run_rows)
+            r.update_rows(c, "{runs}", RUN_COLUMNS, run_rows, ("run_id",), "version = version + 1")
 
 
 def _record(row: Any) -> RunRecord:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,16 +184,25 @@ def test_a_redelivered_batch_in_the_middle_of_a_run_changes_nothing(store: ViewS
 
 @contextmanager
 def recording(store: ViewStore) -> Iterator[list[tuple[str, int]]]:
-    """Every statement a transaction runs (with the row count of an ``executemany``)."""
+    """Every statement a transaction runs, with the rows it writes: an ``executemany``'s
+    row count, or the tuples of a multi-row ``VALUES`` list. A ``WITH v AS (VALUES …)
+    UPDATE`` is recorded from its ``UPDATE`` on."""
     statements: list[tuple[str, int]] = []
     original = store.recorder.transaction
+
+    def rows_of(sql: str, params: Any) -> int:
+        values = re.search(r"VALUES (\([^)]*\))", sql)
+        width = values.group(1).count("?") + values.group(1).count("%s") if values else 0
+        return len(params) // width if width and params else 1
 
     class Cursor:
         def __init__(self, inner: Any) -> None:
             self.inner = inner
 
         def execute(self, sql: Any, params: Any = ()) -> Any:
-            statements.append((str(sql), 1))
+            text = str(sql)
+            shown = text[text.index(" UPDATE ") + 1:] if text.startswith("WITH ") else text
+            statements.append((shown, rows_of(text, params)))
             return self.inner.execute(sql, params)
 
         def executemany(self, sql: Any, rows: Any) -> Any:
