@@ -91,24 +91,46 @@ class RecentKeys:
     """A keyring in front of the key table that remembers found keys for ``max_age``
     seconds: sealing a poll's bodies costs one lookup per conversation, not one per
     body. A key destroyed here is forgotten at once; one destroyed by another process
-    may still be used here for at most ``max_age`` seconds."""
+    may still be used here for at most ``max_age`` seconds.
 
-    def __init__(self, keyring: Keyring, max_age: float = 1.0) -> None:
+    When a remembered key is found too old, every other remembered key that is too old
+    and was used in the last ``keep`` seconds is read again with it, in one query: the
+    busy conversations' keys then age together, and a poll pays one read per ``max_age``,
+    not one per conversation whose key happened to expire."""
+
+    def __init__(self, keyring: Keyring, max_age: float = 1.0, keep: float = 10.0) -> None:
         self._keyring = keyring
         self._max_age = max_age
-        self._keys: dict[str, tuple[float, bytes]] = {}
+        self._keep = keep
+        self._keys: dict[str, tuple[float, bytes, float]] = {}
+        """conversation id → (read at, key, last used at)."""
 
     def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
         now = time.monotonic()
         found = self._keys.get(conversation_id)
+        if found is not None and now - found[0] >= self._max_age and hasattr(self._keyring, "keys_for"):
+            self._refresh(now)
+            found = self._keys.get(conversation_id)
         if found is not None and now - found[0] < self._max_age:
+            self._keys[conversation_id] = (found[0], found[1], now)
             return found[1]
         key = self._keyring.key_for(conversation_id, create)
         if key is not None:
-            self._keys[conversation_id] = (now, key)
+            self._keys[conversation_id] = (now, key, now)
             if len(self._keys) > 10_000:
                 self._keys.clear()
         return key
+
+    def _refresh(self, now: float) -> None:
+        stale = [name for name, (read_at, _, used_at) in self._keys.items() if now - read_at >= self._max_age]
+        wanted = [name for name in stale if now - self._keys[name][2] < self._keep]
+        fresh = self._keyring.keys_for(wanted) if wanted else {}  # type: ignore[attr-defined]
+        for name in stale:
+            key = fresh.get(name)
+            if key is None:  # destroyed, or not used lately
+                del self._keys[name]
+            else:
+                self._keys[name] = (now, key, self._keys[name][2])
 
     def destroy(self, conversation_id: str) -> None:
         self._keys.pop(conversation_id, None)
