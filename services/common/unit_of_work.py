@@ -103,7 +103,11 @@ class StoredWorkspace(MemoryWorkspace):
         processing: ProcessingEvent[UUID] = ProcessingEvent(tracking=trackings[0] if len(trackings) == 1 else None)
         if len(trackings) > 1:
             processing.saved_kwargs["trackings"] = trackings
-        processing.collect_events(*self.store.values())
+        for aggregate in self.store.values():  # what ProcessingEvent.collect_events does for an
+            # aggregate, without its two runtime-protocol isinstance checks per object (~40 µs
+            # each time; the store holds aggregates only)
+            processing.events.extend(aggregate.collect_events())
+            processing.aggregates[aggregate.id] = aggregate
         if processing.events or trackings:
             self.app._record(processing)
             self.app._take_snapshots(processing)
