@@ -13,7 +13,7 @@ import pytest
 from tests.integration.delivery.support import Delivery
 from tests.node.conftest import LINES, start_reader
 from tests.support.waiting import wait_until
-from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, preview, published, running, settled
+from tests.unit.delivery.delivery_builders import closed, preview, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -73,8 +73,7 @@ def test_the_ai_sdk_client_reads_a_run_as_one_message_of_every_line(delivery: De
                          published(run, "b1", 2, "Boiling point, revised: 100 °C [[cite:src-1]].", 1,
                                    citations=[{"source_id": "src-1", "status": "valid"}],
                                    source_hint="sources_verified"),
-                         AnswerWithdrawn(run_id=run, block_id="b2", revision=1, cause="source_revoked",
-                                         source_id="src-private-1"))
+                         withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-1"))
     delivery.feeder.send(settled(run), closed(run, CLOSED_TEXT))
     results = {reader.line: reader.result() for reader in readers}
     for line, result in results.items():
@@ -108,8 +107,7 @@ def test_the_sdk_resume_request_for_a_chat_replays_the_active_run_and_is_204_whe
     delivery.feeder.send(published(run, "b1", 2, "Boiling point, revised: 100 °C [[cite:src-1]].", 1,
                                    citations=[{"source_id": "src-1", "status": "valid"}],
                                    source_hint="sources_verified"),
-                         AnswerWithdrawn(run_id=run, block_id="b2", revision=1, cause="source_revoked",
-                                         source_id="src-private-1"),
+                         withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-1"),
                          settled(run), closed(run, CLOSED_TEXT, conversation=conversation))
     assert_final_message(reader.result(), run)
     # Nothing streams any more: the SDK's resume gets 204 and builds nothing; so does
