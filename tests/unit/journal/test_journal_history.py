@@ -61,11 +61,13 @@ def test_index_lookup_verifies_the_immutable_binding(feed, journal) -> None:
 
 
 @pytest.mark.rule("X4")
-def test_index_pointing_into_another_conversation_is_detected(feed, journal) -> None:
+@pytest.mark.parametrize(("target", "error"), [("r9", BindingMismatch), ("never-admitted", ExecutionNotFound)],
+                         ids=["into-another-conversation", "at-an-unknown-run"])
+def test_index_pointing_elsewhere_is_detected(feed, journal, target: str, error: type[Exception]) -> None:
     _done(feed, "r1", message_id="m1")
-    _done(feed, "r9", conversation_id="conv-9", message_id="m1")
-    journal.message_index.point("conv-1", "m1", "r9")
-    with pytest.raises(BindingMismatch):
+    _done(feed, "r9", conversation_id="conv-9", message_id="m1")  # the other conversation's execution
+    journal.message_index.point("conv-1", "m1", target)
+    with pytest.raises(error):
         resolve_execution(journal.message_index, "conv-1", "m1", journal.execution)
 
 
@@ -80,14 +82,6 @@ def test_cleared_index_is_not_found_and_never_falls_back(feed, journal, queries)
     items = {i.message_id: i for i in history.items}
     assert items["m2"].status == "not_found" and items["m2"].execution is None  # not "latest execution"
     assert items["m1"].status == "ok" and items["m1"].execution.run_id == "r1"
-
-
-@pytest.mark.rule("X4")
-def test_index_pointing_at_unknown_run_is_not_found(feed, journal) -> None:
-    _done(feed, "r1", message_id="m1")
-    journal.message_index.point("conv-1", "m1", "never-admitted")
-    with pytest.raises(ExecutionNotFound):
-        resolve_execution(journal.message_index, "conv-1", "m1", journal.execution)
 
 
 @pytest.mark.rule("X4")
