@@ -18,6 +18,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 
 from imprint.journal import ids
+from imprint.journal.events import MessageEvent
 from imprint.journal.refusals import Refusal, RefusalCode
 
 DeletionReason = Literal["user", "retention"]
@@ -36,35 +37,29 @@ class Conversation(Aggregate):
         conversation_id: str
         account_id: str
 
-    class ExecutionBound(Aggregate.Event):
-        event_id: str
+    class ExecutionBound(MessageEvent):
         run_id: str
         message_id: str
         qcs_id: str
 
-        def apply(self, c: Conversation) -> None:
-            c.processed.add(self.event_id)
+        def change(self, c: Conversation) -> None:
             c.bindings.append(MessageBinding(self.run_id, self.message_id, self.qcs_id, self.timestamp))
             c.last_activity_at = self.timestamp
 
-    class Deleted(Aggregate.Event):
-        event_id: str
+    class Deleted(MessageEvent):
         reason: str
         run_ids: list[str]
 
-        def apply(self, c: Conversation) -> None:
-            c.processed.add(self.event_id)
+        def change(self, c: Conversation) -> None:
             c.deleted_at = self.timestamp
             c.deletion_reason = self.reason
 
-    class Refused(Aggregate.Event):
-        event_id: str
+    class Refused(MessageEvent):
         message_type: str
         code: str
         detail: str
 
-        def apply(self, c: Conversation) -> None:
-            c.processed.add(self.event_id)
+        def change(self, c: Conversation) -> None:
             c.refusals.append((self.message_type, self.code))
 
     def __init__(self, conversation_id: str, account_id: str) -> None:

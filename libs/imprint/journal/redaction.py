@@ -34,6 +34,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
 from imprint.journal import ids
+from imprint.journal.events import MessageEvent
 
 
 class SourceLinks(Aggregate):
@@ -46,12 +47,9 @@ class SourceLinks(Aggregate):
         def apply(self, s: SourceLinks) -> None:
             s.run_ids.append(self.run_id)
 
-    class Tombstoned(Aggregate.Event):
-        event_id: str
-
-        def apply(self, s: SourceLinks) -> None:
+    class Tombstoned(MessageEvent):
+        def change(self, s: SourceLinks) -> None:
             s.tombstoned_at = self.timestamp
-            s.processed.add(self.event_id)
 
     def __init__(self, source_id: str) -> None:
         self.source_id = source_id
