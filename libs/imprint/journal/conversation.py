@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
@@ -33,6 +32,9 @@ class MessageBinding:
 
 
 class Conversation(Aggregate):
+    id_for = staticmethod(ids.conversation_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
     class Started(Aggregate.Created):
         conversation_id: str
         account_id: str
@@ -74,11 +76,7 @@ class Conversation(Aggregate):
 
     @classmethod
     def start(cls, conversation_id: str, account_id: str) -> Conversation:
-        return cls._create(cls.Started, id=ids.conversation_id(conversation_id), conversation_id=conversation_id, account_id=account_id)
-
-    @staticmethod
-    def id_for(conversation_id: str) -> UUID:
-        return ids.conversation_id(conversation_id)
+        return cls._create(cls.Started, id=cls.id_for(conversation_id), conversation_id=conversation_id, account_id=account_id)
 
     @property
     def deleted(self) -> bool:

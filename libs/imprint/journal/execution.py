@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
@@ -236,6 +235,9 @@ class _Stage:
 
 
 class AnswerExecution(Aggregate):
+    id_for = staticmethod(ids.execution_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
     class Opened(Aggregate.Created):
         run_id: str
 
@@ -387,11 +389,7 @@ class AnswerExecution(Aggregate):
     @classmethod
     def open(cls, run_id: str) -> AnswerExecution:
         """A fresh, not yet admitted execution (admission, a refusal or an early effect follows)."""
-        return cls._create(cls.Opened, id=ids.execution_id(run_id), run_id=run_id)
-
-    @staticmethod
-    def id_for(run_id: str) -> UUID:
-        return ids.execution_id(run_id)
+        return cls._create(cls.Opened, id=cls.id_for(run_id), run_id=run_id)
 
     # -- queries --------------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
@@ -38,6 +37,9 @@ from imprint.journal.events import MessageEvent
 
 
 class SourceLinks(Aggregate):
+    id_for = staticmethod(ids.source_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
     class Noted(Aggregate.Created):
         source_id: str
 
@@ -59,11 +61,7 @@ class SourceLinks(Aggregate):
 
     @classmethod
     def note(cls, source_id: str) -> SourceLinks:
-        return cls._create(cls.Noted, id=ids.source_id(source_id), source_id=source_id)
-
-    @staticmethod
-    def id_for(source_id: str) -> UUID:
-        return ids.source_id(source_id)
+        return cls._create(cls.Noted, id=cls.id_for(source_id), source_id=source_id)
 
     @property
     def tombstoned(self) -> bool:
