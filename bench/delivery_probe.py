@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from imprint.contracts.topics import Topic
+from services.common.launcher import wait_answering
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.kafka import create_topics
@@ -103,15 +104,7 @@ class Server:
         return rss, cpu
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("delivery did not become ready")
+        wait_answering(self.url, self.process)
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGINT)

@@ -18,8 +18,9 @@
 # symlink to it.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-STATE="${IMPRINT_STATE_DIR:-$ROOT/.imprint}"
+NAME=postgres
+# shellcheck source=deploy/local/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # ROOT, STATE, log, die, port_open, lock, dispatch
 PGROOT="$STATE/postgres"
 DATA_LINK="$PGROOT/data"
 LOG_LINK="$STATE/logs/postgres.log"
@@ -30,9 +31,6 @@ SOCKDIR=/tmp   # admin access as the postgres superuser goes through a unix sock
 APP_ROLE=imprint
 APP_PASSWORD=imprint
 DATABASES=(imprint imprint_test)
-
-log() { printf 'postgres: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
 
 as_pg() { (cd / && runuser -u "$PGUSER_SYS" -- "$@" 9>&-); }   # 9 = our lock: the server must not inherit it
 
@@ -147,8 +145,6 @@ running() { as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
 
 ready() { "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -t 2; }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 sql() { as_pg "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SOCKDIR" -p "$PORT" -U postgres -d postgres "$@"; }
 
 ensure_role_and_dbs() {
@@ -248,14 +244,4 @@ cmd_status() {
   return 1
 }
 
-# one postgres.sh at a time per checkout (several engineers may run 'up' at once)
-lock() { mkdir -p "$STATE/run"; exec 9>"$STATE/run/postgres.lock"; flock -w 180 9 || die "another postgres.sh holds $STATE/run/postgres.lock"; }
-
-case "${1:-}" in
-  up) lock; cmd_up ;;
-  down) lock; cmd_down ;;
-  kill) lock; cmd_kill ;;
-  reset) lock; cmd_reset ;;
-  status) cmd_status ;;
-  *) echo "usage: $0 up|down|kill|reset|status" >&2; exit 2 ;;
-esac
+dispatch "up|down|kill|reset|status" "$@"

@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +88,29 @@ class Child:
     @property
     def returncode(self) -> int | None:
         return self.process.poll()
+
+
+def answers_ready(base_url: str) -> bool:
+    """Whether the Delivery at ``base_url`` answers ``GET /readyz`` with 200 now (1 s at most)."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/readyz", timeout=1) as response:  # noqa: S310 - loopback, our own
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def wait_answering(base_url: str, process: subprocess.Popen[bytes], *, timeout: float = 60.0,
+                   describe: Callable[[], str] = lambda: "") -> None:
+    """Block until the Delivery ``process`` serves ``base_url`` (:func:`answers_ready`), for a
+    Delivery started outside a :class:`Launcher`. Raises :class:`LaunchError`, with
+    ``describe()`` (say, its log tail), when it exits meanwhile or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while not answers_ready(base_url):
+        if process.poll() is not None:
+            raise LaunchError(f"delivery at {base_url} exited with {process.returncode}:\n{describe()}")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"delivery at {base_url} not ready after {timeout:.0f}s:\n{describe()}")
+        time.sleep(0.2)
 
 
 def child_environment(settings: Settings, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -176,12 +199,7 @@ class Launcher:
     @staticmethod
     def _answers(child: Child) -> bool:
         if child.part == "delivery":
-            url = f"http://{child.settings.http_host}:{child.settings.http_port}/readyz"
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback, our own
-                    return bool(response.status == 200)
-            except OSError:
-                return False
+            return answers_ready(f"http://{child.settings.http_host}:{child.settings.http_port}")
         if logging.getLevelName(child.settings.log_level.upper()) > logging.INFO:
             return time.monotonic() - child.started_at > QUIET_READY_SECONDS  # it does not log READY_LINE
         with open(child.log_path, "rb") as log:

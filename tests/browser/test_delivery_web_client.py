@@ -11,7 +11,7 @@ import pytest
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import Delivery, KillableProxy, off_thread
 from tests.support.kafka import read_topic
-from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, preview, published, running, settled
+from tests.unit.delivery.delivery_builders import closed, preview, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 
@@ -71,8 +71,7 @@ def test_a_withdrawn_block_disappears_from_an_open_page(page: Any, delivery: Del
                          published(run, "b2", 1, "Independent.", 2))
     open_run(page, delivery.url, run, delivery.token())
     wait_blocks(page, ["b1", "b2"])
-    delivery.feeder.send(AnswerWithdrawn(run_id=run, block_id="b1", revision=1, cause="source_revoked",
-                                         source_id="src-private-1"))
+    delivery.feeder.send(withdrawn(run, "b1", 1, "source_revoked", source_id="src-private-1"))
     wait_blocks(page, ["b2"])
     assert "revoked" not in page.inner_text("#blocks")
     # a new page never sees it either

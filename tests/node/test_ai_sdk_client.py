@@ -13,7 +13,7 @@ import pytest
 from tests.integration.delivery.support import Delivery
 from tests.node.conftest import LINES, start_reader
 from tests.support.waiting import wait_until
-from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, preview, published, running, settled
+from tests.unit.delivery.delivery_builders import closed, preview, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -22,6 +22,15 @@ CLOSED_TEXT = "Water boils at 100 °C at sea level; at altitude it boils lower, 
 
 def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in message["parts"] if p["type"] == "data-block"]
+
+
+def wait_following(delivery: Delivery, readers: list[Any]) -> None:
+    """Until Delivery holds every reader on the live run (waiting for it or subscribed);
+    a reader that exited meanwhile fails the test with what it printed."""
+    wait_until(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= len(readers)
+               or any(r.exited() for r in readers), "every reader to be following the live run")
+    for reader in readers:
+        assert not reader.exited(), reader.result()
 
 
 def assert_final_message(result: dict[str, Any], run: str) -> None:
@@ -65,16 +74,12 @@ def test_the_ai_sdk_client_reads_a_run_as_one_message_of_every_line(delivery: De
                          published(run, "b1", 1, "Boiling point: 100 °C.", 1),
                          published(run, "b2", 1, "Built on a report that will be revoked.", 2))
     readers = [start_reader(line, api, run, token) for line in LINES]
-    wait_until(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= len(readers) or any(r.exited() for r in readers),
-             "every reader to be following the live run")
-    for reader in readers:
-        assert not reader.exited(), reader.result()
+    wait_following(delivery, readers)
     delivery.feeder.send(published(run, "b3", 1, "Third block.", 3),
                          published(run, "b1", 2, "Boiling point, revised: 100 °C [[cite:src-1]].", 1,
                                    citations=[{"source_id": "src-1", "status": "valid"}],
                                    source_hint="sources_verified"),
-                         AnswerWithdrawn(run_id=run, block_id="b2", revision=1, cause="source_revoked",
-                                         source_id="src-private-1"))
+                         withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-1"))
     delivery.feeder.send(settled(run), closed(run, CLOSED_TEXT))
     results = {reader.line: reader.result() for reader in readers}
     for line, result in results.items():
@@ -103,13 +108,11 @@ def test_the_sdk_resume_request_for_a_chat_replays_the_active_run_and_is_204_whe
                          published(run, "b2", 1, "Built on a report that will be revoked.", 2),
                          published(run, "b3", 1, "Third block.", 3))
     reader = start_reader("ai5", api, conversation, token)
-    wait_until(lambda: delivery.notifier.waiting() + delivery.notifier.subscribers() >= 1 or reader.exited(), "the resumed reader to follow the run")
-    assert not reader.exited(), reader.result()
+    wait_following(delivery, [reader])
     delivery.feeder.send(published(run, "b1", 2, "Boiling point, revised: 100 °C [[cite:src-1]].", 1,
                                    citations=[{"source_id": "src-1", "status": "valid"}],
                                    source_hint="sources_verified"),
-                         AnswerWithdrawn(run_id=run, block_id="b2", revision=1, cause="source_revoked",
-                                         source_id="src-private-1"),
+                         withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-1"),
                          settled(run), closed(run, CLOSED_TEXT, conversation=conversation))
     assert_final_message(reader.result(), run)
     # Nothing streams any more: the SDK's resume gets 204 and builds nothing; so does

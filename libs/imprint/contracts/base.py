@@ -43,3 +43,15 @@ class RunMessage(Message):
     @property
     def key(self) -> str:
         return self.run_id
+
+
+class AccountRunMessage(RunMessage):
+    """A message about one run that names the account the run belongs to."""
+
+    account_id: Identifier
+
+
+class ConversationRunMessage(AccountRunMessage):
+    """A message about one run of an account's conversation."""
+
+    conversation_id: Identifier

@@ -6,12 +6,11 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from imprint.contracts.base import Identifier, Message, RunMessage
+from imprint.contracts.base import AccountRunMessage, Identifier, Message
 
 
-class RunCancelRequested(RunMessage):
+class RunCancelRequested(AccountRunMessage):
     type: Literal["run.cancel_requested"] = "run.cancel_requested"
-    account_id: Identifier
 
 
 class ConversationDeleteRequested(Message):

@@ -6,11 +6,10 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from imprint.contracts.base import Identifier, RunMessage
+from imprint.contracts.base import AccountRunMessage, Identifier
 
 
-class DeliveryObservation(RunMessage):
-    account_id: Identifier
+class DeliveryObservation(AccountRunMessage):
     connection_id: Identifier
     last_event_id: int = 0
 
@@ -31,8 +30,7 @@ class DeliveryCompleted(DeliveryObservation):
     frame_count: int = 0
 
 
-class ClientObservation(RunMessage):
-    account_id: Identifier
+class ClientObservation(AccountRunMessage):
     last_event_id: int = 0
     block_ids: list[str] = []
 

@@ -136,6 +136,11 @@ class AnswerSaveFailed(RunMessage):
     error: str
 
 
+SaveOutcome = AnswerSaveUnknown | AnswerSaveFailed
+"""A candidate's save that did not confirm: still unknown (being read back) or failed. It
+names the blocks it concerns (none: every block of the run)."""
+
+
 class AnswerSettled(RunMessage):
     """Publication has settled every proposal the runtime made before the run's terminal
     event (same partition, so nothing earlier is still pending), and this follows all of

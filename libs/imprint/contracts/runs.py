@@ -6,28 +6,25 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from imprint.contracts.base import Identifier, Model, RunMessage
+from imprint.contracts.base import AccountRunMessage, ConversationRunMessage, Identifier, Model
 from imprint.contracts.runtime import Outcome
 
 RunState = Literal["admitted", "queued", "running", "completed", "stopped", "failed", "throttled", "rejected"]
 TERMINAL_STATES: frozenset[str] = frozenset({"completed", "stopped", "failed", "throttled", "rejected"})
 
 
-class RunTransitioned(RunMessage):
+class RunTransitioned(ConversationRunMessage):
     """The journal accepted a lifecycle transition. ``sequence`` counts accepted transitions."""
 
     type: Literal["run.transitioned"] = "run.transitioned"
-    account_id: Identifier
-    conversation_id: Identifier
     state: RunState
     previous: RunState | None = None
     sequence: int = Field(ge=1)
     reason: str | None = None
 
 
-class RunProgress(RunMessage):
+class RunProgress(AccountRunMessage):
     type: Literal["run.progress"] = "run.progress"
-    account_id: Identifier
     stage: str
     detail: str = ""
 
@@ -38,12 +35,10 @@ class EvidenceSummaryItem(Model):
     redacted: bool = False
 
 
-class RunClosed(RunMessage):
+class RunClosed(ConversationRunMessage):
     """The closed execution record was persisted (X4); only then may Delivery stream ``content``."""
 
     type: Literal["run.closed"] = "run.closed"
-    account_id: Identifier
-    conversation_id: Identifier
     message_id: Identifier
     state: RunState
     outcome: Outcome | None = None
@@ -53,12 +48,10 @@ class RunClosed(RunMessage):
     knowledge_version: str | None = None
 
 
-class ConversationDeleted(RunMessage):
+class ConversationDeleted(ConversationRunMessage):
     """Every private body of the conversation's runs is gone; views must drop them (X8)."""
 
     type: Literal["conversation.deleted"] = "conversation.deleted"
-    account_id: Identifier
-    conversation_id: Identifier
 
 
 RunsMessage = Annotated[Union[RunTransitioned, RunProgress, RunClosed, ConversationDeleted], Field(discriminator="type")]

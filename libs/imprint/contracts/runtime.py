@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from imprint.contracts.base import Identifier, Model, RunMessage
+from imprint.contracts.base import ConversationRunMessage, Identifier, Model, RunMessage
 
 Scope = Literal["public", "private"]
 Outcome = Literal["answered", "insufficient_evidence", "generation_unavailable", "declined"]
@@ -30,10 +30,8 @@ class QuestionConditionSet(Model):
     inherits_from: Identifier | None = None
 
 
-class RunAdmitted(RunMessage):
+class RunAdmitted(ConversationRunMessage):
     type: Literal["run.admitted"] = "run.admitted"
-    account_id: Identifier
-    conversation_id: Identifier
     message_id: Identifier
     question: str
     qcs: QuestionConditionSet

@@ -39,11 +39,11 @@ from imprint.contracts.publication import (
     AnswerRejected,
     AnswerRevisionRejected,
     AnswerSaveFailed,
-    AnswerSaveUnknown,
     AnswerUnchanged,
     AnswerWithdrawn,
     BlockView,
     CommittedBlock,
+    SaveOutcome,
 )
 
 BodyKind = Literal["preview", "published"]
@@ -281,7 +281,7 @@ def named_blocks(message: Any) -> tuple[str, ...] | None:
         return (message.block_id,) if message.block_id is not None else (_previewed_as(message),)
     if isinstance(message, AnswerRevisionRejected):
         return (message.target_block_id,)
-    if isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
+    if isinstance(message, SaveOutcome):
         return tuple(message.block_ids) if message.block_ids else None
     return ()
 
@@ -332,7 +332,7 @@ def apply(state: AnswerState, message: Any) -> MergeResult:
         block = state.block(message.block_id)
         _hide(block, message.revision, message.cause)
         result.touched.append(block.block_id)
-    elif isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
+    elif isinstance(message, SaveOutcome):
         failed = isinstance(message, AnswerSaveFailed)
         names = message.block_ids or [b for b in state.blocks]
         for block_id in names:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
 from imprint.journal import ids
+from imprint.journal.events import MessageEvent
 from imprint.journal.refusals import Refusal, RefusalCode
 
 DeletionReason = Literal["user", "retention"]
@@ -32,39 +32,36 @@ class MessageBinding:
 
 
 class Conversation(Aggregate):
+    id_for = staticmethod(ids.conversation_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
     class Started(Aggregate.Created):
         conversation_id: str
         account_id: str
 
-    class ExecutionBound(Aggregate.Event):
-        event_id: str
+    class ExecutionBound(MessageEvent):
         run_id: str
         message_id: str
         qcs_id: str
 
-        def apply(self, c: Conversation) -> None:
-            c.processed.add(self.event_id)
+        def change(self, c: Conversation) -> None:
             c.bindings.append(MessageBinding(self.run_id, self.message_id, self.qcs_id, self.timestamp))
             c.last_activity_at = self.timestamp
 
-    class Deleted(Aggregate.Event):
-        event_id: str
+    class Deleted(MessageEvent):
         reason: str
         run_ids: list[str]
 
-        def apply(self, c: Conversation) -> None:
-            c.processed.add(self.event_id)
+        def change(self, c: Conversation) -> None:
             c.deleted_at = self.timestamp
             c.deletion_reason = self.reason
 
-    class Refused(Aggregate.Event):
-        event_id: str
+    class Refused(MessageEvent):
         message_type: str
         code: str
         detail: str
 
-        def apply(self, c: Conversation) -> None:
-            c.processed.add(self.event_id)
+        def change(self, c: Conversation) -> None:
             c.refusals.append((self.message_type, self.code))
 
     def __init__(self, conversation_id: str, account_id: str) -> None:
@@ -79,11 +76,7 @@ class Conversation(Aggregate):
 
     @classmethod
     def start(cls, conversation_id: str, account_id: str) -> Conversation:
-        return cls._create(cls.Started, id=ids.conversation_id(conversation_id), conversation_id=conversation_id, account_id=account_id)
-
-    @staticmethod
-    def id_for(conversation_id: str) -> UUID:
-        return ids.conversation_id(conversation_id)
+        return cls._create(cls.Started, id=cls.id_for(conversation_id), conversation_id=conversation_id, account_id=account_id)
 
     @property
     def deleted(self) -> bool:

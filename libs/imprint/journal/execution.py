@@ -28,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
 from imprint.journal import ids
 from imprint.journal.diagnostics import DiagnosticRefused, DiagnosticTrace
+from imprint.journal.events import MessageEvent
 from imprint.journal.lifecycle import State, check_live_fact, check_transition
 from imprint.journal.refusals import Refusal, RefusalCode
 
@@ -235,21 +235,21 @@ class _Stage:
 
 
 class AnswerExecution(Aggregate):
+    id_for = staticmethod(ids.execution_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
     class Opened(Aggregate.Created):
         run_id: str
 
-    class Admitted(Aggregate.Event):
-        event_id: str
+    class Admitted(MessageEvent):
         request: dict[str, Any]
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.request = AnswerExecutionRequest.from_dict(self.request)
             x._enter(State.ADMITTED, self.event_id, None, self.timestamp)
 
-    class Transitioned(Aggregate.Event):
+    class Transitioned(MessageEvent):
         run_id: str
-        event_id: str
         state: str
         previous: str
         sequence: int
@@ -258,8 +258,7 @@ class AnswerExecution(Aggregate):
         outcome: str | None
         reason: str | None
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x._enter(State(self.state), self.event_id, self.reason, self.timestamp)
             if self.outcome is not None:
                 x.outcome = self.outcome
@@ -283,43 +282,36 @@ class AnswerExecution(Aggregate):
                 x.record = CompletionRecord.from_dict(self.record)
             x._trace("closed", self.state)
 
-    class StageReported(Aggregate.Event):
+    class StageReported(MessageEvent):
         run_id: str
-        event_id: str
         account_id: str
         conversation_id: str
         stage: str
         detail: str | None
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.stages.append(_Stage(self.stage, self.detail, self.timestamp, self.event_id))
             x._trace("stage", self.stage)
 
-    class EvidenceGranted(Aggregate.Event):
-        event_id: str
+    class EvidenceGranted(MessageEvent):
         source_id: str
         scope: str
         owner_account_id: str
         title: str | None
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.grants.append(GrantRecord(self.source_id, self.scope, self.owner_account_id, self.title))
             x._trace("evidence.granted", self.source_id)
 
-    class ToolReceiptRecorded(Aggregate.Event):
-        event_id: str
+    class ToolReceiptRecorded(MessageEvent):
         tool_call_id: str
         status: str
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.receipts.append(ReceiptRecord(self.tool_call_id, self.status, self.event_id, self.timestamp))
             x._trace(f"receipt.{self.status}", self.tool_call_id)
 
-    class EffectObserved(Aggregate.Event):
-        event_id: str
+    class EffectObserved(MessageEvent):
         kind: str
         candidate_id: str
         block_id: str
@@ -328,8 +320,7 @@ class AnswerExecution(Aggregate):
         receipt_id: str
         log_position: int
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.effects.append(
                 EffectRecord(
                     self.kind,  # type: ignore[arg-type]
@@ -345,14 +336,12 @@ class AnswerExecution(Aggregate):
             )
             x._trace(f"effect.{self.kind}", self.block_id)
 
-    class Refused(Aggregate.Event):
-        event_id: str
+    class Refused(MessageEvent):
         message_type: str
         code: str
         detail: str
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.refusals.append(RefusalRecord(self.event_id, self.message_type, self.code, self.detail, self.timestamp))
             x._trace(f"refused.{self.code}", self.message_type)
 
@@ -364,15 +353,13 @@ class AnswerExecution(Aggregate):
             x.redacted_sources[self.source_id] = self.timestamp
             x._trace("evidence.redacted", self.source_id)
 
-    class Erased(Aggregate.Event):
+    class Erased(MessageEvent):
         run_id: str
-        event_id: str
         reason: str
         account_id: str
         conversation_id: str
 
-        def apply(self, x: AnswerExecution) -> None:
-            x.processed.add(self.event_id)
+        def change(self, x: AnswerExecution) -> None:
             x.erased_at = self.timestamp
             x.erasure_reason = self.reason
             x._trace("erased", self.reason)
@@ -402,11 +389,7 @@ class AnswerExecution(Aggregate):
     @classmethod
     def open(cls, run_id: str) -> AnswerExecution:
         """A fresh, not yet admitted execution (admission, a refusal or an early effect follows)."""
-        return cls._create(cls.Opened, id=ids.execution_id(run_id), run_id=run_id)
-
-    @staticmethod
-    def id_for(run_id: str) -> UUID:
-        return ids.execution_id(run_id)
+        return cls._create(cls.Opened, id=cls.id_for(run_id), run_id=run_id)
 
     # -- queries --------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ still tracked).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import uuid5
@@ -145,6 +146,26 @@ class Intake:
         except KeyDestroyed as e:
             raise Refusal(RefusalCode.CONVERSATION_DELETED, "conversation key destroyed") from e
 
+    def _with_sealed(self, ws: Workspace, m: Any, field: str, text: str | None,
+                     record: Callable[[AnswerExecution, str, str | None], None]) -> None:
+        """The path of a run message that may carry one private ``text``: an exact
+        redelivery changes nothing (X2); the text is sealed as ``field`` when there is one
+        and the execution may hold it (a refusal to seal is recorded instead, and ends
+        here); then ``record(execution, event_id, sealed text or None)``."""
+        eid = str(m.event_id)
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        if ex.has_seen(eid):
+            return
+        sealed = None
+        if text and self._ready(ex, m.type) is None:
+            try:
+                sealed = self._seal(ex, field, text)
+            except Refusal as r:
+                ex.refuse(eid, m.type, r)
+                return
+        record(ex, eid, sealed)
+
     @staticmethod
     def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
         """The refusal that applies before any private field is sealed, if any."""
@@ -218,21 +239,10 @@ class Intake:
     # -- X2: lifecycle --------------------------------------------------------------------------
 
     def transition(self, ws: Workspace, m: Any) -> None:
-        eid = str(m.event_id)
-        ex = self._execution(ws, m.run_id)
-        assert ex is not None
-        if ex.has_seen(eid):
-            return
         target = MESSAGE_TARGETS[m.type]
         reason_text = m.reason if isinstance(m, (RunFailed, RunRejected)) and m.reason else None
-        reason = None
-        if reason_text is not None and self._ready(ex, m.type) is None:
-            try:
-                reason = self._seal(ex, F_REASON, reason_text)
-            except Refusal as r:
-                ex.refuse(eid, m.type, r)
-                return
-        ex.transition(eid, m.type, target, reason)
+        self._with_sealed(ws, m, F_REASON, reason_text,
+                          lambda ex, eid, reason: ex.transition(eid, m.type, target, reason))
 
     # -- X4 / X7: completion ----------------------------------------------------------------------
 
@@ -292,38 +302,18 @@ class Intake:
     # -- progress, grants, receipts, effects ----------------------------------------------------
 
     def stage(self, ws: Workspace, m: RunStage) -> None:
-        eid = str(m.event_id)
-        ex = self._execution(ws, m.run_id)
-        assert ex is not None
-        if ex.has_seen(eid):
-            return
-        detail = None
-        if m.detail and self._ready(ex, m.type) is None:
-            try:
-                detail = self._seal(ex, F_STAGE_DETAIL, m.detail)
-            except Refusal as r:
-                ex.refuse(eid, m.type, r)
-                return
-        ex.report_stage(eid, m.stage, detail)
+        self._with_sealed(ws, m, F_STAGE_DETAIL, m.detail,
+                          lambda ex, eid, detail: ex.report_stage(eid, m.stage, detail))
 
     def grant(self, ws: Workspace, m: EvidenceGranted) -> None:
-        eid = str(m.event_id)
-        ex = self._execution(ws, m.run_id)
-        assert ex is not None
-        if ex.has_seen(eid):
-            return
-        title = None
-        if m.title and self._ready(ex, m.type) is None:
-            try:
-                title = self._seal(ex, grant_title_field(eid), m.title)
-            except Refusal as r:
-                ex.refuse(eid, m.type, r)
-                return
-        if ex.grant(eid, m.source_id, m.scope, m.owner_account_id, title):
-            s = self._source(ws, m.source_id)
-            s.link(ex.run_id)
-            if s.tombstoned:
-                ex.redact(m.source_id)
+        def record(ex: AnswerExecution, eid: str, title: str | None) -> None:
+            if ex.grant(eid, m.source_id, m.scope, m.owner_account_id, title):
+                s = self._source(ws, m.source_id)
+                s.link(ex.run_id)
+                if s.tombstoned:
+                    ex.redact(m.source_id)
+
+        self._with_sealed(ws, m, grant_title_field(str(m.event_id)), m.title, record)
 
     def receipt(self, ws: Workspace, m: ToolReceipt) -> None:
         ex = self._execution(ws, m.run_id)

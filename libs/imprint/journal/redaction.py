@@ -28,15 +28,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
 from imprint.journal import ids
+from imprint.journal.events import MessageEvent
 
 
 class SourceLinks(Aggregate):
+    id_for = staticmethod(ids.source_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
     class Noted(Aggregate.Created):
         source_id: str
 
@@ -46,12 +49,9 @@ class SourceLinks(Aggregate):
         def apply(self, s: SourceLinks) -> None:
             s.run_ids.append(self.run_id)
 
-    class Tombstoned(Aggregate.Event):
-        event_id: str
-
-        def apply(self, s: SourceLinks) -> None:
+    class Tombstoned(MessageEvent):
+        def change(self, s: SourceLinks) -> None:
             s.tombstoned_at = self.timestamp
-            s.processed.add(self.event_id)
 
     def __init__(self, source_id: str) -> None:
         self.source_id = source_id
@@ -61,11 +61,7 @@ class SourceLinks(Aggregate):
 
     @classmethod
     def note(cls, source_id: str) -> SourceLinks:
-        return cls._create(cls.Noted, id=ids.source_id(source_id), source_id=source_id)
-
-    @staticmethod
-    def id_for(source_id: str) -> UUID:
-        return ids.source_id(source_id)
+        return cls._create(cls.Noted, id=cls.id_for(source_id), source_id=source_id)
 
     @property
     def tombstoned(self) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from imprint.publication.facts import BlockRecord
 from imprint.publication.hints import EffectiveSources, union_sources
@@ -36,6 +36,23 @@ class DependencyCheck:
     inherited: EffectiveSources = ()
     rejected: str | None = None
     """Internal detail when a dependency can no longer be relied on."""
+
+
+def reachable(start: Iterable[str], next_of: Callable[[str], Iterable[str]],
+              seen: Iterable[str] = ()) -> Iterator[str]:
+    """Each block id reachable from ``start`` through ``next_of`` (what it builds on, or
+    what builds on it), once, breadth-first, cycle-safe, none of ``seen``. ``next_of`` is
+    asked about an id only once the caller is done with it, so a caller that stops early
+    never asks about it."""
+    visited = set(seen)
+    queue = deque(start)
+    while queue:
+        current = queue.popleft()
+        if current in visited:
+            continue
+        visited.add(current)
+        yield current
+        queue.extend(next_of(current))
 
 
 def check_dependencies(
@@ -58,13 +75,12 @@ def check_dependencies(
         else:
             kept.append(block_id)
     inherited: list[EffectiveSources] = []
-    seen: set[str] = set()
-    queue = deque(kept)
-    while queue:
-        block_id = queue.popleft()
-        if block_id in seen:
-            continue
-        seen.add(block_id)
+
+    def next_of(block_id: str) -> Iterable[str]:
+        record = lookup(block_id)
+        return () if record is None else record.depends_on
+
+    for block_id in reachable(kept, next_of):
         record = lookup(block_id)
         if record is None:
             continue
@@ -75,7 +91,6 @@ def check_dependencies(
                 if not source_ok(source_id):
                     return DependencyCheck(rejected=f"inherits unauthorized source {source_id} via {block_id}")
         inherited.append(record.effective_sources)
-        queue.extend(record.depends_on)
     return DependencyCheck(tuple(kept), tuple(dropped), union_sources((), *inherited))
 
 
@@ -97,10 +112,5 @@ def blocks_to_withdraw(blocks: Mapping[str, BlockRecord], source_id: str) -> lis
         for block_id, record in live.items()
         if record.effective_sources is None or source_id in record.effective_sources
     }
-    queue = deque(affected)
-    while queue:
-        for dependent in dependents.get(queue.popleft(), ()):
-            if dependent not in affected:
-                affected.add(dependent)
-                queue.append(dependent)
+    affected = set(reachable(affected, lambda block_id: dependents.get(block_id, ())))
     return sorted(affected, key=lambda block_id: (live[block_id].ordinal, block_id))

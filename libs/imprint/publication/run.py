@@ -215,10 +215,8 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             run.next_ordinal = max(run.next_ordinal, block["delivery_ordinal"] + 1)
             if self.quota_key is not None:
                 run._consume(self.quota_key, block_id)
-            run._note(self.candidate_id, {
-                "block_index": self.block_index, "kind": "committed", "block_id": block_id,
-                "revision": block["revision"], "reason": None, "receipt": self.receipt(),
-            })
+            run._note(self.candidate_id, self.block_index, "committed", block_id,
+                      revision=block["revision"], receipt=self.receipt())
 
     class CandidateUnchanged(Aggregate.Event):
         """P11: an exact duplicate; the original receipt is reused."""
@@ -231,10 +229,8 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         receipt: dict[str, Any]
 
         def apply(self, run: PublicationRun) -> None:
-            run._note(self.candidate_id, {
-                "block_index": self.block_index, "kind": "unchanged", "block_id": self.block_id,
-                "revision": self.revision, "reason": None, "receipt": self.receipt,
-            })
+            run._note(self.candidate_id, self.block_index, "unchanged", self.block_id,
+                      revision=self.revision, receipt=self.receipt)
 
     class BlockRejected(Aggregate.Event):
         run_id: str
@@ -246,10 +242,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         block_id: str | None
 
         def apply(self, run: PublicationRun) -> None:
-            run._note(self.candidate_id, {
-                "block_index": self.block_index, "kind": "rejected", "block_id": self.block_id,
-                "revision": None, "reason": self.reason, "receipt": None,
-            })
+            run._note(self.candidate_id, self.block_index, "rejected", self.block_id, reason=self.reason)
 
     class RevisionRejected(Aggregate.Event):
         run_id: str
@@ -260,10 +253,8 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         detail: str
 
         def apply(self, run: PublicationRun) -> None:
-            run._note(self.candidate_id, {
-                "block_index": self.block_index, "kind": "revision_rejected", "block_id": self.target_block_id,
-                "revision": None, "reason": self.reason, "receipt": None,
-            })
+            run._note(self.candidate_id, self.block_index, "revision_rejected", self.target_block_id,
+                      reason=self.reason)
 
     class BlockWithdrawn(Aggregate.Event):
         """P21: removed from current display; the committed history stays."""
@@ -354,8 +345,13 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         self.block_modifications[block_id] = self.block_modifications.get(block_id, 0) + 1
         self.run_modifications += 1
 
-    def _note(self, candidate_id: str, outcome: dict[str, Any]) -> None:
-        self.candidates.setdefault(candidate_id, []).append(outcome)
+    def _note(self, candidate_id: str, block_index: int, kind: OutcomeKind, block_id: str | None, *,
+              revision: int | None = None, reason: str | None = None, receipt: Any = None) -> None:
+        """How one block of ``candidate_id`` ended (read back as a :class:`BlockOutcome`)."""
+        self.candidates.setdefault(candidate_id, []).append({
+            "block_index": block_index, "kind": kind, "block_id": block_id,
+            "revision": revision, "reason": reason, "receipt": receipt,
+        })
 
     # ------------------------------------------------------------------- reads
 

@@ -87,6 +87,15 @@ def with_noted(facts: SourceFacts, noted: Mapping[str, Any] | None) -> SourceFac
                    revoked_accounts=facts.revoked_accounts | frozenset(noted["revoked_accounts"]))
 
 
+class RelianceEvent(Aggregate.Event):
+    """Run ``run_id`` relies on the source: it joins the aggregate's ``dependents``."""
+
+    run_id: str
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.dependents.append(self.run_id)
+
+
 class SourceRecord(Aggregate):
     """One source id's registry history, plus the runs that rely on it."""
 
@@ -135,11 +144,8 @@ class SourceRecord(Aggregate):
         def apply(self, record: SourceRecord) -> None:
             record.tombstoned = True
 
-    class RelianceRecorded(Aggregate.Event):
-        run_id: str
-
-        def apply(self, record: SourceRecord) -> None:
-            record.dependents.append(self.run_id)
+    class RelianceRecorded(RelianceEvent):
+        """Reliance as older logs recorded it; it is now recorded on the lane's :class:`SourceDependents`."""
 
     class LaneOpened(Aggregate.Event):
         lane: str
@@ -215,11 +221,8 @@ class SourceDependents(Aggregate):
         self.dependents: list[str] = []
         self.noted = no_revocation()
 
-    class RelianceRecorded(Aggregate.Event):
-        run_id: str
-
-        def apply(self, lane: SourceDependents) -> None:
-            lane.dependents.append(self.run_id)
+    class RelianceRecorded(RelianceEvent):
+        """A run of this lane relies on the source."""
 
     class StandingNoted(Aggregate.Event):
         tombstoned: bool

@@ -27,11 +27,12 @@ passed in as a :class:`~imprint.publication.sources.SourceStanding`. No I/O."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from imprint.publication.citations import resolve
+from imprint.publication.dependencies import reachable
 from imprint.publication.facts import Grant, RunFacts, StateView
 from imprint.publication.sources import SourceStanding
 from imprint.recovery.integrity import defect_of, served_block
@@ -127,13 +128,10 @@ def read_protected(
             if resolution.standing != "valid":
                 return withhold("citation_unconfirmed", f"{citation.get('source_id')}: {resolution.why}", current)
 
-    seen: set[str] = {block_id}
-    queue = deque(block.get("depends_on") or ())
-    while queue:
-        dependency_id = queue.popleft()
-        if dependency_id in seen:
-            continue
-        seen.add(dependency_id)
+    def next_of(dependency_id: str) -> Iterable[str]:  # asked only of a dependency that passed every check
+        return ledger.blocks[dependency_id].current.block.get("depends_on") or ()
+
+    for dependency_id in reachable(block.get("depends_on") or (), next_of, seen={block_id}):
         dependency = ledger.blocks.get(dependency_id)
         if dependency is None:
             return withhold("dependency_unconfirmed", f"{dependency_id} is not in this run's log", current)
@@ -149,7 +147,6 @@ def read_protected(
             if resolution.standing == "unauthorized":
                 return withhold("dependency_unauthorized", f"{source_id} via {dependency_id}: {resolution.why}",
                                 current)
-        queue.extend(dependency.current.block.get("depends_on") or ())
 
     return ProtectedRead(run_id, block_id, receipt_id, "served", None, "", served_block(revision), current)
 
@@ -157,19 +154,17 @@ def read_protected(
 def sources_to_confirm(ledger: RunLedger, block_id: str) -> frozenset[str]:
     """Every source id a protected read of ``block_id`` may consult (load these from the registry)."""
     ids: set[str] = set(ledger.grants)
-    seen: set[str] = set()
-    queue = deque([block_id])
-    while queue:
-        current_id = queue.popleft()
-        if current_id in seen:
-            continue
-        seen.add(current_id)
+
+    def revisions(current_id: str) -> list[dict[str, Any]]:
         history = ledger.blocks.get(current_id)
-        if history is None:
-            continue
-        for revision in history.revisions:
-            ids.update(revision.block.get("effective_sources") or ())
-            ids.update(c.get("source_id", "") for c in revision.block.get("citations") or ())
-            queue.extend(revision.block.get("depends_on") or ())
+        return [] if history is None else [revision.block for revision in history.revisions]
+
+    def next_of(current_id: str) -> list[str]:
+        return [d for block in revisions(current_id) for d in block.get("depends_on") or ()]
+
+    for current_id in reachable([block_id], next_of):
+        for block in revisions(current_id):
+            ids.update(block.get("effective_sources") or ())
+            ids.update(c.get("source_id", "") for c in block.get("citations") or ())
     ids.discard("")
     return frozenset(ids)

@@ -20,21 +20,19 @@ from imprint.contracts.publication import (
     AnswerPublished,
     AnswerRejected,
     AnswerRevisionRejected,
-    AnswerSaveFailed,
-    AnswerSaveUnknown,
     AnswerUnchanged,
+    SaveOutcome,
 )
 
 BlockDecision = AnswerPublished | AnswerUnchanged | AnswerRejected | AnswerRevisionRejected
-CandidateOutcome = AnswerSaveFailed | AnswerSaveUnknown
+CandidateOutcome = SaveOutcome
 Decision = BlockDecision | CandidateOutcome
 
 
 def _candidate_of(message: Any) -> str | None:
     if isinstance(message, AnswerPublished):
         return message.block.candidate_id
-    if isinstance(message, (AnswerUnchanged, AnswerRejected, AnswerRevisionRejected, AnswerSaveFailed,
-                            AnswerSaveUnknown)):
+    if isinstance(message, AnswerUnchanged | AnswerRejected | AnswerRevisionRejected | SaveOutcome):
         return message.candidate_id
     return None  # previews, withdrawals, settlements: not a decision about one proposal
 
@@ -60,7 +58,7 @@ class Awaited:
         return self
 
     def _check(self) -> None:
-        block_level = [d for d in self.decisions if not isinstance(d, (AnswerSaveFailed, AnswerSaveUnknown))]
+        block_level = [d for d in self.decisions if not isinstance(d, SaveOutcome)]
         if (self.blocks is not None and len(block_level) >= self.blocks) or len(block_level) < len(self.decisions):
             self._settled.set()
 

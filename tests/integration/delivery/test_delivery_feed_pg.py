@@ -18,7 +18,7 @@ from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, Feeder, KafkaPublish, LiveServer, read_stream
 from tests.support.waiting import wait_until
-from tests.unit.delivery.delivery_builders import ConversationDeleted, closed, published, running, settled
+from tests.unit.delivery.delivery_builders import closed, deleted, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -173,7 +173,7 @@ def test_a_deletion_ends_every_live_stream_of_the_run(delivery: tuple[Served, Li
     for reader in readers:
         reader.start()
     wait_until(lambda: served.notifier.subscribers() == 3, "the clients following the feed")
-    served.feeder.send(ConversationDeleted(run_id=run, account_id="acct-1", conversation_id="conv-gone"))
+    served.feeder.send(deleted(run, "conv-gone"))
     for reader in readers:
         reader.join(30)
         assert reader.error is None, reader.error

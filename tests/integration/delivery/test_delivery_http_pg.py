@@ -18,14 +18,14 @@ from tests.integration.delivery.support import Delivery, start_delivery
 from tests.integration.delivery.support import SSE, read_stream
 from tests.support.kafka import read_topic
 from tests.unit.delivery.delivery_builders import (
-    AnswerRejected,
-    AnswerWithdrawn,
-    ConversationDeleted,
     closed,
+    deleted,
     preview,
     published,
+    rejected,
     running,
     settled,
+    withdrawn,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -79,7 +79,7 @@ def test_a_new_client_first_gets_the_current_merged_view(delivery: Delivery) -> 
         published(run, "b1", 1, "draft of one", candidate="c1", source_hint="sources_verified"),
         preview(run, "b1", 2, "one, revised", candidate="c2"),
         published(run, "b2", 1, "excerpt of a private report", 2),
-        AnswerWithdrawn(run_id=run, block_id="b2", revision=1, cause="source_revoked", source_id="src-private-7"),
+        withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-7"),
         published(run, "b3", 1, "three", 3),
     )
     last = delivery.store.run(run).last_frame_id  # type: ignore[union-attr]
@@ -120,16 +120,16 @@ def test_rejections_and_withdrawals_reach_the_client_without_revealing_the_sourc
     run, token = "run-safe", delivery.token()
     delivery.feeder.send(
         running(run), published(run, "b1", 1, "fine"),
-        AnswerRejected(run_id=run, candidate_id="tool:c9", block_index=1, reason="unauthorized_source"),
-        AnswerWithdrawn(run_id=run, block_id="b1", revision=1, cause="source_tombstoned", source_id="src-secret-42"),
+        rejected(run, "tool:c9", block_index=1),
+        withdrawn(run, "b1", 1, "source_tombstoned", source_id="src-secret-42"),
         settled(run), closed(run, "ok"),
     )
     frames, ended = read_stream(delivery.url, run, token)
     assert ended
-    rejected = next(f.json for f in frames if f.event == "answer-rejected")
-    assert rejected["reason"] == "not_publishable"
-    withdrawn = next(f.json for f in frames if f.event == "answer-withdrawn")
-    assert withdrawn["block"] is None and withdrawn["cause"] == "source_tombstoned"
+    rejection = next(f.json for f in frames if f.event == "answer-rejected")
+    assert rejection["reason"] == "not_publishable"
+    withdrawal = next(f.json for f in frames if f.event == "answer-withdrawn")
+    assert withdrawal["block"] is None and withdrawal["cause"] == "source_tombstoned"
     raw = "".join(f.data for f in frames)
     assert "src-secret-42" not in raw and "unauthorized_source" not in raw
 
@@ -249,7 +249,7 @@ def test_delete_is_requested_by_the_owner_and_deletion_purges_the_views(delivery
     control = messages(delivery, Topic.CONTROL, lambda vs: len(vs) >= 1)
     assert [(v["type"], v["conversation_id"], v["account_id"]) for v in control] == \
         [("conversation.delete_requested", "conv-del", "acct-1")]
-    delivery.feeder.send(ConversationDeleted(run_id=run, account_id="acct-1", conversation_id="conv-del"))
+    delivery.feeder.send(deleted(run, "conv-del"))
     assert httpx.get(f"{delivery.url}/v1/runs/{run}", headers=headers).status_code == 404
     assert httpx.get(f"{delivery.url}/v1/conversations/conv-del/history", headers=headers).status_code == 404
     assert "private words" not in json.dumps([f.data for f in delivery.store.frames_after(run, 0)])

@@ -27,6 +27,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from imprint.contracts.topics import Topic
 from imprint.delivery.summary import validate_stream
+from services.common.launcher import wait_answering
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.integration.delivery.support import SSE, free_port, read_stream
@@ -73,18 +74,8 @@ def stop(instance: Instance) -> None:
             instance.process.wait()
 
 
-def wait_ready(instance: Instance, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if instance.process.poll() is not None:
-            raise AssertionError(f"delivery {instance.name} exited:\n{instance.tail()}")
-        try:
-            if httpx.get(f"{instance.url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"delivery {instance.name} never became ready:\n{instance.tail()}")
+def wait_ready(instance: Instance) -> None:
+    wait_answering(instance.url, instance.process, describe=instance.tail)
 
 
 def assignment(settings: Settings) -> dict[int, list[str]]:

@@ -19,15 +19,7 @@ from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
-from tests.unit.delivery.delivery_builders import (
-    AnswerWithdrawn,
-    ConversationDeleted,
-    closed,
-    preview,
-    published,
-    running,
-    settled,
-)
+from tests.unit.delivery.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn
 
 RUN = "run-s"
 
@@ -107,7 +99,7 @@ def test_a_new_client_replaying_from_zero_sees_only_current_bodies(store: ViewSt
         preview(RUN, "b1", 1, "draft one", candidate="c1"),
         published(RUN, "b1", 1, "draft one", candidate="c1"),
         published(RUN, "b2", 1, "private excerpt", ordinal=2),
-        AnswerWithdrawn(run_id=RUN, block_id="b2", revision=1, cause="source_revoked", source_id="src-p"),
+        withdrawn(RUN, "b2", 1, "source_revoked", source_id="src-p"),
     ))
     frames = store.frames_after(RUN, 0)
     assert [f.id for f in frames] == list(range(1, len(frames) + 1)), "every id is still there (no gap)"
@@ -133,7 +125,7 @@ def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store:
     feed = Feed()
     store.process(feed(running(RUN), published(RUN, "b1", 1, "soon revoked"), settled(RUN), closed(RUN, "t")))
     count = len(held(store))
-    assert store.process(feed(AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_revoked"))) == []
+    assert store.process(feed(withdrawn(RUN, "b1", 1))) == []
     frames = held(store)
     assert len(frames) == count and validate_stream(frames).ok
     assert "soon revoked" not in json.dumps(frames)
@@ -147,7 +139,7 @@ def test_conversation_deletion_purges_private_bodies(store: ViewStore) -> None:
     store.process(feed(running(RUN, conversation="conv-1"), published(RUN, "b1", 1, "secret body"),
                        settled(RUN), closed(RUN, "secret answer", conversation="conv-1"),
                        running("run-other", account="acct-2", conversation="conv-1")))
-    store.process(feed(ConversationDeleted(run_id=RUN, account_id="acct-1", conversation_id="conv-1")))
+    store.process(feed(deleted(RUN, "conv-1")))
     record = store.run(RUN)
     assert record is not None and record.deleted
     assert store.answer_text(RUN) is None

@@ -15,7 +15,7 @@ from psycopg import sql
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
-from tests.unit.delivery.delivery_builders import RunProgress, running
+from tests.unit.delivery.delivery_builders import progress, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -51,7 +51,7 @@ def test_overlapping_polls_of_two_instances_apply_each_message_once(
     run = "run-rebalance"
     old_owner.process([Inbound(RUNS, 0, 0, running(run))])
     # Progress notes: unlike a block's receipt, applying one twice would show twice.
-    messages = [Inbound(RUNS, 1, offset, RunProgress(run_id=run, account_id="acct-1", stage=f"step {offset}"))
+    messages = [Inbound(RUNS, 1, offset, progress(run, f"step {offset}"))
                 for offset in range(15)]
     table = sql.Identifier(isolated.database_schema or "", "delivery_runs")
     assert isolated.database_url is not None

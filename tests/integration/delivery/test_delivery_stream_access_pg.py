@@ -16,7 +16,7 @@ import pytest
 from imprint.delivery.ui_message_stream import message_id
 from services.common.settings import Settings
 from tests.integration.delivery.support import Delivery, read_stream, start_delivery
-from tests.unit.delivery.delivery_builders import AnswerWithdrawn, closed, published, running, settled
+from tests.unit.delivery.delivery_builders import closed, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -128,8 +128,7 @@ def test_the_ui_message_stream_wire_format(delivery: Delivery) -> None:
     run, token = "run-ui-wire", delivery.token()
     delivery.feeder.send(running(run), published(run, "b1", 1, "One.", 1), published(run, "b2", 1, "Two.", 2),
                          published(run, "b1", 2, "One, revised.", 1),
-                         AnswerWithdrawn(run_id=run, block_id="b2", revision=1, cause="source_revoked",
-                                         source_id="src-private-1"),
+                         withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-1"),
                          settled(run), closed(run, "x" * 60))
     response = httpx.get(f"{delivery.url}/v1/ai-sdk/runs/{run}/stream", headers=bearer(token), timeout=10)
     assert response.status_code == 200

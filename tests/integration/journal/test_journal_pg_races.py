@@ -16,6 +16,13 @@ pytestmark = pytest.mark.integration
 ROUNDS = 60
 
 
+@pytest.fixture
+def rivals(open_journal):
+    """Two journal processes on one store, each with its feeder: ``a, fa, b, fb``."""
+    a, b = open_journal(), open_journal()
+    return a, Feeder(a), b, Feeder(b)
+
+
 def _race(first, second, delay_second: float = 0.0) -> None:
     """Start both at a barrier; ``delay_second`` shifts the second so both orders occur."""
     barrier = threading.Barrier(2)
@@ -39,9 +46,8 @@ def _race(first, second, delay_second: float = 0.0) -> None:
 
 
 @pytest.mark.rule("X8")
-def test_deletion_racing_admission_is_never_half_deleted(open_journal, sql_rows) -> None:
-    a, b = open_journal(), open_journal()
-    fa, fb = Feeder(a), Feeder(b)
+def test_deletion_racing_admission_is_never_half_deleted(rivals, sql_rows) -> None:
+    a, fa, b, fb = rivals
     outcomes = {"admitted_then_erased": 0, "refused": 0}
     for i in range(ROUNDS):
         cid, run = f"race-{i}", f"r{i}"
@@ -73,9 +79,8 @@ def test_deletion_racing_admission_is_never_half_deleted(open_journal, sql_rows)
 
 @pytest.mark.rule("X7")
 @pytest.mark.parametrize("linked_at_grant", [True, False], ids=["granted-first", "cited-only-at-completion"])
-def test_tombstone_racing_completion_always_ends_redacted(open_journal, linked_at_grant) -> None:
-    a, b = open_journal(), open_journal()
-    fa, fb = Feeder(a), Feeder(b)
+def test_tombstone_racing_completion_always_ends_redacted(rivals, linked_at_grant) -> None:
+    a, fa, b, fb = rivals
     orders = {"tombstone_saw_link": 0, "completion_saw_tombstone": 0}
     for i in range(ROUNDS):
         run, src = f"g{i}", f"src-race-{i}"

@@ -64,6 +64,19 @@ def letters_for(settings: Settings, offsets: list[int], timeout: float = 15) -> 
     return {v["offset"]: v for v in letters if v["topic"] == settings.topic(Topic.RUNTIME)}
 
 
+def assert_dead_lettered_and_moved_on(settings: Settings, run: str, hostile: bytes, reason: str) -> None:
+    """``hostile`` between two valid parts of ``run`` (Publication and the relay running):
+    dead-lettered for ``reason`` with its original bytes, and both parts committed."""
+    with Stack(settings, parts=("publication", "relay")):
+        offsets, values = barrage_then_marker(settings, run, [hostile])
+        letters = letters_for(settings, offsets)
+    assert letters[offsets[0]]["reason"] == reason
+    kept = base64.b64decode(letters[offsets[0]]["original_b64"])
+    assert kept and hostile.startswith(kept), "the dead letter carries the original bytes (or their prefix)"
+    assert [v["block"]["content"]["markdown"] for v in dedupe(published(values))] == [
+        "Committed before.", "Committed after."]
+
+
 @pytest.mark.rule("P3")
 def test_a_deeply_nested_envelope_is_dead_lettered_and_its_poll_mates_are_not_lost(isolated: Settings) -> None:
     s, run = isolated, "run-env-deep"
@@ -88,14 +101,7 @@ def test_a_900_kb_garbage_envelope_is_dead_lettered_and_the_partition_moves_on(i
     s, run = isolated, "run-env-garbage"
     garbage = bytes(range(128, 256)) * 7000  # ~900 KB, not UTF-8, under the transport cap
     assert len(garbage) < TRANSPORT_CAP_BYTES
-    with Stack(s, parts=("publication", "relay")):
-        offsets, values = barrage_then_marker(s, run, [garbage])
-        letters = letters_for(s, offsets)
-    assert letters[offsets[0]]["reason"] == "unparseable"
-    kept = base64.b64decode(letters[offsets[0]]["original_b64"])
-    assert kept and garbage.startswith(kept), "the dead letter carries the original bytes (or their prefix)"
-    assert [v["block"]["content"]["markdown"] for v in dedupe(published(values))] == [
-        "Committed before.", "Committed after."]
+    assert_dead_lettered_and_moved_on(s, run, garbage, "unparseable")
 
 
 @pytest.mark.rule("P3")
@@ -104,13 +110,6 @@ def test_an_envelope_over_the_transport_cap_is_dead_lettered_and_the_partition_m
     asyncio.run(raise_topic_limit(s, Topic.RUNTIME, BIG))
     oversized = envelope(run, "huge", arguments={"markdown": "y" * (2 * 1024 * 1024)})
     assert len(oversized) > TRANSPORT_CAP_BYTES
-    with Stack(s, parts=("publication", "relay")):
-        offsets, values = barrage_then_marker(s, run, [oversized])
-        letters = letters_for(s, offsets)
-    assert letters[offsets[0]]["reason"] == "oversized"
-    kept = base64.b64decode(letters[offsets[0]]["original_b64"])
-    assert kept and oversized.startswith(kept), "the dead letter carries the original bytes (or their prefix)"
-    assert [v["block"]["content"]["markdown"] for v in dedupe(published(values))] == [
-        "Committed before.", "Committed after."]
+    assert_dead_lettered_and_moved_on(s, run, oversized, "oversized")
     logged = read_run(s, run)
     assert "tool:huge" not in logged.candidates, "never a candidate"

@@ -7,27 +7,13 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from imprint.contracts.publication import (
-    AnswerPreview,
-    AnswerPublished,
-    AnswerRejected,
-    AnswerRevisionRejected,
-    AnswerSaveFailed,
-    AnswerSaveUnknown,
-    AnswerSettled,
-    AnswerUnchanged,
-    AnswerWithdrawn,
-    BlockView,
-    CommittedBlock,
-    Content,
-    Receipt,
-)
+from imprint.contracts import publication
+from imprint.contracts.publication import BlockView, CommittedBlock, Content, Receipt
 from imprint.contracts.runs import ConversationDeleted, RunClosed, RunProgress, RunTransitioned
 
 __all__ = [
-    "AnswerRejected", "AnswerRevisionRejected", "AnswerSaveFailed", "AnswerSaveUnknown", "AnswerUnchanged",
-    "AnswerWithdrawn", "ConversationDeleted", "RunProgress", "block", "closed", "preview", "published", "receipt",
-    "running", "settled",
+    "block", "closed", "deleted", "preview", "progress", "published", "receipt", "rejected", "revision_rejected",
+    "running", "save_failed", "save_unknown", "settled", "unchanged", "withdrawn",
 ]
 
 
@@ -40,8 +26,10 @@ def block(block_id: str, revision: int, markdown: str, ordinal: int = 1, candida
                 body_sha256=extra.pop("body_sha256", hashlib.sha256(markdown.encode()).hexdigest()), **extra)
 
 
-def preview(run_id: str, block_id: str, revision: int, markdown: str, ordinal: int = 1, **kw: Any) -> AnswerPreview:
-    return AnswerPreview(run_id=run_id, block=BlockView(**block(block_id, revision, markdown, ordinal, **kw)))
+def preview(run_id: str, block_id: str, revision: int, markdown: str, ordinal: int = 1,
+            **kw: Any) -> publication.AnswerPreview:
+    return publication.AnswerPreview(run_id=run_id,
+                                     block=BlockView(**block(block_id, revision, markdown, ordinal, **kw)))
 
 
 _positions = itertools.count(1)
@@ -53,9 +41,44 @@ def receipt() -> Receipt:
 
 
 def published(run_id: str, block_id: str, revision: int, markdown: str, ordinal: int = 1,
-              **kw: Any) -> AnswerPublished:
-    return AnswerPublished(run_id=run_id, block=CommittedBlock(
+              **kw: Any) -> publication.AnswerPublished:
+    return publication.AnswerPublished(run_id=run_id, block=CommittedBlock(
         **block(block_id, revision, markdown, ordinal, **kw), receipt=receipt()))
+
+
+def unchanged(run_id: str, candidate: str, block_id: str, revision: int) -> publication.AnswerUnchanged:
+    """An exact duplicate of a committed revision (P11), with a fresh receipt."""
+    return publication.AnswerUnchanged(run_id=run_id, candidate_id=candidate, block_id=block_id, revision=revision,
+                                       receipt=receipt())
+
+
+def withdrawn(run_id: str, block_id: str, revision: int = 1, cause: str = "source_revoked",
+              source_id: str | None = None) -> publication.AnswerWithdrawn:
+    return publication.AnswerWithdrawn(run_id=run_id, block_id=block_id, revision=revision,
+                                       cause=cause, source_id=source_id)  # type: ignore[arg-type]
+
+
+def rejected(run_id: str, candidate: str, *, reason: str = "unauthorized_source", block_id: str | None = None,
+             block_index: int = 0) -> publication.AnswerRejected:
+    """A refused block: a new one (by ``block_index``) or a revision of ``block_id``."""
+    return publication.AnswerRejected(run_id=run_id, candidate_id=candidate, block_index=block_index,
+                                      block_id=block_id, reason=reason)  # type: ignore[arg-type]
+
+
+def revision_rejected(run_id: str, candidate: str, target_block_id: str,
+                      reason: str = "quota_exceeded") -> publication.AnswerRevisionRejected:
+    return publication.AnswerRevisionRejected(run_id=run_id, candidate_id=candidate, target_block_id=target_block_id,
+                                              reason=reason)  # type: ignore[arg-type]
+
+
+def save_failed(run_id: str, candidate: str, block_ids: list[str], error: str = "x") -> publication.AnswerSaveFailed:
+    """A candidate's save failed; no ``block_ids`` means every block of the run."""
+    return publication.AnswerSaveFailed(run_id=run_id, candidate_id=candidate, block_ids=block_ids, error=error)
+
+
+def save_unknown(run_id: str, candidate: str, block_ids: list[str]) -> publication.AnswerSaveUnknown:
+    """A candidate's save could not be confirmed; no ``block_ids`` means every block of the run."""
+    return publication.AnswerSaveUnknown(run_id=run_id, candidate_id=candidate, block_ids=block_ids)
 
 
 def running(run_id: str, account: str = "acct-1", conversation: str | None = None, sequence: int = 3) -> RunTransitioned:
@@ -63,9 +86,18 @@ def running(run_id: str, account: str = "acct-1", conversation: str | None = Non
                            state="running", previous="queued", sequence=sequence)
 
 
-def settled(run_id: str, state: str = "completed") -> AnswerSettled:
+def progress(run_id: str, stage: str, detail: str = "", account: str = "acct-1") -> RunProgress:
+    return RunProgress(run_id=run_id, account_id=account, stage=stage, detail=detail)
+
+
+def deleted(run_id: str, conversation: str, account: str = "acct-1") -> ConversationDeleted:
+    """The conversation's private bodies are gone (X8)."""
+    return ConversationDeleted(run_id=run_id, account_id=account, conversation_id=conversation)
+
+
+def settled(run_id: str, state: str = "completed") -> publication.AnswerSettled:
     """Publication's word that everything before the run's end is committed (Delivery's ``done`` waits for it)."""
-    return AnswerSettled(run_id=run_id, state=state)  # type: ignore[arg-type]
+    return publication.AnswerSettled(run_id=run_id, state=state)  # type: ignore[arg-type]
 
 
 def closed(run_id: str, text: str | None = "The answer.", account: str = "acct-1", conversation: str | None = None,

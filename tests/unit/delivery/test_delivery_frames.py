@@ -22,16 +22,16 @@ from imprint.delivery.frames import (
 )
 from imprint.delivery.summary import DONE_DATA, digest, summarize, validate_stream
 from tests.unit.delivery.delivery_builders import (
-    AnswerRejected,
-    AnswerSaveFailed,
-    AnswerWithdrawn,
-    ConversationDeleted,
-    RunProgress,
     closed,
+    deleted,
     preview,
+    progress,
     published,
+    rejected,
     running,
+    save_failed,
     settled,
+    withdrawn,
 )
 
 RUN = "run-f"
@@ -105,7 +105,7 @@ def test_nothing_is_appended_after_done_and_a_second_close_is_ignored() -> None:
     run.feed(running(RUN), published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "x"))
     before = list(run.frames)
     assert run.feed(closed(RUN, "again"), published(RUN, "b2", 1, "late"),
-                    RunProgress(run_id=RUN, account_id="acct-1", stage="late"), running(RUN, sequence=9)) == []
+                    progress(RUN, "late"), running(RUN, sequence=9)) == []
     assert run.frames == before
 
 
@@ -114,7 +114,7 @@ def test_nothing_is_appended_after_done_and_a_second_close_is_ignored() -> None:
 def test_a_withdrawal_after_done_strips_the_blocks_frames_instead_of_appending() -> None:
     run = Run()
     run.feed(published(RUN, "b1", 1, "v1"), settled(RUN), closed(RUN, "x"))
-    result = step(run.projection, AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_tombstoned"))
+    result = step(run.projection, withdrawn(RUN, "b1", 1, "source_tombstoned"))
     assert result.drafts == [] and result.hidden_after_terminal == ["b1"]
 
 
@@ -124,13 +124,13 @@ def test_withdrawn_and_rejected_frames_are_client_safe() -> None:
     run = Run()
     drafts = run.feed(
         running(RUN), published(RUN, "b1", 1, "v1"),
-        AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_revoked", source_id="src-private-9"),
-        AnswerRejected(run_id=RUN, candidate_id="tool:c2", reason="unauthorized_source"),
+        withdrawn(RUN, "b1", 1, "source_revoked", source_id="src-private-9"),
+        rejected(RUN, "tool:c2"),
     )
-    withdrawn = next(d for d in drafts if d.event == "answer-withdrawn")
-    rejected = next(d for d in drafts if d.event == "answer-rejected")
-    assert withdrawn.data["block"] is None and withdrawn.data["cause"] == "source_revoked"
-    assert rejected.data["reason"] == "not_publishable"
+    withdrawal = next(d for d in drafts if d.event == "answer-withdrawn")
+    rejection = next(d for d in drafts if d.event == "answer-rejected")
+    assert withdrawal.data["block"] is None and withdrawal.data["cause"] == "source_revoked"
+    assert rejection.data["reason"] == "not_publishable"
     blob = json.dumps([d.data for d in drafts])
     assert "src-private-9" not in blob and "unauthorized_source" not in blob
 
@@ -140,7 +140,7 @@ def test_withdrawn_and_rejected_frames_are_client_safe() -> None:
 def test_block_frames_carry_the_resulting_display_state() -> None:
     run = Run()
     drafts = run.feed(published(RUN, "b1", 1, "v1"), preview(RUN, "b1", 2, "v2", candidate="c2"),
-                      AnswerSaveFailed(run_id=RUN, candidate_id="c2", block_ids=["b1"], error="x"))
+                      save_failed(RUN, "c2", ["b1"]))
     assert [d.event for d in drafts] == ["answer-publication", "answer-preview", "answer-preview"]
     assert drafts[0].data["block"]["status"] == "saved"
     assert drafts[1].data["block"]["status"] == "unsaved" and drafts[1].data["block"]["revision"] == 2
@@ -163,7 +163,7 @@ def test_a_protocol_conflict_appends_an_error_frame() -> None:
 @pytest.mark.rule("D2")
 def test_progress_and_status_frames_supersede_their_predecessors() -> None:
     run = Run()
-    drafts = run.feed(running(RUN), RunProgress(run_id=RUN, account_id="acct-1", stage="retrieval", detail="3 hits"))
+    drafts = run.feed(running(RUN), progress(RUN, "retrieval", "3 hits"))
     assert [(d.event, d.key) for d in drafts] == [("run-status", "run-status"), ("progress", "progress")]
     assert drafts[1].data["stage"] == "retrieval"
 
@@ -174,7 +174,7 @@ def test_a_message_naming_another_account_does_not_rebind_the_run() -> None:
     run.feed(running(RUN, account="acct-1"))
     assert run.feed(running(RUN, account="acct-2", sequence=9)) == []
     assert run.projection.account_id == "acct-1"
-    result = step(run.projection, ConversationDeleted(run_id=RUN, account_id="acct-2", conversation_id="conv-x"))
+    result = step(run.projection, deleted(RUN, "conv-x", account="acct-2"))
     assert result.purge_conversation is None
 
 

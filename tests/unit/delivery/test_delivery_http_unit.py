@@ -30,14 +30,14 @@ from imprint.delivery.ui_message_stream import UIMessageStream
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, parse_sse
 from tests.unit.delivery.delivery_builders import (
-    AnswerRejected,
-    AnswerWithdrawn,
-    RunProgress,
     closed,
     preview,
+    progress,
     published,
+    rejected,
     running,
     settled,
+    withdrawn,
 )
 
 RUN = "run-u"
@@ -431,11 +431,11 @@ def ui_parts(frames: list[Frame]) -> list[dict[str, Any]]:
 @pytest.mark.rule("P18")
 @pytest.mark.rule("P21")
 def test_every_frame_kind_maps_to_parts_a_strict_ai_sdk_client_accepts(store: ViewStore) -> None:
-    store.feed(running(RUN), RunProgress(run_id=RUN, account_id="acct-1", stage="retrieval", detail=""),  # type: ignore[attr-defined]
+    store.feed(running(RUN), progress(RUN, "retrieval"),  # type: ignore[attr-defined]
                preview(RUN, "b1", 1, "draft"), published(RUN, "b1", 1, "one"), published(RUN, "b2", 1, "two", 2),
                published(RUN, "b1", 2, "one, revised"),
-               AnswerWithdrawn(run_id=RUN, block_id="b2", revision=1, cause="source_revoked", source_id="src-x"),
-               AnswerRejected(run_id=RUN, candidate_id="tool:c9", block_index=0, reason="unauthorized_source"),
+               withdrawn(RUN, "b2", 1, "source_revoked", source_id="src-x"),
+               rejected(RUN, "tool:c9"),
                settled(RUN), closed(RUN, "z" * 40))
     frames = store.frames_after(RUN, 0, 1000)
     assert {f.event for f in frames} >= {"run-status", "progress", "answer-preview", "answer-publication",

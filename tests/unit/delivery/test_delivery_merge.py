@@ -10,15 +10,14 @@ from hypothesis import strategies as st
 from imprint.delivery import merge
 from imprint.delivery.merge import AnswerState, apply, client_reason, display, view
 from tests.unit.delivery.delivery_builders import (
-    AnswerRejected,
-    AnswerRevisionRejected,
-    AnswerSaveFailed,
-    AnswerSaveUnknown,
-    AnswerUnchanged,
-    AnswerWithdrawn,
     preview,
     published,
-    receipt,
+    rejected,
+    revision_rejected,
+    save_failed,
+    save_unknown,
+    unchanged,
+    withdrawn,
 )
 
 RUN = "run-m"
@@ -71,7 +70,7 @@ def test_a_withdrawal_beats_any_earlier_preview_and_receipt_and_a_late_receipt_d
     state = fold(
         published(RUN, "b1", 1, "v1"),
         preview(RUN, "b1", 2, "v2 preview", candidate="c2"),
-        AnswerWithdrawn(run_id=RUN, block_id="b1", revision=1, cause="source_revoked", source_id="src-private"),
+        withdrawn(RUN, "b1", 1, "source_revoked", source_id="src-private"),
     )
     assert shown(state, "b1") is None
     assert state.blocks["b1"].committed == {}, "withdrawn bodies leave the view"
@@ -87,7 +86,7 @@ def saved_then_revision_rejected(reason: str, markdown: str = "v2") -> AnswerSta
     return fold(
         published(RUN, "b1", 1, "v1"),
         preview(RUN, "b1", 2, markdown, candidate="c2"),
-        AnswerRejected(run_id=RUN, candidate_id="c2", block_id="b1", reason=reason),  # type: ignore[arg-type]
+        rejected(RUN, "c2", block_id="b1", reason=reason),
     )
 
 
@@ -166,9 +165,9 @@ def test_view_orders_blocks_by_ordinal_not_arrival() -> None:
 def test_a_failed_save_stops_showing_the_preview_as_pending_and_never_as_saved() -> None:
     state = fold(published(RUN, "b1", 1, "v1"), preview(RUN, "b1", 2, "v2", candidate="c2"),
                  preview(RUN, "b2", 1, "new block", ordinal=2, candidate="c2"))
-    apply(state, AnswerSaveUnknown(run_id=RUN, candidate_id="c2", block_ids=["b1", "b2"]))
+    apply(state, save_unknown(RUN, "c2", ["b1", "b2"]))
     assert shown(state, "b1")["status"] == "save_unknown"  # type: ignore[index]
-    apply(state, AnswerSaveFailed(run_id=RUN, candidate_id="c2", block_ids=["b1", "b2"], error="db down"))
+    apply(state, save_failed(RUN, "c2", ["b1", "b2"], error="db down"))
     b1 = shown(state, "b1")
     assert b1 is not None and b1["revision"] == 1 and b1["status"] == "saved", "falls back to the committed revision"
     assert shown(state, "b2") is None, "nothing was ever committed for b2"
@@ -179,7 +178,7 @@ def test_a_failed_save_stops_showing_the_preview_as_pending_and_never_as_saved()
 @pytest.mark.rule("P11")
 def test_unchanged_settles_the_preview_onto_the_original_receipt() -> None:
     state = fold(published(RUN, "b1", 1, "v1"), preview(RUN, "b1", 2, "v1", candidate="c2"))
-    apply(state, AnswerUnchanged(run_id=RUN, candidate_id="c2", block_id="b1", revision=1, receipt=receipt()))
+    apply(state, unchanged(RUN, "c2", "b1", 1))
     entry = shown(state, "b1")
     assert entry is not None and entry["revision"] == 1 and entry["status"] == "saved"
 
@@ -188,12 +187,10 @@ def test_unchanged_settles_the_preview_onto_the_original_receipt() -> None:
 @pytest.mark.rule("P13")
 def test_a_rejected_revision_keeps_the_committed_body_and_names_only_blocks_of_this_run() -> None:
     state = fold(published(RUN, "b1", 1, "v1"), preview(RUN, "b1", 2, "over quota", candidate="c2"))
-    result = apply(state, AnswerRevisionRejected(run_id=RUN, candidate_id="c2", target_block_id="b1",
-                                                 reason="quota_exceeded"))
+    result = apply(state, revision_rejected(RUN, "c2", "b1", reason="quota_exceeded"))
     assert result.rejection is not None and result.rejection.block_id == "b1"
     assert shown(state, "b1")["revision"] == 1  # type: ignore[index]
-    foreign = apply(state, AnswerRevisionRejected(run_id=RUN, candidate_id="c3", target_block_id="blk-of-another-run",
-                                                  reason="invalid_target"))
+    foreign = apply(state, revision_rejected(RUN, "c3", "blk-of-another-run", reason="invalid_target"))
     assert foreign.rejection is not None and foreign.rejection.block_id is None
     assert "blk-of-another-run" not in state.blocks
 
@@ -203,7 +200,7 @@ def test_rejection_reasons_reaching_a_client_never_reveal_a_private_source() -> 
     assert client_reason("unauthorized_source") == "not_publishable"
     assert client_reason("something new with src-secret-123") == "not_publishable"
     assert client_reason("empty_body") == "empty_body"
-    result = apply(AnswerState(run_id=RUN), AnswerRejected(run_id=RUN, candidate_id="c1", reason="unauthorized_source"))
+    result = apply(AnswerState(run_id=RUN), rejected(RUN, "c1"))
     assert result.rejection is not None and result.rejection.reason == "not_publishable"
 
 
@@ -234,13 +231,13 @@ def messages(draw: st.DrawFn) -> object:
     if kind == "published":
         return published(RUN, block_id, revision, body, ordinal, candidate=candidate)
     if kind == "withdrawn":
-        return AnswerWithdrawn(run_id=RUN, block_id=block_id, revision=revision, cause="source_revoked")
+        return withdrawn(RUN, block_id, revision)
     if kind == "failed":
-        return AnswerSaveFailed(run_id=RUN, candidate_id=candidate, block_ids=[block_id], error="x")
+        return save_failed(RUN, candidate, [block_id])
     if kind == "unknown":
-        return AnswerSaveUnknown(run_id=RUN, candidate_id=candidate, block_ids=[block_id])
-    return AnswerRejected(run_id=RUN, candidate_id=candidate, block_id=block_id,
-                          reason=draw(st.sampled_from(["unauthorized_source", "malformed_block"])))
+        return save_unknown(RUN, candidate, [block_id])
+    return rejected(RUN, candidate, block_id=block_id,
+                    reason=draw(st.sampled_from(["unauthorized_source", "malformed_block"])))
 
 
 @pytest.mark.rule("P16")
@@ -282,9 +279,7 @@ def test_a_new_blocks_preview_is_dropped_when_its_retried_settlement_rejects_it(
     block_id = issue_block_id(RUN, candidate, 0)
     state = fold(preview(RUN, block_id, 1, "cites a source revoked before the retry", candidate=candidate))
     assert [e["block_id"] for e in view(state)] == [block_id], "the preview is shown, unsaved"
-    result = apply(state, AnswerRejected(run_id=RUN, candidate_id=candidate, block_index=0,
-                                         reason="unauthorized_source"))
+    result = apply(state, rejected(RUN, candidate))
     assert view(state) == [], "a preview that will never be committed leaves the view"
     assert result.rejection is not None and result.rejection.block_id is None, "no id is named back"
-    assert merge.named_blocks(AnswerRejected(run_id=RUN, candidate_id=candidate, block_index=0,
-                                             reason="empty_body")) == (block_id,)
+    assert merge.named_blocks(rejected(RUN, candidate, reason="empty_body")) == (block_id,)

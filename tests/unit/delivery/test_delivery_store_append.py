@@ -22,18 +22,17 @@ from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
 from tests.unit.delivery.delivery_builders import (
-    AnswerRejected,
-    AnswerRevisionRejected,
-    AnswerSaveFailed,
-    AnswerSaveUnknown,
-    AnswerUnchanged,
-    AnswerWithdrawn,
     closed,
     preview,
     published,
-    receipt,
+    rejected,
+    revision_rejected,
     running,
+    save_failed,
+    save_unknown,
     settled,
+    unchanged,
+    withdrawn,
 )
 
 RUN = "run-append"
@@ -115,32 +114,28 @@ def script(seed: int) -> list[list[Any]]:
             messages.append(published(RUN, block_id, revision, body, ordinal, candidate=candidate))
             revisions[block_id] = revision
         elif roll < 0.62:
-            messages.append(AnswerWithdrawn(run_id=RUN, block_id=block_id, revision=max(1, revision - 1),
-                                            cause="source_revoked", source_id="src-private"))
+            messages.append(withdrawn(RUN, block_id, max(1, revision - 1), "source_revoked", source_id="src-private"))
         elif roll < 0.68:
             messages.append(preview(RUN, block_id, revision, body, ordinal, candidate=candidate))
-            messages.append(AnswerRejected(run_id=RUN, candidate_id=candidate, block_id=block_id,
-                                           reason=rng.choice(["unauthorized_source", "malformed_block"])))
+            messages.append(rejected(RUN, candidate, block_id=block_id,
+                                     reason=rng.choice(["unauthorized_source", "malformed_block"])))
         elif roll < 0.74:
             messages.append(preview(RUN, block_id, revision, body, ordinal, candidate=candidate))
-            messages.append(AnswerRevisionRejected(run_id=RUN, candidate_id=candidate, target_block_id=block_id,
-                                                   reason="quota_exceeded"))
+            messages.append(revision_rejected(RUN, candidate, block_id, reason="quota_exceeded"))
         elif roll < 0.82:
             messages.append(preview(RUN, block_id, revision, body, ordinal, candidate=candidate))
             names = [] if rng.random() < 0.5 else [block_id]  # no names: every block of the run
             if rng.random() < 0.5:
-                messages.append(AnswerSaveFailed(run_id=RUN, candidate_id=candidate, block_ids=names, error="x"))
+                messages.append(save_failed(RUN, candidate, names))
             else:
-                messages.append(AnswerSaveUnknown(run_id=RUN, candidate_id=candidate, block_ids=names))
+                messages.append(save_unknown(RUN, candidate, names))
         elif roll < 0.88:
             messages.append(preview(RUN, block_id, revision, body, ordinal, candidate=candidate))
-            messages.append(AnswerUnchanged(run_id=RUN, candidate_id=candidate, block_id=block_id,
-                                            revision=revision - 1, receipt=receipt()))
+            messages.append(unchanged(RUN, candidate, block_id, revision - 1))
         else:
-            messages.append(AnswerRejected(run_id=RUN, candidate_id=candidate, block_index=0, reason="empty_body"))
+            messages.append(rejected(RUN, candidate, reason="empty_body"))
     messages += [settled(RUN), closed(RUN, "the closed answer " * 3)]
-    messages.append(AnswerWithdrawn(run_id=RUN, block_id="b1", revision=revisions["b1"] or 1,
-                                    cause="source_tombstoned"))
+    messages.append(withdrawn(RUN, "b1", revisions["b1"] or 1, "source_tombstoned"))
     batches: list[list[Any]] = []
     while messages:
         size = rng.randint(1, 7)

@@ -22,6 +22,13 @@ def _done(feed, run_id: str = "r1", **kw) -> None:
     feed(*to_running(run_id, **{k: v for k, v in kw.items() if k in ("conversation_id", "message_id")}), completed(run_id, **{k: v for k, v in kw.items() if k in ("outcome", "answer", "sources")}))
 
 
+def _pointing_m1_at_fails(journal, run_id: str, error: type[Exception]) -> None:
+    """Tamper with the index (conv-1/m1 → ``run_id``): resolving m1 must raise ``error``."""
+    journal.message_index.point("conv-1", "m1", run_id)
+    with pytest.raises(error):
+        resolve_execution(journal.message_index, "conv-1", "m1", journal.execution)
+
+
 # -- X4 ---------------------------------------------------------------------------------------------
 
 
@@ -55,18 +62,14 @@ def test_index_lookup_verifies_the_immutable_binding(feed, journal) -> None:
     _done(feed, "r2", message_id="m2")
     index = journal.message_index
     assert resolve_execution(index, "conv-1", "m1", journal.execution).run_id == "r1"
-    index.point("conv-1", "m1", "r2")  # tampered: m1 → an execution bound to m2
-    with pytest.raises(BindingMismatch):
-        resolve_execution(index, "conv-1", "m1", journal.execution)
+    _pointing_m1_at_fails(journal, "r2", BindingMismatch)  # tampered: m1 → an execution bound to m2
 
 
 @pytest.mark.rule("X4")
 def test_index_pointing_into_another_conversation_is_detected(feed, journal) -> None:
     _done(feed, "r1", message_id="m1")
     _done(feed, "r9", conversation_id="conv-9", message_id="m1")
-    journal.message_index.point("conv-1", "m1", "r9")
-    with pytest.raises(BindingMismatch):
-        resolve_execution(journal.message_index, "conv-1", "m1", journal.execution)
+    _pointing_m1_at_fails(journal, "r9", BindingMismatch)
 
 
 @pytest.mark.rule("X4")
@@ -85,9 +88,7 @@ def test_cleared_index_is_not_found_and_never_falls_back(feed, journal, queries)
 @pytest.mark.rule("X4")
 def test_index_pointing_at_unknown_run_is_not_found(feed, journal) -> None:
     _done(feed, "r1", message_id="m1")
-    journal.message_index.point("conv-1", "m1", "never-admitted")
-    with pytest.raises(ExecutionNotFound):
-        resolve_execution(journal.message_index, "conv-1", "m1", journal.execution)
+    _pointing_m1_at_fails(journal, "never-admitted", ExecutionNotFound)
 
 
 @pytest.mark.rule("X4")
