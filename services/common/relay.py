@@ -10,7 +10,9 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   whole batch (sent in order, confirmed together: one flush per batch, the producer's
   linger batches the sends) and only then records the batch's last position as an
   eventsourcing tracking record (``relay→<topic>``) in the application's own database.
-  The next batch is read while the current one is being produced.
+  The next batch is read while the current one is being produced, and a batch's record
+  is written while the next one is produced (in order: a record waits for the one
+  before it), so a batch costs the broker's round trip, not that plus a commit.
 * A crash between the broker's acknowledgement and the tracking record re-sends the
   last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
   ``event_id``. Nothing committed is skipped.
@@ -163,10 +165,17 @@ class Relay:
         idle = 1.0 if self._wakeups is not None else self._idle_seconds  # NOTIFY wakes it; the timeout is a safety net
         self._wake.clear()
         pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
+        recording: asyncio.Future[None] | None = None
+        """The last produced batch's tracking record, written while the next batch is
+        produced; records are written in order, and each one's failure (another relay
+        recorded it: step down) surfaces before the next is written."""
         try:
             while not self._stopping.is_set():
                 batch = await pending
                 if not batch:
+                    if recording is not None:
+                        await recording
+                        recording = None
                     try:
                         await asyncio.wait_for(self._wake.wait(), idle)
                     except TimeoutError:
@@ -176,11 +185,18 @@ class Relay:
                     continue
                 self._wake.clear()
                 pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
-                await self._produce(batch)
+                await self._outbox.publish_many(item for _, items in batch for item in items)
+                if recording is not None:
+                    await recording
+                last = batch[-1][0]
+                recording = asyncio.ensure_future(asyncio.to_thread(self._record, last))
+                self.position = last
         finally:
             if not pending.done():
                 pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
+            if recording is not None:
+                await recording  # the acknowledged batch's position is recorded before standing down
 
     async def run(self) -> None:
         if self._producer is not None:
