@@ -60,7 +60,8 @@ def test_two_instances_of_every_part_one_of_each_killed_under_load(settings: Set
           f"exited on their own and restarted: {exits}")
     assert parts.kills == ["journal", "publication", "relay", "delivery"]
     for name in ("publication", "publication-2", "journal", "journal-2"):
-        assert "assigned to partitions: (TopicPartition" in parts.launcher.log(name), \
+        # imprint's own rebalance listener logs a non-empty assignment (FastStream's INFO lines are off)
+        assert "partitions assigned" in parts.launcher.log(name), \
             f"{name} took a share of the partitions (one consumer group, two members)"
     assert all(len({u for u in c.urls_used}) == 2 for c in load.clients if c.connections > 1), \
         "a client that reconnected went to the other instance"
