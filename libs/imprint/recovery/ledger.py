@@ -135,13 +135,23 @@ def _json_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def _owned(value: Any) -> Any:
+    return value
+
+
 class LogFold:
     """Folds Publication log events into :class:`RunLedger` values, one per run.
 
     Events of other aggregates (the source registry) are skipped: a run's answer
-    view is a function of its own stream."""
+    view is a function of its own stream.
 
-    def __init__(self) -> None:
+    ``owns_events``: the caller hands over events nothing else holds (a reader that
+    has just decoded them and drops them after), so the fold keeps their values as
+    its private copies instead of copying them. Otherwise every value the fold keeps
+    is copied, and later changes to the events never reach a ledger."""
+
+    def __init__(self, *, owns_events: bool = False) -> None:
+        self._copy = _owned if owns_events else _json_copy
         self.runs: dict[str, RunLedger] = {}
         self._by_originator: dict[uuid.UUID, RunLedger] = {}
         self.orphans: list[Defect] = []
@@ -243,7 +253,7 @@ class LogFold:
         elif isinstance(event, run.BlockRevisionCommitted):
             self._commit(ledger, event, position, entry, seal)
         elif isinstance(event, run.CandidateUnchanged):
-            receipt = _json_copy(event.receipt)
+            receipt = self._copy(event.receipt)
             self._settle(ledger, event.candidate_id, event.block_index, "unchanged", event.block_id,
                          event.revision, None, position, receipt)
             entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id,
@@ -285,7 +295,7 @@ class LogFold:
 
     def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any],
                 seal: SealStatus | None = None) -> None:
-        block = _json_copy(getattr(event, "block", None))
+        block = self._copy(getattr(event, "block", None))
         if not isinstance(block, dict) or not isinstance(block.get("block_id"), str):
             ledger.defects.append(Defect(position, "malformed_record", "commit without a block identity"))
             entry.update(candidate_id=getattr(event, "candidate_id", None), defect="malformed_record")
