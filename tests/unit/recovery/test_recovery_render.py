@@ -41,7 +41,7 @@ def test_the_plain_replay_table_is_the_table_rich_draws() -> None:
                 for i in range(rng.randint(1, 25))]
         fast += render._plain_replay_table(io.StringIO(), rows)
         assert written(rows) == drawn_by_rich(rows)
-    assert 100 < fast < 200  # both paths were taken: some tables were too wide for the fast one
+    assert 20 < fast < 180  # both paths were taken: some tables were too wide for the fast one
 
 
 @pytest.mark.rule("R1")
