@@ -303,7 +303,7 @@ class LogFold:
         receipt = {
             "receipt_id": getattr(event, "receipt_id", None),
             "log_position": position,
-            "committed_at": _at(event),
+            "committed_at": entry["at"],  # the event's time, as _apply read it
         }
         revision = Revision(
             block=block,
@@ -314,15 +314,16 @@ class LogFold:
             target=getattr(event, "target", None),
             seal=seal,
         )
-        history = ledger.blocks.get(revision.block_id)
+        block_id, number = revision.block_id, revision.revision
+        history = ledger.blocks.get(block_id)
         if history is None:
-            history = ledger.blocks[revision.block_id] = BlockHistory(revision.block_id)
+            history = ledger.blocks[block_id] = BlockHistory(block_id)
         history.revisions.append(revision)
         if revision.candidate_id is not None:
-            self._settle(ledger, revision.candidate_id, revision.block_index, "committed", revision.block_id,
-                         revision.revision, None, position, receipt)
+            self._settle(ledger, revision.candidate_id, revision.block_index, "committed", block_id,
+                         number, None, position, receipt)
         entry.update(candidate_id=revision.candidate_id, block_index=revision.block_index,
-                     block_id=revision.block_id, revision=revision.revision, receipt=receipt)
+                     block_id=block_id, revision=number, receipt=receipt)
 
     @staticmethod
     def _settle(
