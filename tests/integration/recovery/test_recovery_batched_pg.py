@@ -92,6 +92,12 @@ def test_the_batched_read_gives_the_ledgers_of_the_run_by_run_read(isolated: Set
     assert [(d.reason, d.log_position) for d in got[4].defects] == [  # type: ignore[union-attr]
         ("undecodable_event", broken)]
     assert not got[5].defects  # type: ignore[union-attr]
+    app = open_log(isolated)
+    try:  # the notification log read whole (one page, every run in it) folds the same ledgers
+        whole = log_reader.read_fold(app)
+    finally:
+        app.close()
+    assert {r: whole.ledger(r) for r in RUNS} == one_by_one
 
 
 @pytest.mark.rule("R4")
