@@ -40,6 +40,7 @@ import multiprocessing
 import os
 import sys
 from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Literal, TextIO
 
@@ -182,16 +183,23 @@ def _worker_fold(run_ids: list[str], output: Output, bodies: bool) -> list[dict[
 def _fanned_out(settings: Settings, run_ids: list[str], workers: int, output: Output, bodies: bool
                 ) -> Iterator[dict[str, Any] | None]:
     """The runs folded by ``workers`` processes (spawned: each opens its own log), one page of
-    runs per task, yielded in ``run_ids`` order with at most two pages per worker in flight."""
+    runs per task, yielded in ``run_ids`` order with at most two pages per worker in flight.
+    A worker that cannot start or dies raises (``BrokenProcessPool``) instead of leaving
+    the replay waiting."""
     pages = (run_ids[i:i + RUNS_PER_READ] for i in range(0, len(run_ids), RUNS_PER_READ))
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=_worker_start, initargs=(settings,)) as pool:
-        in_flight: deque[Any] = deque()
-        for page in pages:
-            in_flight.append(pool.apply_async(_worker_fold, (page, output, bodies)))
-            if len(in_flight) >= 2 * workers:
-                yield from in_flight.popleft().get()
-        while in_flight:
-            yield from in_flight.popleft().get()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_start, initargs=(settings,)) as pool:
+        in_flight: deque[Future[list[dict[str, Any] | None]]] = deque()
+        try:
+            for page in pages:
+                in_flight.append(pool.submit(_worker_fold, page, output, bodies))
+                if len(in_flight) >= 2 * workers:
+                    yield from in_flight.popleft().result()
+            while in_flight:
+                yield from in_flight.popleft().result()
+        finally:
+            for pending in in_flight:
+                pending.cancel()
 
 
 def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, err: TextIO,

@@ -5,6 +5,7 @@ record that does not decode inside a page is still withheld alone (R4)."""
 from __future__ import annotations
 
 import json
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
@@ -138,3 +139,11 @@ def test_worker_processes_write_what_one_process_writes(isolated: Settings, monk
     assert [(w["block_id"], w["reason"]) for w in views(
         [json.loads(line) for line in out.splitlines()])["run-2"]["view"]["withheld"]] == [
         (blocks["run-2"]["tool:call-a"], "seal_unopenable")]
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.timeout(120)
+def test_a_worker_that_cannot_open_the_log_fails_the_replay_instead_of_hanging(isolated: Settings) -> None:
+    nowhere = isolated.model_copy(update={"database_url": "postgresql://imprint:imprint@127.0.0.1:9/imprint"})
+    with pytest.raises(BrokenProcessPool):
+        list(cli._fanned_out(nowhere, list(RUNS), 2, "json", False))
