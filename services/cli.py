@@ -63,7 +63,8 @@ def _replay(args: argparse.Namespace) -> int:
     from services.recovery.cli import replay
 
     preflight()
-    return replay(get_settings(), run_id=args.run, verify=args.verify, output=_output(args), bodies=args.bodies)
+    return replay(get_settings(), run_id=args.run, verify=args.verify, output=_output(args), bodies=args.bodies,
+                  workers=args.workers)
 
 
 def _recover(args: argparse.Namespace) -> int:
@@ -157,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check determinism and the integrity of every committed revision; exit 1 on failure")
     replay.add_argument("--bodies", action="store_true", help="include block bodies (left out by default)")
     replay.add_argument("--json", action="store_true", help="JSON lines for machines instead of a table")
+    replay.add_argument("--workers", type=int, default=None,
+                        help="processes folding the runs (default: up to 2, one per core; --verify folds in one)")
     replay.set_defaults(func=_replay)
 
     recover = sub.add_parser("recover", help="report (and with --apply reconcile) recovery state (R7)")

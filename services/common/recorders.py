@@ -9,6 +9,9 @@ same transaction, with the library's own statement — so a redelivered position
 fails the whole transaction with ``IntegrityError``, as a single tracking would. On
 PostgreSQL the events go to the server in binary (see :func:`_binary_events`).
 
+They also read the streams of many aggregates in one query (:meth:`select_events_of`,
+what a whole-log replay reads a page of runs with, instead of one query per run).
+
 Selected by configuration (``PROCESS_RECORDER_TOPIC``, see :func:`tracking_many`),
 never by ``if sqlite … else postgres`` in the callers."""
 
@@ -16,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresProcessRecorder
 from eventsourcing.sqlite import SQLiteProcessRecorder
-from psycopg.sql import SQL, Composed
+from psycopg.sql import SQL, Composed, Identifier
 
 
 def _binary_events(statement: Composed | SQL) -> SQL:
@@ -46,6 +50,18 @@ class PostgresPollRecorder(PostgresProcessRecorder):
             self._insert_tracking(curs, tracking=tracking)
         return super()._insert_events(curs, stored_events, **kwargs)
 
+    def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
+        """Every stored event of these aggregates, in one query: each one's events
+        together, in version order (the primary key's order)."""
+        statement = SQL(
+            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table}"
+            " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+        ).format(schema=Identifier(self.datastore.schema), table=Identifier(self.events_table_name))
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, [list(originator_ids)], prepare=True)
+            return [StoredEvent(originator_id=row["originator_id"], originator_version=row["originator_version"],
+                                topic=row["topic"], state=bytes(row["state"])) for row in curs.fetchall()]
+
 
 class SQLitePollRecorder(SQLiteProcessRecorder):
     records_many_trackings = True
@@ -56,6 +72,20 @@ class SQLitePollRecorder(SQLiteProcessRecorder):
         for tracking in trackings:
             self._insert_tracking(c, tracking)
         return returning
+
+    def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
+        """Every stored event of these aggregates: each one's events together, in version order."""
+        found: list[StoredEvent] = []
+        ids = [i.hex if isinstance(i, UUID) else i for i in originator_ids]
+        with self.datastore.transaction(commit=False) as c:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                c.execute(f"SELECT * FROM {self.events_table_name} WHERE originator_id IN "
+                          f"({', '.join('?' * len(chunk))}) ORDER BY originator_id, originator_version", chunk)
+                found.extend(StoredEvent(originator_id=self.convert_originator_id(row["originator_id"]),
+                                         originator_version=row["originator_version"], topic=row["topic"],
+                                         state=row["state"]) for row in c.fetchall())
+        return found
 
 
 _RECORDERS = {

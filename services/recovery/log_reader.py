@@ -8,8 +8,15 @@ one bad record is withheld alone (R4). Each commit is handed over with what the
 reader saw of its sealed body (X8: opened, shredded, unopenable).
 
 Streaming: :func:`run_index` lists the runs from their opening events (a page of
-the notification log at a time) and :func:`iter_ledgers` folds one run's stream at
-a time, so a whole-log replay holds one run in memory, not the log.
+the notification log at a time) and :func:`iter_ledgers` reads the streams of a page
+of runs (:data:`RUNS_PER_READ`) in one query and folds them one run at a time, in
+the order asked for, so a whole-log replay holds one page of runs in memory, not
+the log.
+
+Decoding: every read goes through the relay's :class:`BatchOpener` (the application's
+own mapper, with one key-table read per page instead of one per body); a page that
+does not decode is decoded again record by record with the application's mapper, so
+the record that fails is the only one withheld (R4).
 
 Writes: :func:`apply_reconciliations` appends ``PublicationRun.Reconciled``
 facts through the repository (optimistic concurrency, retried on a conflict)."""
@@ -17,7 +24,8 @@ facts through the repository (optimistic concurrency, retried on a conflict)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +39,13 @@ from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
+from services.publication.sealing import BatchOpener
 from services.publication.service import PublicationLog
 from services.publication.service import REMOVED, SEALED, UNREADABLE
 
 log = get_logger(__name__)
 PAGE = 500
+RUNS_PER_READ = 50
 APPLY_ATTEMPTS = 5
 
 
@@ -72,17 +82,28 @@ def seal_of(stored: StoredEvent, event: object) -> SealStatus | None:
     return "opened"
 
 
-def _decode(app: PublicationLog, fold: LogFold, stored: StoredEvent) -> None:
+def _opener(app: PublicationLog) -> BatchOpener:
+    return BatchOpener(app.mapper, app.keyring)
+
+
+def _decoded(app: PublicationLog, opener: BatchOpener, page: Sequence[StoredEvent]
+             ) -> list[tuple[StoredEvent, object | None, Exception | None]]:
+    """Each stored event with its domain event, or with the error that kept it from decoding."""
     try:
-        event = app.mapper.to_domain_event(stored)
-    except Exception as error:  # noqa: BLE001 — one undecodable record never stops the read
-        originator_id = stored.originator_id if isinstance(stored.originator_id, uuid.UUID) else None
-        log.warning("undecodable event in the Publication log", position=stored.originator_version,
-                    error=type(error).__name__)
-        if originator_id is not None:
-            fold.note_undecodable(originator_id, stored.originator_version, type(error).__name__)
-        return
-    fold.apply(event, seal_of(stored, event))
+        return [(stored, event, None) for stored, event in zip(page, opener(page), strict=True)]
+    except Exception:  # noqa: BLE001 — find the records that fail, one by one
+        pass
+    decoded: list[tuple[StoredEvent, object | None, Exception | None]] = []
+    for stored in page:
+        try:
+            decoded.append((stored, app.mapper.to_domain_event(stored), None))
+        except Exception as error:  # noqa: BLE001 — one undecodable record never stops the read
+            decoded.append((stored, None, error))
+    return decoded
+
+
+def _fold_page(app: PublicationLog, opener: BatchOpener, fold: LogFold, page: Sequence[StoredEvent]) -> None:
+    _fold_decoded(fold, _decoded(app, opener, page))
 
 
 def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | None = None) -> LogFold:
@@ -90,30 +111,30 @@ def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | Non
     bound = bound if bound is not None else current_bound(app, run_id)
     if run_id is not None:
         return _read_run(app, run_id, bound.version) if bound.version is not None else LogFold()
-    fold = LogFold()
+    fold = LogFold(owns_events=True)
     if bound.notification_id is None:
         return fold
+    opener = _opener(app)
     start = 1
     while start <= bound.notification_id:
         notifications = app.recorder.select_notifications(  # type: ignore[attr-defined]
             start=start, limit=PAGE, stop=bound.notification_id)
         if not notifications:
             break
-        for notification in notifications:
-            _decode(app, fold, notification)
+        _fold_page(app, opener, fold, notifications)
         start = notifications[-1].id + 1
     return fold
 
 
 def _read_run(app: PublicationLog, run_id: str, lte: int | None) -> LogFold:
     """One run's stream a page at a time, up to version ``lte`` (``None``: all of it)."""
-    fold = LogFold()
+    fold = LogFold(owns_events=True)
+    opener = _opener(app)
     originator_id = PublicationRun.id_for(run_id)
     after: int | None = None
     while True:
         page = app.recorder.select_events(originator_id, gt=after, lte=lte, limit=PAGE)
-        for stored in page:
-            _decode(app, fold, stored)
+        _fold_page(app, opener, fold, page)
         if len(page) < PAGE:
             return fold
         after = page[-1].originator_version
@@ -153,10 +174,51 @@ def run_index(app: PublicationLog) -> RunIndex:
 
 
 def iter_ledgers(app: PublicationLog, run_ids: Iterable[str]) -> Iterable[tuple[RunLedger | None, Bound]]:
-    """One run at a time: its ledger (``None`` if the run has no readable events) and the bound read."""
-    for run_id in run_ids:
-        ledger = _read_run(app, run_id, None).ledger(run_id)
-        yield ledger, Bound(version=ledger.version if ledger is not None else None)
+    """One run at a time, in the order given: its ledger (``None`` if the run has no
+    readable events) and the bound read. The streams of :data:`RUNS_PER_READ` runs are
+    read in one query (a recorder without :meth:`select_events_of` reads run by run)."""
+    select_many = getattr(app.recorder, "select_events_of", None)
+    if select_many is None:
+        for run_id in run_ids:
+            yield _bounded(_read_run(app, run_id, None).ledger(run_id))
+        return
+    opener = _opener(app)
+    for chunk in _pages(run_ids, RUNS_PER_READ):
+        ids = {run_id: PublicationRun.id_for(run_id) for run_id in chunk}
+        streams: dict[uuid.UUID, list[StoredEvent]] = {}
+        for stored in select_many(sorted(set(ids.values()))):
+            streams.setdefault(stored.originator_id, []).append(stored)
+        # one decode (one key-table read) for the page; what fails is found record by record
+        decoded: dict[uuid.UUID, list[tuple[StoredEvent, object | None, Exception | None]]] = {}
+        for item in _decoded(app, opener, [s for stream in streams.values() for s in stream]):
+            decoded.setdefault(item[0].originator_id, []).append(item)
+        del streams
+        for run_id in chunk:
+            fold = LogFold(owns_events=True)
+            _fold_decoded(fold, decoded.get(ids[run_id], ()))
+            yield _bounded(fold.ledger(run_id))
+
+
+def _fold_decoded(fold: LogFold, decoded: Iterable[tuple[StoredEvent, object | None, Exception | None]]) -> None:
+    for stored, event, error in decoded:
+        if error is None:
+            fold.apply(event, seal_of(stored, event))
+            continue
+        originator_id = stored.originator_id if isinstance(stored.originator_id, uuid.UUID) else None
+        log.warning("undecodable event in the Publication log", position=stored.originator_version,
+                    error=type(error).__name__)
+        if originator_id is not None:
+            fold.note_undecodable(originator_id, stored.originator_version, type(error).__name__)
+
+
+def _bounded(ledger: RunLedger | None) -> tuple[RunLedger | None, Bound]:
+    return ledger, Bound(version=ledger.version if ledger is not None else None)
+
+
+def _pages(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
 
 
 def read_ledger(app: PublicationLog, run_id: str) -> RunLedger | None:

@@ -52,10 +52,62 @@ def _ok(flag: bool) -> Text:
 
 # ------------------------------------------------------------------------------------- replay
 
+REPLAY_TITLE = "Answer views rebuilt from the Publication log (R1)"
+REPLAY_COLUMNS = (("run", "left"), ("blocks", "right"), ("withheld", "right"), ("view sha256", "left"))
+
+
+def _plain(cell: str) -> bool:
+    """A cell that rich prints as it is, one column per character (no markup, no wide or control characters)."""
+    return cell.isascii() and cell.isprintable() and "[" not in cell and "\\" not in cell
+
+
+def _plain_replay_table(out: TextIO, rows: list[Mapping[str, Any]]) -> bool:
+    """The replay table without verification or bodies, written line by line exactly as
+    rich lays it out (heavy head, natural column widths), without building it in rich:
+    rendering tens of thousands of rows through rich took seconds and a copy of every
+    line in memory. ``False`` (nothing written) when rich's layout could differ: no rows,
+    a cell rich would interpret or measure differently, a table narrower than its title
+    (rich wraps the title) or wider than the console."""
+    if not rows:
+        return False
+    cells = [(row["run_id"], str(row["blocks"]), str(row["withheld"]), short(row["sha256"], 16)) for row in rows]
+    widths = [len(name) for name, _ in REPLAY_COLUMNS]
+    for line in cells:
+        for i, cell in enumerate(line):
+            if not (isinstance(cell, str) and (i == 3 or _plain(cell))):
+                return False
+            widths[i] = max(widths[i], len(cell))
+    total = sum(widths) + 3 * len(widths) + 1
+    if total < len(REPLAY_TITLE) or total > (160 if not out.isatty() else console(out).width):
+        return False
+
+    def framed(values: tuple[str, ...], bar: str) -> str:
+        shown = [v.rjust(w) if justify == "right" else v.ljust(w)
+                 for v, w, (_, justify) in zip(values, widths, REPLAY_COLUMNS, strict=True)]
+        return f"{bar} " + f" {bar} ".join(shown) + f" {bar}"
+
+    def rule(left: str, fill: str, join: str, right: str) -> str:
+        return left + join.join(fill * (w + 2) for w in widths) + right
+
+    write = out.write
+    write(REPLAY_TITLE.ljust(total) + "\n")
+    write(rule("┏", "━", "┳", "┓") + "\n")
+    write(framed(tuple(name for name, _ in REPLAY_COLUMNS), "┃") + "\n")
+    write(rule("┡", "━", "╇", "┩") + "\n")
+    for line in cells:
+        write(framed(line, "│") + "\n")
+    write(rule("└", "─", "┴", "┘") + "\n")
+    return True
+
+
 def replay_table(out: TextIO, rows: Iterable[Mapping[str, Any]], verify: Mapping[str, Any] | None,
                  bodies: Mapping[str, list[Mapping[str, Any]]] | None) -> None:
+    if verify is None and not bodies and not out.isatty():
+        rows = list(rows)
+        if _plain_replay_table(out, rows):
+            return
     c = console(out)
-    table = Table(title="Answer views rebuilt from the Publication log (R1)", title_justify="left")
+    table = Table(title=REPLAY_TITLE, title_justify="left")
     for name in ("run", "blocks", "withheld", "view sha256"):
         table.add_column(name, justify="right" if name in ("blocks", "withheld") else "left")
     if verify is not None:

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping
 
-from imprint.recovery.integrity import defect_of, served_block
+from imprint.recovery.integrity import served
 from imprint.recovery.ledger import LogFold, RunLedger
 
 VIEW_VERSION = 1
@@ -48,12 +48,11 @@ def answer_view(ledger: RunLedger) -> dict[str, Any]:
             withheld.append({"block_id": history.block_id, "revision": None, "delivery_ordinal": history.ordinal,
                              "reason": unreadable[history.block_id].reason})
             continue
-        defect = defect_of(current)
+        defect, block = served(current)
         if defect is not None:
             withheld.append({"block_id": history.block_id, "revision": current.revision,
                              "delivery_ordinal": history.ordinal, "reason": defect})
             continue
-        block = served_block(current)
         assert block is not None
         blocks.append(block)
     for defect in ledger.defects:

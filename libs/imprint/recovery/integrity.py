@@ -56,27 +56,35 @@ def committed_view(revision: Revision) -> CommittedBlock | None:
         return None
 
 
+def examine(revision: Revision) -> tuple[tuple[DefectReason, str] | None, CommittedBlock | None]:
+    """The first defect of ``revision`` with an operator detail (ids and hashes, never
+    body text), or ``None`` if the revision proves itself; and the revision as a
+    :class:`CommittedBlock` when the checks got as far as building it (``None``
+    otherwise). One validation serves both the verdict and the served block."""
+    if revision.receipt_id is None:
+        return ("proof_missing", "the commit record has no receipt id"), None
+    if revision.seal == "shredded":
+        return ("shredded", "the conversation was deleted; the body's key is destroyed"), None
+    if revision.seal == "unopenable":
+        return ("seal_unopenable", "the sealed body does not open under its conversation key"), None
+    view = committed_view(revision)
+    if view is None:
+        return ("malformed_record", "the stored block is not a block revision any more"), None
+    actual = body_sha256(view.content.markdown)
+    if actual != view.body_sha256:
+        return ("corrupt_body", f"body hashes to {actual[:16]}…, its record says {view.body_sha256[:16]}…"), view
+    expected = receipt_id_for(view.block_id, view.revision)
+    if revision.receipt_id != expected:
+        return ("proof_missing", f"receipt {revision.receipt_id} is not the receipt of revision {view.revision}"), view
+    if revision.candidate_id is None or revision.candidate_id != view.candidate_id:
+        return ("proof_missing", "the revision's candidate binding does not match its commit"), view
+    return None, view
+
+
 def diagnose(revision: Revision) -> tuple[DefectReason, str] | None:
     """The first defect of ``revision`` with an operator detail (ids and hashes, never
     body text), or ``None`` if the revision proves itself."""
-    if revision.receipt_id is None:
-        return "proof_missing", "the commit record has no receipt id"
-    if revision.seal == "shredded":
-        return "shredded", "the conversation was deleted; the body's key is destroyed"
-    if revision.seal == "unopenable":
-        return "seal_unopenable", "the sealed body does not open under its conversation key"
-    view = committed_view(revision)
-    if view is None:
-        return "malformed_record", "the stored block is not a block revision any more"
-    actual = body_sha256(view.content.markdown)
-    if actual != view.body_sha256:
-        return "corrupt_body", f"body hashes to {actual[:16]}…, its record says {view.body_sha256[:16]}…"
-    expected = receipt_id_for(view.block_id, view.revision)
-    if revision.receipt_id != expected:
-        return "proof_missing", f"receipt {revision.receipt_id} is not the receipt of revision {view.revision}"
-    if revision.candidate_id is None or revision.candidate_id != view.candidate_id:
-        return "proof_missing", "the revision's candidate binding does not match its commit"
-    return None
+    return examine(revision)[0]
 
 
 def defect_of(revision: Revision) -> DefectReason | None:
@@ -84,14 +92,20 @@ def defect_of(revision: Revision) -> DefectReason | None:
     return None if found is None else found[0]
 
 
+def served(revision: Revision) -> tuple[DefectReason | None, dict[str, Any] | None]:
+    """The revision's defect, or ``None`` and its JSON exactly as committed (see
+    :func:`served_block`), from one examination."""
+    found, view = examine(revision)
+    if found is not None:
+        return found[0], None
+    assert view is not None
+    return None, view.model_dump(mode="json")
+
+
 def served_block(revision: Revision) -> dict[str, Any] | None:
     """The JSON of a sound revision exactly as committed (as ``answer.published`` carries
     it): text, rendered numbers and citations of commit time (R6). ``None`` if defective."""
-    if defect_of(revision) is not None:
-        return None
-    view = committed_view(revision)
-    assert view is not None
-    return view.model_dump(mode="json")
+    return served(revision)[1]
 
 
 def stored_block(revision: Revision) -> Mapping[str, Any]:

@@ -135,13 +135,23 @@ def _json_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def _owned(value: Any) -> Any:
+    return value
+
+
 class LogFold:
     """Folds Publication log events into :class:`RunLedger` values, one per run.
 
     Events of other aggregates (the source registry) are skipped: a run's answer
-    view is a function of its own stream."""
+    view is a function of its own stream.
 
-    def __init__(self) -> None:
+    ``owns_events``: the caller hands over events nothing else holds (a reader that
+    has just decoded them and drops them after), so the fold keeps their values as
+    its private copies instead of copying them. Otherwise every value the fold keeps
+    is copied, and later changes to the events never reach a ledger."""
+
+    def __init__(self, *, owns_events: bool = False) -> None:
+        self._copy = _owned if owns_events else _json_copy
         self.runs: dict[str, RunLedger] = {}
         self._by_originator: dict[uuid.UUID, RunLedger] = {}
         self.orphans: list[Defect] = []
@@ -243,7 +253,7 @@ class LogFold:
         elif isinstance(event, run.BlockRevisionCommitted):
             self._commit(ledger, event, position, entry, seal)
         elif isinstance(event, run.CandidateUnchanged):
-            receipt = _json_copy(event.receipt)
+            receipt = self._copy(event.receipt)
             self._settle(ledger, event.candidate_id, event.block_index, "unchanged", event.block_id,
                          event.revision, None, position, receipt)
             entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id,
@@ -285,7 +295,7 @@ class LogFold:
 
     def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any],
                 seal: SealStatus | None = None) -> None:
-        block = _json_copy(getattr(event, "block", None))
+        block = self._copy(getattr(event, "block", None))
         if not isinstance(block, dict) or not isinstance(block.get("block_id"), str):
             ledger.defects.append(Defect(position, "malformed_record", "commit without a block identity"))
             entry.update(candidate_id=getattr(event, "candidate_id", None), defect="malformed_record")
@@ -293,7 +303,7 @@ class LogFold:
         receipt = {
             "receipt_id": getattr(event, "receipt_id", None),
             "log_position": position,
-            "committed_at": _at(event),
+            "committed_at": entry["at"],  # the event's time, as _apply read it
         }
         revision = Revision(
             block=block,
@@ -304,15 +314,16 @@ class LogFold:
             target=getattr(event, "target", None),
             seal=seal,
         )
-        history = ledger.blocks.get(revision.block_id)
+        block_id, number = revision.block_id, revision.revision
+        history = ledger.blocks.get(block_id)
         if history is None:
-            history = ledger.blocks[revision.block_id] = BlockHistory(revision.block_id)
+            history = ledger.blocks[block_id] = BlockHistory(block_id)
         history.revisions.append(revision)
         if revision.candidate_id is not None:
-            self._settle(ledger, revision.candidate_id, revision.block_index, "committed", revision.block_id,
-                         revision.revision, None, position, receipt)
+            self._settle(ledger, revision.candidate_id, revision.block_index, "committed", block_id,
+                         number, None, position, receipt)
         entry.update(candidate_id=revision.candidate_id, block_index=revision.block_index,
-                     block_id=revision.block_id, revision=revision.revision, receipt=receipt)
+                     block_id=block_id, revision=number, receipt=receipt)
 
     @staticmethod
     def _settle(
