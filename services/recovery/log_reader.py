@@ -39,9 +39,7 @@ from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.publication.sealing import BatchOpener
-from services.publication.service import PublicationLog
-from services.publication.service import REMOVED, SEALED, UNREADABLE
+from services.publication.service import REMOVED, SEALED, UNREADABLE, BatchOpener, PublicationLog
 
 log = get_logger(__name__)
 PAGE = 500
