@@ -29,7 +29,8 @@ projection, parsed block states and live frames), keyed by the run row's ``versi
 which every write of the run's rows increments under the row lock. The next batch still
 locks and reads the run row; when its version is the cached one, nothing else is read or
 parsed. Another instance's write, a purge or a failed transaction makes the copy stale or
-drops it, and the run is read again (bounded by :data:`HOT_BLOCKS`).
+drops it, and the run is read again. A run that ended (``done`` written) or was deleted
+is not kept; the rest are bounded by :data:`HOT_BLOCKS`.
 
 **Several instances.** The instances form one consumer group over one shared store.
 During a rebalance the old and the new owner of a partition may apply overlapping polls
@@ -84,9 +85,10 @@ log = get_logger(__name__)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 PRIVATE_FRAME_EVENTS = ("answer-preview", "answer-publication", "answer-withdrawn", "answer-rejected",
                         "content", "evidence-summary", "progress", "error")
-HOT_BLOCKS = 20_000
+HOT_BLOCKS = 2_000
 """At most this many block states are kept in memory across the hot runs (least recently
-used runs go first)."""
+used runs go first); a block state with its stored JSON is ~4–6 KB, and a large heap
+makes every garbage collection of the process slower (this bound keeps it ~10 MB)."""
 ROWS_PER_STATEMENT = 500
 """Rows per multi-row ``VALUES`` statement."""
 FRAME_COLUMNS = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
@@ -717,6 +719,8 @@ class _HotRuns:
     def keep(self, runs: Iterable[_Run]) -> None:
         for run in runs:
             self.drop(run.projection.run_id)
+            if run.projection.terminal or run.projection.deleted:
+                continue  # done: at most a late withdrawal follows, which reads the run again
             self._runs[run.projection.run_id] = run
             self._blocks += len(run.rows)
         while self._blocks > self.max_blocks and self._runs:
