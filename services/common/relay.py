@@ -145,9 +145,13 @@ class Relay:
         except IntegrityError as error:  # another relay recorded this position (or a later one)
             raise LostLeadership(self.name) from error
 
-    async def _produce(self, batch: Batch) -> None:
+    async def _send(self, batch: Batch) -> int:
+        """Produce a batch (acknowledged); its last log position, to record."""
         await self._outbox.publish_many(item for _, items in batch for item in items)
-        last = batch[-1][0]
+        return batch[-1][0]
+
+    async def _produce(self, batch: Batch) -> None:
+        last = await self._send(batch)
         await asyncio.to_thread(self._record, last)
         self.position = last
 
@@ -185,10 +189,9 @@ class Relay:
                     continue
                 self._wake.clear()
                 pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
-                await self._outbox.publish_many(item for _, items in batch for item in items)
+                last = await self._send(batch)
                 if recording is not None:
                     await recording
-                last = batch[-1][0]
                 recording = asyncio.ensure_future(asyncio.to_thread(self._record, last))
                 self.position = last
         finally:

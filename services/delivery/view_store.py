@@ -188,11 +188,9 @@ class DeliveryTables:
         list), not one prepared statement per row: on PostgreSQL a 12-row insert costs
         ~50 µs of CPU this way, ~230 µs as ``executemany`` and several ms as ``unnest``
         of arrays (psycopg escapes each long text element in Python)."""
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            part = rows[start:start + ROWS_PER_STATEMENT]
+        for part in _parts(rows):
             self.execute_values(c, f"INSERT INTO {into} ({', '.join(columns)}) VALUES "
-                                   f"{self.values(len(part), len(columns))}{tail}",
-                                [value for values in part for value in values])
+                                   f"{self.values(len(part), len(columns))}{tail}", _flat(part))
 
     def update_rows(self, c: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                     keys: Sequence[str], also: str = "") -> None:
@@ -201,11 +199,9 @@ class DeliveryTables:
         assignments (``"superseded = 1"``)."""
         sets = ", ".join([*(f"{name} = v.{name}" for name in columns if name not in keys), *([also] if also else [])])
         where = " AND ".join(f"{table}.{name} = v.{name}" for name in keys)
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            part = rows[start:start + ROWS_PER_STATEMENT]
+        for part in _parts(rows):
             self.execute_values(c, f"WITH v ({', '.join(columns)}) AS (VALUES {self.values(len(part), len(columns))}) "
-                                   f"UPDATE {table} SET {sets} FROM v WHERE {where}",
-                                [value for values in part for value in values])
+                                   f"UPDATE {table} SET {sets} FROM v WHERE {where}", _flat(part))
 
     def values(self, rows: int, width: int) -> str:
         """The placeholders of a multi-row ``VALUES`` list."""
@@ -305,6 +301,16 @@ class PostgresDeliveryRecorder(PostgresTrackingRecorder, DeliveryTables):
         for name in sorted(names):
             key = int.from_bytes(hashlib.sha256(f"{self.channel}|{name}".encode()).digest()[:8], "big", signed=True)
             c.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+
+
+def _parts(rows: Sequence[Sequence[Any]]) -> Iterator[Sequence[Sequence[Any]]]:
+    """``rows`` in statements of at most :data:`ROWS_PER_STATEMENT`."""
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        yield rows[start:start + ROWS_PER_STATEMENT]
+
+
+def _flat(rows: Sequence[Sequence[Any]]) -> list[Any]:
+    return [value for row in rows for value in row]
 
 
 def notify_payloads(origin: str, run_ids: Sequence[str]) -> list[str]:
