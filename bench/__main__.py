@@ -316,8 +316,7 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
             last = index == len(steps) - 1
             backlog = last and row["unfinished_at_deadline"] > 0
             if not last:
-                await driver.caught_up("publication", driver.runtime, timeout=900)
-                await driver.caught_up("delivery", driver.publication, timeout=900)
+                await driver.quiet()
         e2e["sustained"] = report.sustained(e2e["paced"])
 
         if profile_dir is not None:

@@ -28,6 +28,9 @@ from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 
 BLOCKS_PER_PROPOSAL = 2
+QUIET = {"publication": (Topic.RUNTIME,), "journal": (Topic.RUNTIME, Topic.PUBLICATION),
+         "delivery": (Topic.PUBLICATION, Topic.RUNS)}
+"""What each consumer reads, for :meth:`Driver.quiet`."""
 MAX_LATENCY_SLOPE = 0.05
 """Seconds of latency gained per second of load above which the backlog is growing."""
 
@@ -148,7 +151,7 @@ class Driver:
     async def caught_up(self, consumer: str, topic: str, timeout: float = 300) -> float:
         """Wait until ``consumer``'s group has committed every offset of ``topic``; returns when."""
         group = f"{self.settings.group_prefix}.{consumer}"
-        partitions = [TopicPartition(topic, p) for p in sorted(self.consumer_partitions(topic))]
+        partitions = [TopicPartition(topic, p) for p in sorted(await self.producer.partitions_for(topic))]
         deadline = time.monotonic() + timeout
         while True:
             ends = await self.consumer.end_offsets(partitions)
@@ -162,8 +165,13 @@ class Driver:
             self.stack.check_alive()
             await asyncio.sleep(0.1)
 
-    def consumer_partitions(self, topic: str) -> set[int]:
-        return self.consumer._client.cluster.partitions_for_topic(topic) or {0}
+    async def quiet(self, timeout: float = 900) -> None:
+        """Wait until every consumer has committed every offset of every topic it reads, so
+        a measurement starts on an idle machine, not during the previous one's backlog (the
+        Journal, which reads both the runtime and the publication topic, trails a burst)."""
+        for consumer, topics in QUIET.items():
+            for topic in topics:
+                await self.caught_up(consumer, self.settings.topic(topic), timeout)
 
     async def completed(self, calls: list[str], timeout: float, kind: str = "published") -> bool:
         deadline = time.monotonic() + timeout
@@ -186,7 +194,7 @@ class Driver:
         runs = [f"run-{label}-{r:05d}" for r in range(max(1, math.ceil(proposals / per_run)))]
         await self.admit(runs, sources)
         if delivery:
-            await self.caught_up("delivery", self.publication)
+            await self.quiet()
         calls = [f"{label}-{i:06d}" for i in range(proposals)]
         window = self.stack.window()
         started = time.perf_counter()
@@ -221,6 +229,7 @@ class Driver:
         count = max(1, int(rate * seconds))
         runs = [f"run-{label}-{r:05d}" for r in range(max(1, math.ceil(count / per_run)))]
         await self.admit(runs, sources, clients=clients)
+        await self.quiet()
         calls = [f"{label}-{i:06d}" for i in range(count)]
         scheduled: dict[str, float] = {}
         window = self.stack.window()
@@ -310,6 +319,7 @@ class Driver:
         latency from ``answer.published`` read on Kafka to each client's frame."""
         run = f"run-{label}"
         await self.admit([run], sources)
+        await self.quiet()
         connect_started = time.perf_counter()
         window = self.stack.window()
         opened = await self.connect([run], per_run=clients)

@@ -234,17 +234,90 @@ def offsets_after(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int
     return offsets
 
 
-class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
-    """aiokafka's rebalance hook, reduced to what a tracked store needs to hear."""
+class OffsetCommits:
+    """The Kafka offsets of applied batches, committed at most every ``interval`` seconds,
+    and once more ``interval`` after the last batch of a busy spell.
 
-    def __init__(self, on_revoked: Callable[[list[str]], Awaitable[None]]) -> None:
+    The store's tracking records are the truth about what was applied; a committed offset
+    only shortens what a restart or a rebalance redelivers (and the store skips that
+    redelivery). So committing after every poll — a broker request and a write to
+    ``__consumer_offsets`` per poll, for polls of one message under a paced load — buys
+    nothing. At most one commit is in flight, and a commit always carries the offsets
+    *after* batches that were applied, never the consumer's position: the next poll may
+    already have moved that past records nobody applied yet."""
+
+    def __init__(self, consumer: str, interval: float) -> None:
+        self._name = consumer
+        self._interval = interval
+        self._pending: dict[TopicPartition, int] = {}
+        self._client: Any = None
+        self._in_flight: asyncio.Task[None] | None = None
+        self._trailing: asyncio.TimerHandle | None = None
+        self._last = -interval
+
+    def applied(self, client: Any, records: Sequence[ConsumerRecord[Any, Any]]) -> None:
+        """``records`` are recorded by the store: their offsets may be committed."""
+        self._client = client
+        for partition, offset in offsets_after(records).items():
+            self._pending[partition] = max(self._pending.get(partition, 0), offset)
+        loop = asyncio.get_running_loop()
+        wait = self._last + self._interval - loop.time()
+        if self._in_flight is None and wait <= 0:
+            self._start()
+        elif self._trailing is None:
+            self._trailing = loop.call_later(max(wait, 0.0), self._on_timer)
+
+    async def settle(self) -> None:
+        """Wait for the commit in flight, if any (before a batch is rewound)."""
+        if self._in_flight is not None:
+            await asyncio.gather(self._in_flight, return_exceptions=True)
+
+    async def revoked(self, partitions: Iterable[TopicPartition]) -> None:
+        """Commit what is pending for partitions about to go to another member, while this
+        member's generation may still commit them."""
+        lost = {partition: self._pending.pop(partition) for partition in partitions if partition in self._pending}
+        await self.settle()
+        if lost and self._client is not None:
+            await self._commit(lost)
+
+    def _on_timer(self) -> None:
+        self._trailing = None
+        if self._pending and self._in_flight is None:
+            self._start()
+
+    def _start(self) -> None:
+        offsets, self._pending = self._pending, {}
+        self._last = asyncio.get_running_loop().time()
+        self._in_flight = asyncio.ensure_future(self._commit(offsets))
+        self._in_flight.add_done_callback(self._done)
+
+    def _done(self, _: asyncio.Task[None]) -> None:
+        self._in_flight = None
+        if self._pending and self._trailing is None:
+            loop = asyncio.get_running_loop()
+            self._trailing = loop.call_later(max(self._last + self._interval - loop.time(), 0.0), self._on_timer)
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            await self._client.commit(offsets)
+        except Exception:  # noqa: BLE001 — a lost offset commit only means a redelivery the store skips
+            log.warning("offset commit failed; the next one covers it", consumer=self._name)
+
+
+class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka's rebalance hook, reduced to what a tracked consumer needs to hear."""
+
+    def __init__(self, commits: OffsetCommits, on_revoked: Callable[[list[str]], Awaitable[None]] | None) -> None:
+        self._commits = commits
         self._on_revoked = on_revoked
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._commits.revoked(revoked)
         names = [f"{tp.topic}#{tp.partition}" for tp in revoked]
         if names:
             log.info("partitions revoked", partitions=names)
-            await self._on_revoked(names)
+            if self._on_revoked is not None:
+                await self._on_revoked(names)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         if assigned:
@@ -293,16 +366,7 @@ def subscribe_tracked(
     store drops what it cached for them and reloads from the log if they come back.
     """
 
-    acknowledging: list[asyncio.Task[None]] = []
-    """The offset commit of the previous batch, still in flight (at most one)."""
-
-    async def settle_previous() -> None:
-        while acknowledging:
-            task = acknowledging.pop()
-            try:
-                await task
-            except Exception:  # noqa: BLE001 — a lost offset commit only means a redelivery the store skips
-                log.warning("offset commit failed; the next one covers it", consumer=consumer)
+    commits = OffsetCommits(consumer, settings.offset_commit_seconds)
 
     @broker.subscriber(
         *(settings.topic(t) for t in topics),
@@ -312,7 +376,9 @@ def subscribe_tracked(
         batch_timeout_ms=IDLE_POLL_MS,
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
-        listener=None if on_revoked is None else _Revocations(on_revoked),
+        listener=_Revocations(commits, on_revoked),
+        fetch_min_bytes=settings.fetch_min_bytes,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         decoder=_raw_bodies,
         parser=_tolerant_parser,
     )
@@ -330,15 +396,11 @@ def subscribe_tracked(
             raise
         except Exception:
             log.exception("batch failed; rewinding for redelivery", consumer=consumer, records=len(records))
-            await settle_previous()
+            await commits.settle()
             await msg.nack()
             await asyncio.sleep(retry_seconds)
             return
-        # The store's tracking record is the truth about what was applied; the Kafka offset
-        # only spares a redelivery. So the next poll need not wait for this commit's round
-        # trip: it runs while the commit travels (one in flight, in order). It commits this
-        # batch's offsets, never the consumer's position: by the time the commit runs, the
-        # next poll may have been fetched, and a crash then must redeliver it (FastStream's
-        # ``ack`` commits the position, which is right only when nothing polls meanwhile).
-        await settle_previous()
-        acknowledging.append(asyncio.ensure_future(msg.consumer.commit(offsets_after(records))))
+        # The next poll need not wait for the offset commit (see OffsetCommits): it commits
+        # this batch's offsets, never the consumer's position (FastStream's ``ack`` commits
+        # the position, which is right only when nothing polls meanwhile).
+        commits.applied(msg.consumer, records)
