@@ -110,8 +110,31 @@ def commit_floor(settings: Settings, count: int) -> dict[str, Any]:
             connection.execute(insert, (f"run-{i // 25}", value), prepare=True)
             connection.commit()
         seconds = time.perf_counter() - started
+        paced = _paced_commits(connection, insert, value, PACED_COMMIT_RATE, PACED_COMMIT_SECONDS)
     return {"proposals": count, "seconds": round(seconds, 3), "per_s": round(count / seconds),
-            "ms_per_commit": round(seconds * 1000 / count, 3), "server": settings_row}
+            "ms_per_commit": round(seconds * 1000 / count, 3), "server": settings_row,
+            "paced": {"offered_per_s": PACED_COMMIT_RATE, **latency_summary(paced)}}
+
+
+PACED_COMMIT_RATE = 300
+PACED_COMMIT_SECONDS = 10.0
+
+
+def _paced_commits(connection: Any, insert: Any, value: bytes, rate: float, seconds: float) -> list[float]:
+    """The latency of each INSERT + COMMIT at ``rate`` per second (open loop, from its
+    scheduled time): what one durable commit's tail is on this disk, the floor under any
+    produce → published latency (which holds at least one such commit)."""
+    latencies: list[float] = []
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        connection.execute(insert, ("paced", value), prepare=True)
+        connection.commit()
+        latencies.append((time.perf_counter() - due) * 1000)
+    return latencies
 
 
 # ------------------------------------------------------------------ naive peer

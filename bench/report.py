@@ -157,6 +157,12 @@ def markdown(results: dict[str, Any]) -> str:
     out += ["", "## Throughput", "", "| measure | proposals/s | notes |", "|---|---|---|"]
     out.append(f"| commit floor (INSERT+COMMIT per proposal, psycopg) | {_fmt(_get(floors, 'commit', 'per_s'))} | "
                f"server {_get(floors, 'commit', 'server')} |")
+    paced_commit = _get(floors, "commit", "paced") or {}
+    if paced_commit:
+        out.append(f"| commit floor paced at {paced_commit.get('offered_per_s')}/s, latency per commit | — | "
+                   f"p50/p99/max {_fmt(paced_commit.get('p50'), 1)} / {_fmt(paced_commit.get('p99'), 1)} / "
+                   f"{_fmt(paced_commit.get('max'), 1)} ms (one commit, nothing else: the floor under any "
+                   f"produce → published latency) |")
     for size, row in (_get(floors, "naive", "per_run_size") or {}).items():
         out.append(f"| naive peer (eventsourcing get+trigger+save), {size}/run | {_fmt(row['per_s'])} | |")
     out.append(f"| transport floor burst (aiokafka produce→consume) | {_fmt(_get(floors, 'transport', 'burst', 'per_s'))} "
