@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -363,7 +364,12 @@ async def wait_ready(stack: Any, timeout: float = 90) -> None:
 # ------------------------------------------------------------------------------ main
 
 
+def _stop_on_term(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds through the finally blocks that stop the stack by pid
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_term)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: the whole run in under 3 minutes")
     parser.add_argument("--only", choices=("floors", "e2e", "replay"), action="append")

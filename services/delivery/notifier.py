@@ -6,10 +6,12 @@ client of that run, on every Delivery instance.
   committed by *other* instances arrive as PostgreSQL notifications on the store's
   channel (:class:`PostgresWakeups`, ``LISTEN``; the store ``NOTIFY``s in the batch's own
   transaction, so a notification never precedes the frames it announces).
-* A :class:`RunFeed` exists per run while at least one client follows it live. After a
-  wake-up it reads the new frames once (``ViewStore.read_feed``, in a worker thread),
-  encodes each frame's SSE bytes once, and hands them to every :class:`Subscription`.
-  Wake-ups that arrive during a read coalesce into one more read.
+* A :class:`RunFeed` exists per run while at least one client follows it live. A woken
+  feed is due; the hub's one reader reads the new frames of every due feed together
+  (``ViewStore.read_feeds``: one transaction in a worker thread, however many runs the
+  batch touched), encodes each frame's SSE bytes once, and hands them to every
+  :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
+  more read.
 * The store stays the single source of frames: a client reads its backlog (a resume,
   a new client replaying from 1, a gap, a subscription that overflowed) from the store,
   and follows the feed only from where it caught up. Frame ids are dense per run, so a
@@ -34,7 +36,7 @@ from imprint.delivery.frames import Frame
 from services.common.observability import get_logger
 
 if TYPE_CHECKING:
-    from services.delivery.view_store import ViewStore
+    from services.delivery.view_store import FeedRead, ViewStore
 
 log = get_logger(__name__)
 
@@ -101,7 +103,7 @@ class Subscription:
 
 
 class RunFeed:
-    """A run's live frames for every subscription of this process: one read per wake-up."""
+    """A run's live frames for every subscription of this process, read by the hub."""
 
     def __init__(self, hub: Notifier, run_id: str, store: ViewStore, cursor: int) -> None:
         self.hub = hub
@@ -111,12 +113,11 @@ class RunFeed:
         self.subscriptions: set[Subscription] = set()
         self.closed = False
         self.reads = 0
-        self._wake = asyncio.Event()
-        self._wake.set()  # the first read: anything committed since the first client caught up
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"run-feed-{run_id}")
+        self.wake()  # the first read: anything committed since the first client caught up
 
     def wake(self) -> None:
-        self._wake.set()
+        if not self.closed:
+            self.hub._due_feed(self)
 
     def leave(self, subscription: Subscription) -> None:
         self.subscriptions.discard(subscription)
@@ -127,37 +128,25 @@ class RunFeed:
         if not self.closed:
             self.closed = True
             self.hub._forget(self)
-            self._wake.set()
 
-    async def _run(self) -> None:
-        page = self.hub.page
-        try:
-            while not self.closed:
-                await self._wake.wait()
-                self._wake.clear()
-                if self.closed:
-                    return
-                while True:
-                    read = await asyncio.to_thread(self.store.read_feed, self.run_id, self.cursor, page)
-                    self.reads += 1
-                    if read.frames:
-                        frames: list[Frame] = [SharedFrame.of(f) for f in read.frames]
-                        self.cursor = frames[-1].id
-                        for subscription in list(self.subscriptions):
-                            subscription.offer(frames)
-                    if len(read.frames) < page:
-                        break
-                if not read.exists or read.deleted:
-                    for subscription in list(self.subscriptions):
-                        subscription.end("gone")
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            log.error("run feed read failed", run_id=self.run_id, error=repr(error))
+    def deliver(self, read: FeedRead, page: int) -> None:
+        """Hand one read's frames to every subscription; a full page makes the feed due again."""
+        self.reads += 1
+        if read.frames:
+            frames: list[Frame] = [SharedFrame.of(f) for f in read.frames]
+            self.cursor = frames[-1].id
             for subscription in list(self.subscriptions):
-                subscription.fail(error)
-        finally:
-            self.close()
+                subscription.offer(frames)
+        if len(read.frames) >= page:
+            self.wake()
+        elif not read.exists or read.deleted:
+            for subscription in list(self.subscriptions):
+                subscription.end("gone")
+
+    def fail(self, error: BaseException) -> None:
+        for subscription in list(self.subscriptions):
+            subscription.fail(error)
+        self.close()
 
 
 class Notifier:
@@ -173,6 +162,10 @@ class Notifier:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._due: dict[str, RunFeed] = {}
+        """Feeds woken since the reader last took them."""
+        self._reader: asyncio.Task[None] | None = None
+        self._reading = asyncio.Event()
 
     def bind(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Remember the event loop, for :meth:`notify_threadsafe`."""
@@ -199,6 +192,38 @@ class Notifier:
     def _forget(self, feed: RunFeed) -> None:
         if self.feeds.get(feed.run_id) is feed:
             del self.feeds[feed.run_id]
+        if self._due.get(feed.run_id) is feed:
+            del self._due[feed.run_id]
+
+    def _due_feed(self, feed: RunFeed) -> None:
+        self._due[feed.run_id] = feed
+        self._reading.set()
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(self._read(), name="run-feed-reader")
+
+    async def _read(self) -> None:
+        """The one reader of every feed: take the due feeds, read them in one store read
+        per store (in a worker thread), deliver; feeds woken meanwhile wait for the next."""
+        while True:
+            await self._reading.wait()
+            self._reading.clear()
+            while self._due:
+                due, self._due = self._due, {}
+                by_store: dict[int, list[RunFeed]] = {}
+                for feed in due.values():
+                    by_store.setdefault(id(feed.store), []).append(feed)
+                for feeds in by_store.values():
+                    try:
+                        reads = await asyncio.to_thread(feeds[0].store.read_feeds,
+                                                        {feed.run_id: feed.cursor for feed in feeds}, self.page)
+                    except Exception as error:
+                        log.error("run feed read failed", runs=len(feeds), error=repr(error))
+                        for feed in feeds:
+                            feed.fail(error)
+                        continue
+                    for feed in feeds:
+                        if not feed.closed:
+                            feed.deliver(reads[feed.run_id], self.page)
 
     def subscribers(self) -> int:
         return sum(len(f.subscriptions) for f in self.feeds.values())
@@ -272,9 +297,7 @@ class Notifier:
         return sum(len(w) for w in self._waiters.values())
 
     async def close(self) -> None:
-        tasks = [f._task for f in self.feeds.values()]
-        if self._poller is not None:
-            tasks.append(self._poller)
+        tasks = [task for task in (self._reader, self._poller) if task is not None]
         for feed in list(self.feeds.values()):
             feed.close()
         for task in tasks:

@@ -50,7 +50,7 @@ import json
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -475,17 +475,29 @@ class ViewStore:
         with r.transaction(commit=False) as c:
             return self._frames_after(c, run_id, last_id, limit)
 
-    def read_feed(self, run_id: str, last_id: int, limit: int = 1000) -> FeedRead:
-        """A live feed's one read after a wake-up: frames after ``last_id`` and the run's state."""
+    def read_feeds(self, cursors: Mapping[str, int], limit: int = 1000) -> dict[str, FeedRead]:
+        """The live feeds' read after a wake-up, for every woken run at once: in ONE
+        transaction, each run's frames after its cursor (at most ``limit``) and the runs'
+        states. A batch that touched fifty followed runs costs one read, not fifty."""
         r = self.recorder
+        ids = list(cursors)
+        found: dict[str, Any] = {}
         with r.transaction(commit=False) as c:
-            frames = self._frames_after(c, run_id, last_id, limit)
-            c.execute(r.q("SELECT deleted, terminal_frame_id, last_frame_id FROM {runs} WHERE run_id = ?"), (run_id,))
-            row = c.fetchone()
-        if row is None:
-            return FeedRead(frames, exists=False, deleted=False, terminal=False, last_frame_id=0)
-        return FeedRead(frames, exists=True, deleted=bool(row["deleted"]),
-                        terminal=row["terminal_frame_id"] is not None, last_frame_id=int(row["last_frame_id"]))
+            frames = {run_id: self._frames_after(c, run_id, cursors[run_id], limit) for run_id in ids}
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                marks = ", ".join("?" for _ in part)
+                c.execute(r.q(f"SELECT run_id, deleted, terminal_frame_id, last_frame_id FROM {{runs}} "
+                              f"WHERE run_id IN ({marks})"), tuple(part))
+                found.update((row["run_id"], row) for row in c.fetchall())
+        reads: dict[str, FeedRead] = {}
+        for run_id in ids:
+            row = found.get(run_id)
+            reads[run_id] = (
+                FeedRead(frames[run_id], exists=False, deleted=False, terminal=False, last_frame_id=0) if row is None
+                else FeedRead(frames[run_id], exists=True, deleted=bool(row["deleted"]),
+                              terminal=row["terminal_frame_id"] is not None, last_frame_id=int(row["last_frame_id"])))
+        return reads
 
     def heads(self, run_ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
         """``{run_id: (last_frame_id, deleted)}`` of the given runs, in one query (the

@@ -32,10 +32,10 @@ class CountingStore(ViewStore):
         self.feed_reads = 0
         self.backlog_reads = 0
 
-    def read_feed(self, *args: Any, **kwargs: Any) -> Any:
+    def read_feeds(self, *args: Any, **kwargs: Any) -> Any:
         with self.lock:
             self.feed_reads += 1
-        return super().read_feed(*args, **kwargs)
+        return super().read_feeds(*args, **kwargs)
 
     def frames_after(self, *args: Any, **kwargs: Any) -> Any:
         with self.lock:

@@ -1,4 +1,4 @@
-"""The live-feed hub without a database: a fake store stands in for ``read_feed``/``heads``
+"""The live-feed hub without a database: a fake store stands in for ``read_feeds``/``heads``
 (the real store and HTTP are in tests/integration/delivery/test_delivery_feed_pg.py)."""
 
 from __future__ import annotations
@@ -22,21 +22,24 @@ class FakeStore:
     def __init__(self) -> None:
         self.frames: list[Frame] = []
         self.reads = 0
+        self.runs_read: list[list[str]] = []
         self.gate = threading.Event()
         self.gate.set()
         self.reading = threading.Event()
 
-    def add(self, count: int) -> None:
+    def add(self, count: int, run_id: str = RUN) -> None:
         for _ in range(count):
-            n = len(self.frames) + 1
-            self.frames.append(Frame(RUN, n, "progress", {"stage": f"s{n}"}, f"h{n}"))
+            n = sum(1 for f in self.frames if f.run_id == run_id) + 1
+            self.frames.append(Frame(run_id, n, "progress", {"stage": f"s{n}"}, f"h{n}"))
 
-    def read_feed(self, run_id: str, last_id: int, limit: int = 1000) -> FeedRead:
+    def read_feeds(self, cursors: dict[str, int], limit: int = 1000) -> dict[str, FeedRead]:
         self.reads += 1
+        self.runs_read.append(sorted(cursors))
         self.reading.set()
         self.gate.wait(10)
-        frames = [f for f in self.frames if f.id > last_id][:limit]
-        return FeedRead(frames, exists=True, deleted=False, terminal=False, last_frame_id=len(self.frames))
+        return {run_id: FeedRead([f for f in self.frames if f.run_id == run_id and f.id > last_id][:limit],
+                                 exists=True, deleted=False, terminal=False, last_frame_id=len(self.frames))
+                for run_id, last_id in cursors.items()}
 
     def heads(self, run_ids: list[str]) -> dict[str, tuple[int, bool]]:
         return {r: (len(self.frames), False) for r in run_ids}
@@ -79,6 +82,26 @@ async def test_clients_of_a_run_share_each_read_and_each_encoding() -> None:
     first.close()
     second.close()
     assert RUN not in hub.feeds, "the feed ends with its last client"
+    await hub.close()
+
+
+@pytest.mark.rule("D1")
+async def test_one_batch_that_touched_many_followed_runs_costs_one_read_for_all_of_them() -> None:
+    store, hub = FakeStore(), Notifier(poll_interval=60)
+    runs = [f"run-{n:02d}" for n in range(50)]
+    clients = {run: hub.subscribe(run, store, 0) for run in runs}  # type: ignore[arg-type]
+    await settle(lambda: store.reads >= 1 and not hub._due, "the first reads")
+    before = store.reads
+    for run in runs:
+        store.add(2, run_id=run)
+    hub.notify(runs)  # what one Delivery batch over fifty runs announces
+    for run, client in clients.items():
+        frames = await asyncio.wait_for(client.next(), 10)
+        assert [(f.run_id, f.id) for f in frames] == [(run, 1), (run, 2)]
+    assert store.reads == before + 1, "one store read for the fifty woken runs, not one per run"
+    assert store.runs_read[-1] == runs
+    for client in clients.values():
+        client.close()
     await hub.close()
 
 
