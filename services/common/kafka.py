@@ -377,8 +377,6 @@ def subscribe_tracked(
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
         listener=_Revocations(commits, on_revoked),
-        fetch_min_bytes=settings.fetch_min_bytes,
-        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         decoder=_raw_bodies,
         parser=_tolerant_parser,
     )

@@ -42,11 +42,6 @@ class Settings(BaseSettings):
     """How often a tracked consumer commits its Kafka offsets (0: after every poll). The
     store's tracking records say what was applied; a committed offset only shortens what a
     restart or a rebalance redelivers, and the store skips that redelivery."""
-    fetch_min_bytes: int = Field(default=32 * 1024, ge=1)
-    fetch_max_wait_ms: int = Field(default=5, ge=0)
-    """A tracked consumer's fetch: the broker answers once this many bytes are there or this
-    many ms have passed, so a poll under a paced load carries several messages (a poll's
-    fixed cost is shared) and a quiet partition's message waits at most ``fetch_max_wait_ms``."""
 
     block_modification_quota: int = 2
     run_modification_quota: int = 8
