@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from eventsourcing.persistence import InfrastructureFactory, StoredEvent, Tracking
+from eventsourcing.persistence import InfrastructureFactory, IntegrityError, StoredEvent, Tracking
 from eventsourcing.utils import Environment
 
 from services.common.eventstore import store_environment
@@ -33,5 +33,34 @@ def test_binary_events_round_trip_every_byte_with_their_trackings(isolated: Sett
         assert [e.state for e in recorder.select_events(originator)] == states
         assert ids == [n.id for n in recorder.select_notifications(start=None, limit=10)]
         assert recorder.max_tracking_id("topic#0") == 7 and recorder.max_tracking_id("topic#1") == 3
+    finally:
+        factory.close()
+
+
+@pytest.mark.rule("P15")
+def test_the_statements_of_every_poll_are_rendered_once_and_say_what_the_librarys_say(isolated: Settings) -> None:
+    from eventsourcing.postgres import PostgresProcessRecorder
+    from psycopg.sql import SQL
+
+    env = tracking_many(store_environment(isolated, "rendered"))
+    factory = InfrastructureFactory.construct(Environment(name="rendered", env=env))
+    try:
+        recorder = factory.process_recorder()
+        assert isinstance(recorder, PostgresPollRecorder)
+        stock = PostgresProcessRecorder(recorder.datastore, events_table_name=recorder.events_table_name,
+                                        tracking_table_name=recorder.tracking_table_name)
+        pairs = [*zip(recorder.lock_table_statements, stock.lock_table_statements, strict=True),
+                 (recorder.insert_tracking_statement, stock.insert_tracking_statement),
+                 (recorder.max_tracking_id_statement, stock.max_tracking_id_statement)]
+        for ours, theirs in pairs:
+            assert type(ours) is SQL, f"{ours!r} is composed again on every execution"
+            assert ours.as_string(None) == theirs.as_string(None)
+        originator = uuid.uuid4()
+        recorder.insert_events([StoredEvent(originator_id=originator, originator_version=1, topic="t:e", state=b"x")],
+                               trackings=[Tracking("topic#0", 1)])
+        with pytest.raises(IntegrityError):
+            recorder.insert_events([StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e",
+                                                state=b"y")], trackings=[Tracking("topic#0", 1)])
+        assert recorder.max_tracking_id("topic#0") == 1, "a redelivered position still fails its transaction"
     finally:
         factory.close()
