@@ -7,6 +7,7 @@ import asyncio
 from faststream.kafka import KafkaBroker
 
 from imprint.contracts.topics import Topic
+from imprint.journal.intake import APPLIED_TYPES
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox, subscribe_tracked
@@ -23,4 +24,4 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: 
         await asyncio.to_thread(journal.revoked, tracking_names)
 
     subscribe_tracked(broker, settings, outbox, consumer="journal", topics=JOURNAL_TOPICS, handle=handle,
-                      on_revoked=revoked)
+                      on_revoked=revoked, applies=APPLIED_TYPES)

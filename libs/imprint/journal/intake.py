@@ -77,6 +77,15 @@ from imprint.workspace import MemoryWorkspace, Workspace
 
 F_FINGERPRINT = "completion.fingerprint"
 
+APPLIED_TYPES: frozenset[str] = frozenset({
+    "run.admitted", "run.completed", *MESSAGE_TARGETS, "run.stage", "evidence.granted", "tool.receipt",
+    "answer.published", "answer.unchanged", "source.tombstoned", "conversation.delete_requested",
+})
+"""Every message type :meth:`Intake.apply` acts on. Any other message of the journal's
+topics (a proposal, a preview, a refusal…) changes nothing here, so its consumer may
+acknowledge it without decoding it (the Publication and Delivery consumers, which apply
+them, refuse what is malformed)."""
+
 
 @dataclass(frozen=True)
 class IndexIntent:
@@ -100,6 +109,8 @@ class Intake:
 
     def apply(self, ws: Workspace, message: Any) -> list[IndexIntent]:
         kind = getattr(message, "type", None)
+        if kind not in APPLIED_TYPES:
+            return []
         if kind == "run.admitted":
             return self.admit(ws, message)
         if kind == "run.completed":
