@@ -5,6 +5,8 @@ notification ids the library returns are the ones stored."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from eventsourcing.persistence import InfrastructureFactory, IntegrityError, StoredEvent, Tracking
@@ -17,13 +19,21 @@ from services.common.settings import Settings
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.rule("P15")
-def test_binary_events_round_trip_every_byte_with_their_trackings(isolated: Settings) -> None:
-    env = tracking_many(store_environment(isolated, "bytes"))
-    factory = InfrastructureFactory.construct(Environment(name="bytes", env=env))
+@contextmanager
+def poll_recorder(settings: Settings, name: str) -> Iterator[PostgresPollRecorder]:
+    """The process recorder a log of ``name`` gets from its configuration (closed afterwards)."""
+    factory = InfrastructureFactory.construct(Environment(name=name, env=tracking_many(store_environment(settings, name))))
     try:
         recorder = factory.process_recorder()
         assert isinstance(recorder, PostgresPollRecorder)
+        yield recorder
+    finally:
+        factory.close()
+
+
+@pytest.mark.rule("P15")
+def test_binary_events_round_trip_every_byte_with_their_trackings(isolated: Settings) -> None:
+    with poll_recorder(isolated, "bytes") as recorder:
         assert "unnest(%b::" in recorder.insert_events_statement.as_string(None)
         originator = uuid.uuid4()
         states = [bytes(range(256)), b"\\x00'\"{}\n" * 200, "текст 文本 ✓".encode()]
@@ -33,8 +43,6 @@ def test_binary_events_round_trip_every_byte_with_their_trackings(isolated: Sett
         assert [e.state for e in recorder.select_events(originator)] == states
         assert ids == [n.id for n in recorder.select_notifications(start=None, limit=10)]
         assert recorder.max_tracking_id("topic#0") == 7 and recorder.max_tracking_id("topic#1") == 3
-    finally:
-        factory.close()
 
 
 @pytest.mark.rule("P15")
@@ -42,11 +50,7 @@ def test_the_statements_of_every_poll_are_rendered_once_and_say_what_the_library
     from eventsourcing.postgres import PostgresProcessRecorder
     from psycopg.sql import SQL
 
-    env = tracking_many(store_environment(isolated, "rendered"))
-    factory = InfrastructureFactory.construct(Environment(name="rendered", env=env))
-    try:
-        recorder = factory.process_recorder()
-        assert isinstance(recorder, PostgresPollRecorder)
+    with poll_recorder(isolated, "rendered") as recorder:
         stock = PostgresProcessRecorder(recorder.datastore, events_table_name=recorder.events_table_name,
                                         tracking_table_name=recorder.tracking_table_name)
         pairs = [*zip(recorder.lock_table_statements, stock.lock_table_statements, strict=True),
@@ -62,5 +66,3 @@ def test_the_statements_of_every_poll_are_rendered_once_and_say_what_the_library
             recorder.insert_events([StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e",
                                                 state=b"y")], trackings=[Tracking("topic#0", 1)])
         assert recorder.max_tracking_id("topic#0") == 1, "a redelivered position still fails its transaction"
-    finally:
-        factory.close()
