@@ -49,6 +49,8 @@ class Settings(BaseSettings):
 
     sse_keepalive_seconds: float = 15.0
     sse_client_queue: int = 1000
+    """Frames that may wait for one SSE client (past that it reads them from the store when it
+    catches up), and the most one write to it carries."""
     sse_poll_seconds: float = 1.0
     """Delivery's fallback check for live runs whose wake-up was lost (one query for all of them)."""
     max_request_bytes: int = 64 * 1024

@@ -177,15 +177,17 @@ class Notifier:
 
     # -------------------------------------------------------------- live feeds
 
-    def subscribe(self, run_id: str, store: ViewStore, position: int) -> Subscription:
+    def subscribe(self, run_id: str, store: ViewStore, position: int, limit: int | None = None) -> Subscription:
         """Follow ``run_id`` live from ``position`` (the last frame the client holds from
-        the store). Frames up to ``subscription.floor`` must be read from the store."""
+        the store). Frames up to ``subscription.floor`` must be read from the store. At
+        most ``limit`` frames (default: the hub's ``buffer_limit``) wait for the client;
+        past that it is marked lagged and reads them from the store."""
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = self.feeds[run_id] = RunFeed(self, run_id, store, position)
             if self._poller is None or self._poller.done():
                 self._poller = asyncio.get_running_loop().create_task(self._poll(), name="run-feed-fallback")
-        subscription = Subscription(feed, self.buffer_limit)
+        subscription = Subscription(feed, self.buffer_limit if limit is None else max(1, limit))
         feed.subscriptions.add(subscription)
         return subscription
 

@@ -1,14 +1,13 @@
 """The streaming responses of one run: ``GET /v1/runs/{run_id}/events`` (imprint's
 SSE frames) and the AI SDK UI message stream (the same frames as UI message parts).
 
-Three tasks per connection:
+Two tasks per connection:
 
-* **pump** reads ``frames_after(last)`` from the store (the single source of frames
-  — a new client, a resuming client and a live client run the same code), puts them
-  in a bounded per-client queue, then waits on the notifier (with a poll fallback);
-* **writer** takes frames off the queue, writes each in the stream's
-  :class:`StreamFormat`, a keep-alive comment when idle, and finishes the response
-  right after ``done``;
+* **feed** reads ``frames_after(last)`` from the store (the single source of frames
+  — a new client, a resuming client and a live client run the same code) and writes
+  them, then follows the run's shared live feed (:mod:`services.delivery.notifier`),
+  writing what each wake-up brings as one body, a keep-alive comment when idle, and
+  finishes the response right after ``done``;
 * **listener** watches for the client's disconnect.
 
 The stream itself keeps the :class:`DeliveryReport` of what it wrote (frame ids,
@@ -17,8 +16,10 @@ The stream itself keeps the :class:`DeliveryReport` of what it wrote (frame ids,
 ``delivery.completed`` / ``delivery.interrupted`` (D4). No side channel reads the
 bytes back.
 
-A client that leaves the queue full for ``slow_client_timeout`` seconds is dropped
-(its connection is closed; the process and other clients are untouched). A dropped
+A client whose socket takes no write for ``slow_client_timeout`` seconds is dropped
+(its connection is closed; the process and other clients are untouched). Frames a
+client has not yet been handed wait in its subscription, at most ``queue_size`` of
+them; past that it reads them from the store when it catches up. A dropped
 connection is an interruption, never a cancel: only ``POST …/cancel`` stops a run."""
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from services.delivery.view_store import ViewStore
 
 log = get_logger(__name__)
 
-END = object()
 RETRY_MS = 2000
+MAX_BODY_BYTES = 256 * 1024
+"""The most one write to a client carries: a backlog goes out in writes of this size."""
 
 
 class SlowClient(Exception):
@@ -176,7 +178,6 @@ class EventStream(Response):
             await asyncio.shield(self.report_to(self.report))
 
     async def _stream(self, receive: Any, send: Any) -> None:
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(1, self.config.queue_size))
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache, no-store"),
@@ -186,137 +187,118 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": self.form.opening(), "more_body": True})
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
-        pump = asyncio.create_task(self._pump(queue), name=f"sse-pump-{self.run_id}")
-        writer = asyncio.create_task(self._write(queue, send), name=f"sse-writer-{self.run_id}")
+        feed = asyncio.create_task(self._feed(send), name=f"sse-feed-{self.run_id}")
         listener = asyncio.create_task(self._listen(receive), name=f"sse-listener-{self.run_id}")
-        tasks = {pump, writer, listener}
         try:
-            while True:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                if writer in done or listener in done:
-                    break
-                if pump in done:
-                    error = pump.exception()
-                    if error is None:
-                        tasks.discard(pump)  # everything is queued; the writer finishes
-                        continue
-                    if isinstance(error, SlowClient):
-                        self.report.end_reason = "slow_client"
-                        self.metrics.slow_clients.inc()
-                        log.warning("slow client dropped", run_id=self.run_id)
-                    else:
-                        log.error("stream pump failed", run_id=self.run_id, error=repr(error))
-                    writer.cancel()
-                    # Try to end the response; a stuck client gets its connection closed.
-                    try:
-                        await asyncio.wait_for(send({"type": "http.response.body", "body": b"",
-                                                     "more_body": False}), 1.0)
-                    except Exception:
-                        pass
-                    break
+            done, _ = await asyncio.wait({feed, listener}, return_when=asyncio.FIRST_COMPLETED)
+            error = feed.exception() if feed in done and not feed.cancelled() else None
+            if error is not None:
+                if isinstance(error, SlowClient):
+                    self.report.end_reason = "slow_client"
+                    self.metrics.slow_clients.inc()
+                    log.warning("slow client dropped", run_id=self.run_id)
+                else:
+                    log.error("stream failed", run_id=self.run_id, error=repr(error))
+                # Try to end the response; a stuck client gets its connection closed.
+                try:
+                    await asyncio.wait_for(send({"type": "http.response.body", "body": b"", "more_body": False}), 1.0)
+                except Exception:
+                    pass
         finally:
-            for task in (pump, writer, listener):
+            for task in (feed, listener):
                 task.cancel()
-            await asyncio.gather(pump, writer, listener, return_exceptions=True)
+            await asyncio.gather(feed, listener, return_exceptions=True)
             self.metrics.connections.dec()
-        if writer.done() and not writer.cancelled() and writer.exception() is not None:
-            log.warning("stream writer ended with an error", run_id=self.run_id, error=repr(writer.exception()))
 
-    async def _pump(self, queue: asyncio.Queue[Any]) -> None:
-        """The backlog from the store, then the run's shared live feed (``self.notifier``):
-        one store read per run per wake-up for all its clients. A gap in the ids, an
-        overflowed subscription or frames the feed read before this client joined are read
-        from the store; ids at or below the last one sent are skipped (no duplicate)."""
+    async def _feed(self, send: Any) -> None:
+        """The backlog from the store, then the run's shared live feed (``self.notifier``:
+        one store read per wake-up for every client of every run), each written as it
+        comes. One task per client does both, so a wake-up costs each client one task
+        switch and one send. A gap in the ids, an overflowed subscription or frames the
+        feed read before this client joined are read from the store; ids at or below the
+        last one sent are skipped (no duplicate). A send that cannot go out for
+        ``slow_client_timeout`` seconds drops the client (:class:`SlowClient`)."""
         last = self.last_id
         config = self.config
 
-        async def put(frames: list[Frame]) -> bool:
+        async def send_body(frames: list[Frame], body: bytes) -> None:
             nonlocal last
+            try:
+                async with asyncio.timeout(config.slow_client_timeout):
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+            except TimeoutError as error:
+                raise SlowClient() from error
             for frame in frames:
-                if frame.id <= last:
-                    continue
-                if queue.full():
-                    try:
-                        await asyncio.wait_for(queue.put(frame), config.slow_client_timeout)
-                    except TimeoutError as error:
-                        raise SlowClient() from error
-                else:
-                    queue.put_nowait(frame)
-                last = frame.id
-                if frame.event == "done":
-                    return True
+                self.report.wrote(frame)
+            for event, count in Counter(frame.event for frame in frames).items():
+                self.metrics.frames_sent.labels(event).inc(count)
+            last = frames[-1].id
+
+        async def write(frames: list[Frame]) -> bool:
+            """Send the new ones in as few bodies as fit (one socket write each, at most
+            ``queue_size`` frames or :data:`MAX_BODY_BYTES`, so a client that stops reading
+            is caught at its next write); ``True`` once ``done`` went out."""
+            fresh: list[Frame] = []
+            for frame in frames:
+                if frame.id > last:
+                    fresh.append(frame)
+                    if frame.event == DONE:
+                        break
+            chunk: list[Frame] = []
+            parts: list[bytes] = []
+            size = 0
+            for index, frame in enumerate(fresh):
+                parts.append(self.form.frame(frame))
+                chunk.append(frame)
+                size += len(parts[-1])
+                if size >= MAX_BODY_BYTES or len(chunk) >= config.queue_size or index == len(fresh) - 1:
+                    await send_body(chunk, b"".join(parts))
+                    chunk, parts, size = [], [], 0
+            if fresh and fresh[-1].event == DONE:
+                await self._finish(send, self.form.closing(True))
+                return True
             return False
 
         async def backlog() -> bool:
             while True:
                 frames = await asyncio.to_thread(self.store.frames_after, self.run_id, last, config.page)
-                if await put(frames):
+                if await write(frames):
                     return True
                 if len(frames) < config.page:
                     return False
+
+        async def end(reason: str) -> None:
+            self.report.end_reason = reason
+            await self._finish(send, self.form.closing(False))
 
         if await backlog():
             return
         record = await asyncio.to_thread(self.store.run, self.run_id)
         if record is None or record.deleted:
-            self.report.end_reason = "gone"
-            await queue.put(END)
-            return
+            return await end("gone")
         if record.terminal and last >= record.last_frame_id:
-            self.report.end_reason = "nothing_more"
-            await queue.put(END)
-            return
-        subscription = self.notifier.subscribe(self.run_id, self.store, last)
+            return await end("nothing_more")
+        subscription = self.notifier.subscribe(self.run_id, self.store, last, limit=config.queue_size)
         try:
             if subscription.floor > last and await backlog():
                 return
             while True:
-                frames = await subscription.next()
+                try:
+                    async with asyncio.timeout(config.keepalive):
+                        frames = await subscription.next()
+                except TimeoutError:
+                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                    continue
                 if subscription.lagged or (frames and frames[0].id > last + 1):
                     subscription.lagged = False
                     if await backlog():
                         return
-                if await put(frames):
+                if await write(frames):
                     return
                 if subscription.ended is not None:
-                    self.report.end_reason = subscription.ended
-                    await queue.put(END)
-                    return
+                    return await end(subscription.ended)
         finally:
             subscription.close()
-
-    async def _write(self, queue: asyncio.Queue[Any], send: Any) -> None:
-        """Write what the pump queued. Everything already queued goes out as ONE body (one
-        send, one socket write): at a wake-up every client of a run has the same few frames
-        waiting, and a send per frame was most of the fan-out's cost. Waiting uses
-        ``asyncio.timeout``, not ``wait_for`` (no task per frame)."""
-        while True:
-            if queue.empty():
-                try:
-                    async with asyncio.timeout(self.config.keepalive):
-                        item = await queue.get()
-                except TimeoutError:
-                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
-                    continue
-            else:
-                item = queue.get_nowait()
-            items = [item]
-            while items[-1] is not END and items[-1].event != DONE and not queue.empty():
-                items.append(queue.get_nowait())
-            frames: list[Frame] = [i for i in items if i is not END]
-            body = b"".join(self.form.frame(frame) for frame in frames)
-            if body:
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-            for frame in frames:
-                self.report.wrote(frame)
-            for event, count in Counter(frame.event for frame in frames).items():
-                self.metrics.frames_sent.labels(event).inc(count)
-            if items[-1] is END:
-                await self._finish(send, self.form.closing(False))
-                return
-            if items[-1].event == DONE:
-                await self._finish(send, self.form.closing(True))
-                return
 
     async def _finish(self, send: Any, tail: bytes) -> None:
         if tail:
