@@ -69,6 +69,7 @@ class Subscription:
         dropped here, read them from the store."""
         self.ended: str | None = None
         self.error: BaseException | None = None
+        self._poked = False
         self._event = asyncio.Event()
 
     def offer(self, frames: list[Frame]) -> None:
@@ -87,11 +88,18 @@ class Subscription:
         self.error = error
         self._event.set()
 
+    def poke(self) -> None:
+        """Make the waiting :meth:`next` return, with no frames (a stream's keep-alive is due)."""
+        self._poked = True
+        self._event.set()
+
     async def next(self) -> list[Frame]:
-        """The frames handed over since the last call (waits for some, an end or a lag)."""
-        while not self.frames and not self.lagged and self.ended is None and self.error is None:
+        """The frames handed over since the last call (waits for some, an end, a lag or a poke)."""
+        while (not self.frames and not self.lagged and self.ended is None and self.error is None
+               and not self._poked):
             self._event.clear()
             await self._event.wait()
+        self._poked = False
         if self.error is not None:
             raise self.error
         out = list(self.frames)
