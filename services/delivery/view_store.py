@@ -481,15 +481,9 @@ class ViewStore:
         states. A batch that touched fifty followed runs costs one read, not fifty."""
         r = self.recorder
         ids = list(cursors)
-        found: dict[str, Any] = {}
         with r.transaction(commit=False) as c:
             frames = {run_id: self._frames_after(c, run_id, cursors[run_id], limit) for run_id in ids}
-            for start in range(0, len(ids), 500):
-                part = ids[start:start + 500]
-                marks = ", ".join("?" for _ in part)
-                c.execute(r.q(f"SELECT run_id, deleted, terminal_frame_id, last_frame_id FROM {{runs}} "
-                              f"WHERE run_id IN ({marks})"), tuple(part))
-                found.update((row["run_id"], row) for row in c.fetchall())
+            found = self._run_rows(c, ids, "run_id, deleted, terminal_frame_id, last_frame_id")
         reads: dict[str, FeedRead] = {}
         for run_id in ids:
             row = found.get(run_id)
@@ -504,18 +498,19 @@ class ViewStore:
         feeds' fallback check when no wake-up arrived)."""
         if not run_ids:
             return {}
-        r = self.recorder
-        out: dict[str, tuple[int, bool]] = {}
-        with r.transaction(commit=False) as c:
-            ids = list(run_ids)
-            for start in range(0, len(ids), 500):
-                part = ids[start:start + 500]
-                marks = ", ".join("?" for _ in part)
-                c.execute(r.q(f"SELECT run_id, last_frame_id, deleted FROM {{runs}} WHERE run_id IN ({marks})"),
-                          tuple(part))
-                for row in c.fetchall():
-                    out[row["run_id"]] = (int(row["last_frame_id"]), bool(row["deleted"]))
-        return out
+        with self.recorder.transaction(commit=False) as c:
+            rows = self._run_rows(c, list(run_ids), "run_id, last_frame_id, deleted")
+        return {run_id: (int(row["last_frame_id"]), bool(row["deleted"])) for run_id, row in rows.items()}
+
+    def _run_rows(self, c: Any, run_ids: Sequence[str], columns: str) -> dict[str, Any]:
+        """These columns of the runs rows of ``run_ids`` (those that exist), by run id."""
+        found: dict[str, Any] = {}
+        for start in range(0, len(run_ids), 500):
+            part = run_ids[start:start + 500]
+            marks = ", ".join("?" for _ in part)
+            c.execute(self.recorder.q(f"SELECT {columns} FROM {{runs}} WHERE run_id IN ({marks})"), tuple(part))
+            found.update((row["run_id"], row) for row in c.fetchall())
+        return found
 
     def run(self, run_id: str) -> RunRecord | None:
         r = self.recorder
