@@ -46,10 +46,6 @@ MAX_BODY_BYTES = 256 * 1024
 """The most one write to a client carries: a backlog goes out in writes of this size."""
 
 
-class SlowClient(Exception):
-    pass
-
-
 @dataclass
 class StreamConfig:
     keepalive: float = 15.0
@@ -251,15 +247,14 @@ class EventStream(Response):
         watch.add(self)
         try:
             done, _ = await asyncio.wait({feed, listener}, return_when=asyncio.FIRST_COMPLETED)
-            error: BaseException | None = SlowClient() if self._slow else (
-                feed.exception() if feed in done and not feed.cancelled() else None)
-            if error is not None:
-                if isinstance(error, SlowClient):
-                    self.report.end_reason = "slow_client"
-                    self.metrics.slow_clients.inc()
-                    log.warning("slow client dropped", run_id=self.run_id)
-                else:
-                    log.error("stream failed", run_id=self.run_id, error=repr(error))
+            failed = feed in done and not feed.cancelled() and feed.exception() is not None
+            if self._slow:
+                self.report.end_reason = "slow_client"
+                self.metrics.slow_clients.inc()
+                log.warning("slow client dropped", run_id=self.run_id)
+            elif failed:
+                log.error("stream failed", run_id=self.run_id, error=repr(feed.exception()))
+            if self._slow or failed:
                 # Try to end the response; a stuck client gets its connection closed.
                 try:
                     await asyncio.wait_for(send({"type": "http.response.body", "body": b"", "more_body": False}), 1.0)
@@ -279,7 +274,7 @@ class EventStream(Response):
         switch and one send. A gap in the ids, an overflowed subscription or frames the
         feed read before this client joined are read from the store; ids at or below the
         last one sent are skipped (no duplicate). A send that cannot go out for
-        ``slow_client_timeout`` seconds drops the client (:class:`SlowClient`)."""
+        ``slow_client_timeout`` seconds drops the client (see :class:`_Watch`)."""
         last = self.last_id
         config = self.config
 
