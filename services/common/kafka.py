@@ -277,12 +277,10 @@ class OffsetCommits:
         self._client = client
         for partition, offset in offsets_after(records).items():
             self._pending[partition] = max(self._pending.get(partition, 0), offset)
-        loop = asyncio.get_running_loop()
-        wait = self._last + self._interval - loop.time()
-        if self._in_flight is None and wait <= 0:
+        if self._in_flight is None and asyncio.get_running_loop().time() >= self._last + self._interval:
             self._start()
-        elif self._trailing is None:
-            self._trailing = loop.call_later(max(wait, 0.0), self._on_timer)
+        else:
+            self._schedule()
 
     async def settle(self) -> None:
         """Wait for the commit in flight, if any (before a batch is rewound)."""
@@ -310,7 +308,12 @@ class OffsetCommits:
 
     def _done(self, _: asyncio.Task[None]) -> None:
         self._in_flight = None
-        if self._pending and self._trailing is None:
+        if self._pending:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        """A commit of what is pending once the interval since the last one has passed."""
+        if self._trailing is None:
             loop = asyncio.get_running_loop()
             self._trailing = loop.call_later(max(self._last + self._interval - loop.time(), 0.0), self._on_timer)
 
