@@ -24,6 +24,7 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresProcessRecorder
 from eventsourcing.sqlite import SQLiteProcessRecorder
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
 
@@ -72,10 +73,10 @@ class PostgresPollRecorder(PostgresProcessRecorder):
             "SELECT originator_id, originator_version, topic, state FROM {schema}.{table}"
             " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
         ).format(schema=Identifier(self.datastore.schema), table=Identifier(self.events_table_name))
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
             curs.execute(statement, [list(originator_ids)], prepare=True)
-            return [StoredEvent(originator_id=row["originator_id"], originator_version=row["originator_version"],
-                                topic=row["topic"], state=bytes(row["state"])) for row in curs.fetchall()]
+            return [StoredEvent(originator_id, version, topic, bytes(state))
+                    for originator_id, version, topic, state in curs.fetchall()]
 
 
 class SQLitePollRecorder(SQLiteProcessRecorder):

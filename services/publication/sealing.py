@@ -58,9 +58,8 @@ class SealingMapper(Mapper[uuid.UUID]):
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[uuid.UUID]:
         domain_event = super().to_domain_event(stored_event)
-        state = vars(domain_event)
-        opened = self._open(state, str(stored_event.originator_id))
-        object.__setattr__(domain_event, "__dict__", opened)
+        # the state was decoded just now and nothing else holds it: its seals are opened in place
+        self._open_within(vars(domain_event), str(stored_event.originator_id), "")
         return domain_event
 
     def _seal(self, value: Any, key_name: str, scope: str) -> Any:
@@ -74,17 +73,26 @@ class SealingMapper(Mapper[uuid.UUID]):
             return [self._seal(v, key_name, scope) for v in value]
         return value
 
-    def _open(self, value: Any, scope: str, field: str = "") -> Any:
-        if isinstance(value, dict):
-            if value.keys() == {SEALED, KEY}:
-                opened = self.sealer.open(value[KEY], scope, field, value[SEALED])
-                if isinstance(opened, str):
-                    return opened
-                return REMOVED if isinstance(opened, Shredded) else UNREADABLE
-            return {k: self._open(v, scope, k) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._open(v, scope, field) for v in value]
-        return value
+    def _open_within(self, container: dict[str, Any] | list[Any], scope: str, field: str) -> None:
+        """Replace every sealed value inside ``container`` by its plaintext (or marker), in
+        place, descending only into dicts and lists. A seal's field is the key it is
+        stored under (an item of a list: the list's key)."""
+        items = container.items() if isinstance(container, dict) else enumerate(container)
+        for k, v in items:
+            if isinstance(v, dict):
+                name = k if isinstance(k, str) else field
+                if len(v) == 2 and SEALED in v and KEY in v:
+                    container[k] = self._opened(v, scope, name)  # type: ignore[index]
+                else:
+                    self._open_within(v, scope, name)
+            elif isinstance(v, list):
+                self._open_within(v, scope, k if isinstance(k, str) else field)
+
+    def _opened(self, seal: dict[str, Any], scope: str, field: str) -> str:
+        opened = self.sealer.open(seal[KEY], scope, field, seal[SEALED])
+        if isinstance(opened, str):
+            return opened
+        return REMOVED if isinstance(opened, Shredded) else UNREADABLE
 
 
 class RecentKeys:

@@ -64,11 +64,14 @@ def current_bound(app: PublicationLog, run_id: str | None = None) -> Bound:
     return Bound(version=last[0].originator_version if last else None)
 
 
+_SEALED_FIELD = f'"{SEALED}"'.encode()
+
+
 def seal_of(stored: StoredEvent, event: object) -> SealStatus | None:
     """What the mapper made of a commit's sealed body (``None``: not a sealed commit)."""
     if not isinstance(event, PublicationRun.BlockRevisionCommitted):
         return None
-    if f'"{SEALED}"'.encode() not in bytes(stored.state):
+    if _SEALED_FIELD not in stored.state:
         return None
     block = getattr(event, "block", None)
     content = block.get("content") if isinstance(block, dict) else None

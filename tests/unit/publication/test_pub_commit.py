@@ -54,6 +54,18 @@ def test_the_receipt_is_the_commit_event(run: PublicationRun) -> None:
 
 
 @pytest.mark.rule("P15")
+@settings(max_examples=300, deadline=None)
+@given(block_id=st.text(max_size=60), revision=st.integers(min_value=0, max_value=10**9))
+def test_a_receipt_id_is_the_uuid5_of_its_block_revision(block_id: str, revision: int) -> None:
+    """Receipt ids are deterministic: every reader and writer of the log derives the same one."""
+    from imprint.publication.run import RECEIPT_NAMESPACE
+
+    expected = uuid.uuid5(RECEIPT_NAMESPACE, f"{block_id}:{revision}")
+    assert receipt_id_for(block_id, revision) == str(expected)
+    assert uuid.UUID(receipt_id_for(block_id, revision)).version == 5
+
+
+@pytest.mark.rule("P15")
 @pytest.mark.rule("P19")
 def test_save_unknown_is_resolved_by_reading_back_the_candidate(app: PublicationApp) -> None:
     run = new_run(pending=True)
