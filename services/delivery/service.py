@@ -18,6 +18,7 @@ import uvicorn
 from imprint.contracts.base import Message
 from services.common.eventstore import ensure_schema, open_application
 from services.common.kafka import Outbox, make_broker
+from services.common.lifecycle import settle_heap
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.delivery import consumer
@@ -60,6 +61,7 @@ async def serve(settings: Settings) -> None:
 
     ))
     await broker.start()
+    settle_heap()
     started.set()
     try:
         await server.serve()  # owns SIGINT/SIGTERM: stops accepting, then returns

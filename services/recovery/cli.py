@@ -62,6 +62,7 @@ from imprint.recovery import (
     verify_ledger,
     view_hash,
 )
+from services.common.lifecycle import GC_THRESHOLD, settle_heap
 from services.common.settings import Settings
 from services.publication.service import PublicationLog, open_log
 from services.recovery import render
@@ -123,19 +124,13 @@ def replay(settings: Settings, run_id: str | None = None, verify: bool = False, 
     out, err = out or sys.stdout, err or sys.stderr
     app = open_log(settings)
     threshold = gc.get_threshold()
-    gc.set_threshold(*REPLAY_GC_THRESHOLD)
+    gc.set_threshold(*GC_THRESHOLD)  # a page of decoded events at a time, almost all of it acyclic
     try:
         return _replay(app, run_id, verify, out, err, output, bodies,
                        settings=settings, workers=default_workers() if workers is None else workers)
     finally:
         gc.set_threshold(*threshold)
         app.close()
-
-
-REPLAY_GC_THRESHOLD = (10_000, 10, 10)
-"""A replay allocates a page of decoded events, ledgers and views at a time, almost all of
-it acyclic and freed by reference counting; with the default young-generation threshold
-(700) the cyclic collector ran so often it cost about a fifth of the fold's CPU."""
 
 
 def default_workers() -> int:
@@ -159,9 +154,7 @@ _worker_app: PublicationLog | None = None
 def _worker_start(settings: Settings) -> None:
     global _worker_app
     _worker_app = open_log(settings)
-    gc.collect()
-    gc.freeze()  # what the worker imported and opened is never collected; only its pages are looked at
-    gc.set_threshold(*REPLAY_GC_THRESHOLD)
+    settle_heap()  # what the worker imported and opened is never collected; only its pages are looked at
 
 
 def _worker_fold(run_ids: list[str], output: Output, bodies: bool) -> list[dict[str, Any] | None]:
