@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.persistence import (
+    EventStore,
     IntegrityError,
     InterfaceError,
     OperationalError,
@@ -41,7 +42,7 @@ from imprint.publication.handling import Context, SettledCandidate, Unit, handle
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
-from services.common.recorders import tracking_many
+from services.common.recorders import binary_inserts, tracking_many
 from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, stored
 from services.publication.sealing import RecentKeys, SealingMapper
 
@@ -72,6 +73,11 @@ class PublicationLog(Application[uuid.UUID]):
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
+
+    def construct_snapshot_store(self) -> EventStore[uuid.UUID]:
+        store = super().construct_snapshot_store()
+        binary_inserts(store.recorder)  # snapshots go to the server in binary, like the events
+        return store
 
     def construct_mapper(self) -> SealingMapper:
         """Block bodies are sealed under their conversation's key before they reach the log (X8)."""

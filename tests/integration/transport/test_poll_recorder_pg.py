@@ -66,3 +66,22 @@ def test_the_statements_of_every_poll_are_rendered_once_and_say_what_the_library
             recorder.insert_events([StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e",
                                                 state=b"y")], trackings=[Tracking("topic#0", 1)])
         assert recorder.max_tracking_id("topic#0") == 1, "a redelivered position still fails its transaction"
+
+
+@pytest.mark.rule("R1")
+def test_the_publication_logs_snapshots_go_in_binary_and_come_back_byte_for_byte(isolated: Settings) -> None:
+    from services.publication.service import open_log
+
+    app = open_log(isolated)
+    try:
+        assert app.snapshots is not None
+        recorder = app.snapshots.recorder
+        assert "unnest(%b::" in recorder.insert_events_statement.as_string(None)  # type: ignore[attr-defined]
+        originator = uuid.uuid4()
+        state = bytes(range(256)) * 800  # a snapshot of a long run: ~200 KB of arbitrary bytes
+        recorder.insert_events([StoredEvent(originator_id=originator, originator_version=100, topic="t:s",
+                                            state=state)])
+        (read,) = recorder.select_events(originator, desc=True, limit=1)
+        assert read.state == state and read.originator_version == 100
+    finally:
+        app.close()
