@@ -51,9 +51,12 @@ class SealingMapper(Mapper[uuid.UUID]):
         key_name = self._keys.get(domain_event.originator_id)
         if key_name is None:
             return super().to_stored_event(domain_event)
-        scope = str(domain_event.originator_id)
+        state = vars(domain_event)
+        sealed_state = self._sealed(state, key_name, str(domain_event.originator_id))
+        if sealed_state is state:  # nothing private in it
+            return super().to_stored_event(domain_event)
         sealed = object.__new__(type(domain_event))
-        object.__setattr__(sealed, "__dict__", self._seal(dict(vars(domain_event)), key_name, scope))
+        object.__setattr__(sealed, "__dict__", sealed_state)
         return super().to_stored_event(sealed)
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[uuid.UUID]:
@@ -62,16 +65,27 @@ class SealingMapper(Mapper[uuid.UUID]):
         self._open_within(vars(domain_event), str(stored_event.originator_id), "")
         return domain_event
 
-    def _seal(self, value: Any, key_name: str, scope: str) -> Any:
-        if isinstance(value, dict):
-            return {
-                k: ({SEALED: self.sealer.seal(key_name, scope, k, v), KEY: key_name}
-                    if k in PRIVATE_FIELDS and isinstance(v, str) else self._seal(v, key_name, scope))
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [self._seal(v, key_name, scope) for v in value]
-        return value
+    def _sealed(self, container: dict[str, Any] | list[Any], key_name: str, scope: str) -> Any:
+        """``container`` with every private string in it sealed (the field is its key): a
+        new container wherever something was sealed, the same object wherever nothing was,
+        so the event itself is never changed and a state without bodies is not copied."""
+        copy: Any = None
+        items = container.items() if isinstance(container, dict) else enumerate(container)
+        for k, v in items:
+            if isinstance(v, str):
+                if not (isinstance(k, str) and k in PRIVATE_FIELDS):
+                    continue
+                new: Any = {SEALED: self.sealer.seal(key_name, scope, k, v), KEY: key_name}
+            elif isinstance(v, dict | list):
+                new = self._sealed(v, key_name, scope)
+                if new is v:
+                    continue
+            else:
+                continue
+            if copy is None:
+                copy = dict(container) if isinstance(container, dict) else list(container)
+            copy[k] = new
+        return container if copy is None else copy
 
     def _open_within(self, container: dict[str, Any] | list[Any], scope: str, field: str) -> None:
         """Replace every sealed value inside ``container`` by its plaintext (or marker), in
