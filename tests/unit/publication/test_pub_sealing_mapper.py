@@ -42,17 +42,22 @@ def written(originator_id: uuid.UUID) -> Draft.Written:
     )
 
 
+def sealed_written() -> tuple[InMemoryKeyring, SealingMapper, Draft.Written, StoredEvent]:
+    """A keyring, its mapper, an event of an aggregate bound to ``conv-1`` and the event as stored."""
+    keys = InMemoryKeyring()
+    m = mapper(keys)
+    event = written(uuid.uuid4())
+    m.bind(event.originator_id, "conv-1")
+    return keys, m, event, m.to_stored_event(event)
+
+
 def state_of(event: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(event).items() if k != "timestamp"}
 
 
 @pytest.mark.rule("X8")
 def test_every_markdown_is_stored_sealed_and_reads_back_as_it_was() -> None:
-    keys = InMemoryKeyring()
-    m = mapper(keys)
-    event = written(uuid.uuid4())
-    m.bind(event.originator_id, "conv-1")
-    stored = m.to_stored_event(event)
+    keys, m, event, stored = sealed_written()
     for text in (b"first body", b"in a list", b"deep", b"top level"):
         assert text not in stored.state
     assert stored.state.count(SEALED.encode()) == 4
@@ -62,11 +67,7 @@ def test_every_markdown_is_stored_sealed_and_reads_back_as_it_was() -> None:
 
 @pytest.mark.rule("X8")
 def test_a_destroyed_key_reads_as_removed_and_everything_else_stays_readable() -> None:
-    keys = InMemoryKeyring()
-    m = mapper(keys)
-    event = written(uuid.uuid4())
-    m.bind(event.originator_id, "conv-1")
-    stored = m.to_stored_event(event)
+    keys, m, event, stored = sealed_written()
     keys.destroy("conv-1")
     read = vars(mapper(keys).to_domain_event(stored))
     assert read["block"]["content"]["markdown"] == REMOVED
@@ -77,11 +78,7 @@ def test_a_destroyed_key_reads_as_removed_and_everything_else_stays_readable() -
 
 @pytest.mark.rule("X8")
 def test_a_damaged_seal_or_one_moved_to_another_field_or_record_reads_as_unreadable() -> None:
-    keys = InMemoryKeyring()
-    m = mapper(keys)
-    event = written(uuid.uuid4())
-    m.bind(event.originator_id, "conv-1")
-    stored = m.to_stored_event(event)
+    keys, m, event, stored = sealed_written()
     state = json.loads(stored.state)
     seal = state["block"]["content"]["markdown"]
     assert set(seal) == {SEALED, KEY}
