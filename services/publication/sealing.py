@@ -38,10 +38,14 @@ def key_name_for(run_id: str, conversation_id: str | None) -> str:
 
 
 class SealingMapper(Mapper[uuid.UUID]):
-    def __init__(self, transcoder: Transcoder, sealer: FieldSealer) -> None:
+    def __init__(self, transcoder: Transcoder, sealer: FieldSealer,
+                 seal_paths: dict[str, tuple[SealPath, ...]] | None = None) -> None:
         super().__init__(transcoder)
         self.sealer = sealer
         self._keys: dict[uuid.UUID, str] = {}
+        self.seal_paths = seal_paths if seal_paths is not None else {}
+        """Per event topic, where its seals sat the last time one was read (see
+        :meth:`to_domain_event`); shared by the per-batch openers of one reader."""
 
     def bind(self, originator_id: uuid.UUID, key_name: str) -> None:
         """Seal the private fields of this aggregate's events under ``key_name`` from now on."""
@@ -60,9 +64,29 @@ class SealingMapper(Mapper[uuid.UUID]):
         return super().to_stored_event(sealed)
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[uuid.UUID]:
+        """The event with its seals opened in place (the state was decoded just now and
+        nothing else holds it).
+
+        Finding the seals does not walk the whole state when the stored bytes are plain
+        JSON: they say how many seals there are (``"__sealed__"`` is a key only a seal
+        has), none means nothing to open, and the places where this topic's seals sat
+        last time are tried first. Only when those do not account for every seal is the
+        state walked (and the places found are remembered for the topic)."""
         domain_event = super().to_domain_event(stored_event)
-        # the state was decoded just now and nothing else holds it: its seals are opened in place
-        self._open_within(vars(domain_event), str(stored_event.originator_id), "")
+        state, scope = vars(domain_event), str(stored_event.originator_id)
+        if self.compressor is not None or self.cipher is not None:
+            self._open_within(state, scope, "", [], None)
+            return domain_event
+        seals = stored_event.state.count(SEAL_MARK)
+        if not seals:
+            return domain_event
+        known = self.seal_paths.get(stored_event.topic, ())
+        opened = [path for path in known if self._open_at(state, scope, path)]
+        if len(opened) < seals:
+            found: list[SealPath] = []
+            self._open_within(state, scope, "", [], found)
+            opened.extend(found)
+            self.seal_paths[stored_event.topic] = tuple(opened[:MAX_SEAL_PATHS])
         return domain_event
 
     def _sealed(self, container: dict[str, Any] | list[Any], key_name: str, scope: str) -> Any:
@@ -87,26 +111,62 @@ class SealingMapper(Mapper[uuid.UUID]):
             copy[k] = new
         return container if copy is None else copy
 
-    def _open_within(self, container: dict[str, Any] | list[Any], scope: str, field: str) -> None:
-        """Replace every sealed value inside ``container`` by its plaintext (or marker), in
-        place, descending only into dicts and lists. A seal's field is the key it is
-        stored under (an item of a list: the list's key)."""
+    def _open_within(self, container: dict[str, Any] | list[Any], scope: str, field: str,
+                     path: list[str | int], found: list[SealPath] | None) -> None:
+        """Replace every sealed value inside ``container`` (at ``path``) by its plaintext
+        (or marker), in place, descending only into dicts and lists, and add each seal's
+        path to ``found``. A seal's field is the key it is stored under (an item of a
+        list: the list's key)."""
         items = container.items() if isinstance(container, dict) else enumerate(container)
         for k, v in items:
             if isinstance(v, dict):
                 name = k if isinstance(k, str) else field
-                if len(v) == 2 and SEALED in v and KEY in v:
+                if _is_seal(v):
                     container[k] = self._opened(v, scope, name)  # type: ignore[index]
+                    if found is not None:
+                        found.append((*path, k))
                 else:
-                    self._open_within(v, scope, name)
+                    self._open_within(v, scope, name, [*path, k], found)
             elif isinstance(v, list):
-                self._open_within(v, scope, k if isinstance(k, str) else field)
+                self._open_within(v, scope, k if isinstance(k, str) else field, [*path, k], found)
+
+    def _open_at(self, state: dict[str, Any], scope: str, path: SealPath) -> bool:
+        """Open the seal at ``path`` if there is one; its field is the last key on the way."""
+        container: Any = state
+        for step in path[:-1]:
+            try:
+                container = container[step]
+            except (KeyError, IndexError, TypeError):
+                return False
+            if not isinstance(container, dict | list):
+                return False
+        last = path[-1]
+        try:
+            value = container[last]
+        except (KeyError, IndexError, TypeError):
+            return False
+        if not (isinstance(value, dict) and _is_seal(value)):
+            return False
+        field = next((step for step in reversed(path) if isinstance(step, str)), "")
+        container[last] = self._opened(value, scope, field)
+        return True
 
     def _opened(self, seal: dict[str, Any], scope: str, field: str) -> str:
         opened = self.sealer.open(seal[KEY], scope, field, seal[SEALED])
         if isinstance(opened, str):
             return opened
         return REMOVED if isinstance(opened, Shredded) else UNREADABLE
+
+
+SealPath = tuple[str | int, ...]
+"""Where a seal sits in an event's state: dict keys and list indexes from the top."""
+MAX_SEAL_PATHS = 16
+SEAL_MARK = f'"{SEALED}"'.encode()
+"""The bytes of a seal's key in a stored state: a key only a seal has."""
+
+
+def _is_seal(value: dict[str, Any]) -> bool:
+    return len(value) == 2 and SEALED in value and KEY in value
 
 
 class RecentKeys:
@@ -193,7 +253,6 @@ class _BatchKeys:
         return self._keyring.is_destroyed(conversation_id)
 
 
-_SEALED_MARK = SEALED.encode()
 _KEY_NAME = re.compile(rb'"__key__"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -228,10 +287,11 @@ class BatchOpener:
     def __call__(self, stored: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
         if not self._scannable:
             return [self._mapper.to_domain_event(s) for s in stored]
-        sealed = [_SEALED_MARK in s.state for s in stored]
+        sealed = [SEAL_MARK in s.state for s in stored]
         names = {json.loads(b'"' + name + b'"') for s, is_sealed in zip(stored, sealed, strict=True) if is_sealed
                  for name in _KEY_NAME.findall(s.state)}
         opener = SealingMapper(self._mapper.transcoder, FieldSealer(_BatchKeys(self._keyring, names),
-                                                                    purpose=self._mapper.sealer.purpose))
+                                                                    purpose=self._mapper.sealer.purpose),
+                               self._mapper.seal_paths)
         return [opener.to_domain_event(s) if is_sealed else self._plain.to_domain_event(s)
                 for s, is_sealed in zip(stored, sealed, strict=True)]

@@ -39,7 +39,7 @@ from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.publication.service import REMOVED, SEALED, UNREADABLE, BatchOpener, PublicationLog
+from services.publication.service import REMOVED, SEAL_MARK, UNREADABLE, BatchOpener, PublicationLog
 
 log = get_logger(__name__)
 PAGE = 500
@@ -64,14 +64,11 @@ def current_bound(app: PublicationLog, run_id: str | None = None) -> Bound:
     return Bound(version=last[0].originator_version if last else None)
 
 
-_SEALED_FIELD = f'"{SEALED}"'.encode()
-
-
 def seal_of(stored: StoredEvent, event: object) -> SealStatus | None:
     """What the mapper made of a commit's sealed body (``None``: not a sealed commit)."""
     if not isinstance(event, PublicationRun.BlockRevisionCommitted):
         return None
-    if _SEALED_FIELD not in stored.state:
+    if SEAL_MARK not in stored.state:
         return None
     block = getattr(event, "block", None)
     content = block.get("content") if isinstance(block, dict) else None

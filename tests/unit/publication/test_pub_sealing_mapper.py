@@ -92,3 +92,34 @@ def test_a_damaged_seal_or_one_moved_to_another_field_or_record_reads_as_unreada
     assert read["block"]["parts"][0]["markdown"] == "in a list"
     elsewhere = StoredEvent(uuid.uuid4(), stored.originator_version, stored.topic, stored.state)
     assert vars(m.to_domain_event(elsewhere))["markdown"] == UNREADABLE, "a seal is bound to its record"
+
+
+@pytest.mark.rule("X8")
+def test_remembered_seal_places_never_change_what_a_read_opens() -> None:
+    """The mapper remembers where a topic's seals sat and tries those places first; a
+    record of the same topic whose seals sit elsewhere, fewer or more of them, damaged
+    or moved, still reads exactly as a fresh mapper reads it."""
+    keys, m, event, stored = sealed_written()
+    assert state_of(m.to_domain_event(stored)) == state_of(event)
+    assert len(m.seal_paths[stored.topic]) == 4, "the four places were found by the walk and remembered"
+
+    other = Draft.Written(
+        originator_id=event.originator_id, originator_version=3, timestamp=Draft.Event.create_timestamp(),
+        block={"content": {"markdown": "moved"}, "parts": [], "extra": [{"markdown": "new place"}]},
+        notes=[], markdown="top again",
+    )
+    other_stored = m.to_stored_event(other)
+    state = json.loads(stored.state)
+    seal = state["block"]["content"]["markdown"]
+    state["block"]["parts"][1]["title"] = seal  # one more seal, under another field
+    state["notes"][0][0]["markdown"] = {**seal, SEALED: seal[SEALED][:-6] + "AAAAAA"}
+    tampered = StoredEvent(stored.originator_id, stored.originator_version, stored.topic, json.dumps(state).encode())
+    plain = StoredEvent(stored.originator_id, 4, stored.topic, json.dumps({
+        **{k: v for k, v in json.loads(stored.state).items() if k not in ("block", "notes", "markdown")},
+        "block": {"content": {"markdown": "never sealed"}}, "notes": [], "markdown": "plain"}).encode())
+    for record in (other_stored, tampered, plain, stored, tampered):
+        assert vars(m.to_domain_event(record)) == vars(mapper(keys).to_domain_event(record))
+    assert vars(m.to_domain_event(other_stored))["block"]["extra"] == [{"markdown": "new place"}]
+    read = vars(m.to_domain_event(tampered))
+    assert read["block"]["parts"][1]["title"] == UNREADABLE and read["notes"][0][0]["markdown"] == UNREADABLE
+    assert read["block"]["content"]["markdown"] == "first body"
