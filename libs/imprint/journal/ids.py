@@ -5,22 +5,28 @@ from __future__ import annotations
 from typing import Final
 from uuid import UUID, uuid5
 
+from imprint.ids import remembered
+
 JOURNAL_NAMESPACE: Final = UUID("6f1d3c1e-2b7a-5e43-9a55-7d0c8e1f4a21")
 
 
+@remembered
 def execution_id(run_id: str) -> UUID:
     """``AnswerExecution`` id: uuid5 of the run id."""
     return uuid5(JOURNAL_NAMESPACE, f"run:{run_id}")
 
 
+@remembered
 def conversation_id(conversation: str) -> UUID:
     return uuid5(JOURNAL_NAMESPACE, f"conversation:{conversation}")
 
 
+@remembered
 def qcs_id(qcs: str) -> UUID:
     return uuid5(JOURNAL_NAMESPACE, f"qcs:{qcs}")
 
 
+@remembered
 def source_id(source: str) -> UUID:
     return uuid5(JOURNAL_NAMESPACE, f"source:{source}")
 

@@ -10,11 +10,14 @@ import uuid
 
 from eventsourcing.domain import Aggregate
 
+from imprint.ids import remembered
+
 CONVERSATION_NAMESPACE = uuid.UUID("0b7c2f1e-8a44-5c1d-9e2a-6f3b4d5c6e7f")
 
 
 class ConversationRuns(Aggregate):
     @staticmethod
+    @remembered
     def create_id(conversation_id: str) -> uuid.UUID:
         return uuid.uuid5(CONVERSATION_NAMESPACE, conversation_id)
 

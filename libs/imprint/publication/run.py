@@ -27,6 +27,8 @@ from typing import Any, Iterable, Literal
 
 from eventsourcing.domain import Aggregate
 
+from imprint.ids import remembered
+
 from imprint.contracts.publication import Receipt, WithdrawalCause
 from imprint.publication import settlement as decisions
 from imprint.publication.candidate import Candidate, IntakeRefusal
@@ -100,6 +102,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     """One run's publication state; commands below, events nested."""
 
     @staticmethod
+    @remembered
     def create_id(run_id: str) -> uuid.UUID:
         return uuid.uuid5(RUN_NAMESPACE, run_id)
 

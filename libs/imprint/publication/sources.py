@@ -17,6 +17,8 @@ from typing import Any, Iterable, Literal, Mapping
 
 from eventsourcing.domain import Aggregate
 
+from imprint.ids import remembered
+
 Scope = Literal["public", "private"]
 
 SOURCE_NAMESPACE = uuid.UUID("1f3e2d4c-5b6a-5978-8e9d-0a1b2c3d4e5f")
@@ -100,6 +102,7 @@ class SourceRecord(Aggregate):
     """One source id's registry history, plus the runs that rely on it."""
 
     @staticmethod
+    @remembered
     def create_id(source_id: str) -> uuid.UUID:
         return uuid.uuid5(SOURCE_NAMESPACE, source_id)
 
@@ -210,6 +213,7 @@ class SourceDependents(Aggregate):
     a lane's own noted standing then stands in for a stale copy of the source."""
 
     @staticmethod
+    @remembered
     def create_id(source_id: str, lane: str) -> uuid.UUID:
         return uuid.uuid5(SOURCE_NAMESPACE, f"{source_id}#lane:{lane}")
 

@@ -209,3 +209,27 @@ def test_every_event_type_survives_the_json_transcoder(app: PublicationApp) -> N
     }
     assert [m.model_dump() for m in announce_all(stored[-len(pending):])] == [m.model_dump() for m in announce_all(pending)]
     assert isinstance(run.settle(candidate(markdown=""), registry())[0], Rejected)
+
+
+@pytest.mark.rule("R1")
+def test_aggregate_ids_are_the_uuid5_of_their_names_however_often_they_are_asked() -> None:
+    """The log is read back by id: a remembered id is the id itself, for more names than
+    are remembered, and an aggregate made by its constructor gets the same one."""
+    from imprint.ids import REMEMBERED_IDS
+    from imprint.journal import ids as journal_ids
+    from imprint.publication.conversations import CONVERSATION_NAMESPACE, ConversationRuns
+    from imprint.publication.run import RUN_NAMESPACE
+    from imprint.publication.sources import SOURCE_NAMESPACE, SourceDependents, SourceRecord
+
+    names = [f"name-{i}" for i in range(REMEMBERED_IDS + 10)]
+    for _ in range(2):
+        for name in names[:: REMEMBERED_IDS // 50] + names[-3:]:
+            assert PublicationRun.id_for(name) == uuid.uuid5(RUN_NAMESPACE, name)
+            assert SourceRecord.id_for(name) == uuid.uuid5(SOURCE_NAMESPACE, name)
+            assert SourceDependents.id_for(name, "3") == uuid.uuid5(SOURCE_NAMESPACE, f"{name}#lane:3")
+            assert ConversationRuns.id_for(name) == uuid.uuid5(CONVERSATION_NAMESPACE, name)
+            assert journal_ids.execution_id(name) == uuid.uuid5(journal_ids.JOURNAL_NAMESPACE, f"run:{name}")
+    for name in names:
+        PublicationRun.id_for(name)
+    assert PublicationRun("run-made").id == uuid.uuid5(RUN_NAMESPACE, "run-made")
+    assert SourceDependents("src-made", lane="7").id == uuid.uuid5(SOURCE_NAMESPACE, "src-made#lane:7")
