@@ -88,6 +88,17 @@ class PostgresPollRecorder(PostgresProcessRecorder):
                     for originator_id, version, topic, state in curs.fetchall()]
 
 
+    def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
+        """Which of these aggregates have stored events, in one query."""
+        statement = SQL(
+            "SELECT ids.originator_id FROM unnest(%s::uuid[]) AS ids(originator_id) WHERE EXISTS"
+            " (SELECT 1 FROM {schema}.{table} e WHERE e.originator_id = ids.originator_id)"
+        ).format(schema=Identifier(self.datastore.schema), table=Identifier(self.events_table_name))
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute(statement, [list(originator_ids)], prepare=True)
+            return {originator_id for (originator_id,) in curs.fetchall()}
+
+
 class SQLitePollRecorder(SQLiteProcessRecorder):
     records_many_trackings = True
 
@@ -110,6 +121,19 @@ class SQLitePollRecorder(SQLiteProcessRecorder):
                 found.extend(StoredEvent(originator_id=self.convert_originator_id(row["originator_id"]),
                                          originator_version=row["originator_version"], topic=row["topic"],
                                          state=row["state"]) for row in c.fetchall())
+        return found
+
+
+    def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
+        """Which of these aggregates have stored events."""
+        found: set[UUID] = set()
+        ids = [i.hex if isinstance(i, UUID) else i for i in originator_ids]
+        with self.datastore.transaction(commit=False) as c:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                c.execute(f"SELECT DISTINCT originator_id FROM {self.events_table_name} WHERE originator_id IN "
+                          f"({', '.join('?' * len(chunk))})", chunk)
+                found.update(self.convert_originator_id(row["originator_id"]) for row in c.fetchall())
         return found
 
 

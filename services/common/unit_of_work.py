@@ -96,6 +96,32 @@ class StoredWorkspace(MemoryWorkspace):
         self._missing.discard(aggregate.id)
         super().add(aggregate)
 
+    def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
+        """Find out in one query which of these aggregates are stored (those neither held
+        here nor in the repository's cache); ``get`` then answers ``None`` for the others
+        without a read each (a new run cost two reads of its events and two of its
+        snapshots, one pair per aggregate). Another instance creating one meanwhile is
+        the usual lost race: the save conflicts and the unit is redone. A recorder without
+        ``stored_ids`` leaves every lookup to ``get``."""
+        stored_ids = getattr(self.app.recorder, "stored_ids", None)
+        if stored_ids is None:
+            return
+        cache = self.app.repository.cache
+        wanted = []
+        for aggregate_id in dict.fromkeys(aggregate_ids):
+            if aggregate_id in self.store or aggregate_id in self._missing:
+                continue
+            if cache is not None:
+                try:
+                    cache.get(aggregate_id)
+                    continue
+                except KeyError:
+                    pass
+            wanted.append(aggregate_id)
+        if wanted:
+            found = stored_ids(wanted)
+            self._missing.update(aggregate_id for aggregate_id in wanted if aggregate_id not in found)
+
     def record(self, tracking: Tracking | Sequence[Tracking] | None = None) -> ProcessingEvent[UUID]:
         """Record every pending event (and the tracking records) in one transaction, then
         take the snapshots that are due. Without tracking: a flush inside the unit (P13).

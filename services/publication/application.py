@@ -38,7 +38,7 @@ from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy, PublicationRun, SourceRecord
 from imprint.publication.sources import SourceDependents
-from imprint.publication.handling import Context, SettledCandidate, Unit, handle
+from imprint.publication.handling import Context, SettledCandidate, Unit, aggregates_read, handle
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
@@ -117,6 +117,7 @@ class PublicationLog(Application[uuid.UUID]):
     def _process_poll(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         def work(ws: StoredWorkspace, fresh: list[Inbound]) -> Unit:
             unit = Unit()
+            ws.look_up(aggregate_id for item in fresh for aggregate_id in aggregates_read(item.message))
             for item in fresh:
                 effects = handle(ws, item.message, Context(self.policy, item.size, str(item.partition)))
                 if effects.durable_first:

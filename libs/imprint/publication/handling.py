@@ -27,6 +27,7 @@ previews, then commits the rest with the Kafka position (P14, P15)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -194,6 +195,17 @@ def standing_in(ws: Workspace, run: PublicationRun, lane: str) -> SourceStanding
     """What ``run`` may know of the registry: the sources' records, and the revocations
     noted on its lane and on itself."""
     return SourceStanding(_RegistryView(ws, run, lane))
+
+
+def aggregates_read(message: Any) -> tuple[uuid.UUID, ...]:
+    """The aggregates :func:`handle` reads first for ``message``: its run, and an
+    admission's conversation. A store may look them up together before the handlers run
+    (a new run's aggregates are then known to be missing without a read each)."""
+    run_id = getattr(message, "run_id", None)
+    ids = [PublicationRun.id_for(run_id)] if isinstance(run_id, str) else []
+    if isinstance(message, RunAdmitted):
+        ids.append(ConversationRuns.id_for(message.conversation_id))
+    return tuple(ids)
 
 
 # ----------------------------------------------------------------------------- handlers
