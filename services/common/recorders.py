@@ -78,25 +78,24 @@ class PostgresPollRecorder(PostgresProcessRecorder):
     def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
         """Every stored event of these aggregates, in one query: each one's events
         together, in version order (the primary key's order)."""
-        statement = SQL(
-            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table}"
-            " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
-        ).format(schema=Identifier(self.datastore.schema), table=Identifier(self.events_table_name))
-        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            curs.execute(statement, [list(originator_ids)], prepare=True)
-            return [StoredEvent(originator_id, version, topic, bytes(state))
-                    for originator_id, version, topic, state in curs.fetchall()]
-
+        rows = self._over_ids("SELECT originator_id, originator_version, topic, state FROM {table}"
+                              " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version",
+                              originator_ids)
+        return [StoredEvent(originator_id, version, topic, bytes(state)) for originator_id, version, topic, state in rows]
 
     def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
         """Which of these aggregates have stored events, in one query."""
-        statement = SQL(
-            "SELECT ids.originator_id FROM unnest(%s::uuid[]) AS ids(originator_id) WHERE EXISTS"
-            " (SELECT 1 FROM {schema}.{table} e WHERE e.originator_id = ids.originator_id)"
-        ).format(schema=Identifier(self.datastore.schema), table=Identifier(self.events_table_name))
+        rows = self._over_ids("SELECT ids.originator_id FROM unnest(%s::uuid[]) AS ids(originator_id) WHERE EXISTS"
+                              " (SELECT 1 FROM {table} e WHERE e.originator_id = ids.originator_id)", originator_ids)
+        return {originator_id for (originator_id,) in rows}
+
+    def _over_ids(self, statement: str, originator_ids: Sequence[UUID]) -> list[tuple[Any, ...]]:
+        """The rows (tuples) of ``statement`` over the events table (``{table}``) with the
+        ids as one array parameter."""
+        query = SQL(statement).format(table=Identifier(self.datastore.schema, self.events_table_name))  # type: ignore[arg-type]
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            curs.execute(statement, [list(originator_ids)], prepare=True)
-            return {originator_id for (originator_id,) in curs.fetchall()}
+            curs.execute(query, [list(originator_ids)], prepare=True)
+            return curs.fetchall()
 
 
 class SQLitePollRecorder(SQLiteProcessRecorder):
@@ -111,30 +110,29 @@ class SQLitePollRecorder(SQLiteProcessRecorder):
 
     def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
         """Every stored event of these aggregates: each one's events together, in version order."""
-        found: list[StoredEvent] = []
-        ids = [i.hex if isinstance(i, UUID) else i for i in originator_ids]
-        with self.datastore.transaction(commit=False) as c:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
-                c.execute(f"SELECT * FROM {self.events_table_name} WHERE originator_id IN "
-                          f"({', '.join('?' * len(chunk))}) ORDER BY originator_id, originator_version", chunk)
-                found.extend(StoredEvent(originator_id=self.convert_originator_id(row["originator_id"]),
-                                         originator_version=row["originator_version"], topic=row["topic"],
-                                         state=row["state"]) for row in c.fetchall())
-        return found
-
+        rows = self._over_ids("SELECT * FROM {table} WHERE originator_id IN ({ids}) "
+                              "ORDER BY originator_id, originator_version", originator_ids)
+        return [StoredEvent(originator_id=self.convert_originator_id(row["originator_id"]),
+                            originator_version=row["originator_version"], topic=row["topic"], state=row["state"])
+                for row in rows]
 
     def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
         """Which of these aggregates have stored events."""
-        found: set[UUID] = set()
+        rows = self._over_ids("SELECT DISTINCT originator_id FROM {table} WHERE originator_id IN ({ids})",
+                              originator_ids)
+        return {self.convert_originator_id(row["originator_id"]) for row in rows}
+
+    def _over_ids(self, statement: str, originator_ids: Sequence[UUID]) -> list[Any]:
+        """The rows of ``statement`` over the events table (``{table}``), 500 ids at a time
+        (``{ids}``: their placeholders), in one read transaction."""
+        rows: list[Any] = []
         ids = [i.hex if isinstance(i, UUID) else i for i in originator_ids]
         with self.datastore.transaction(commit=False) as c:
             for start in range(0, len(ids), 500):
                 chunk = ids[start:start + 500]
-                c.execute(f"SELECT DISTINCT originator_id FROM {self.events_table_name} WHERE originator_id IN "
-                          f"({', '.join('?' * len(chunk))})", chunk)
-                found.update(self.convert_originator_id(row["originator_id"]) for row in c.fetchall())
-        return found
+                c.execute(statement.format(table=self.events_table_name, ids=", ".join("?" * len(chunk))), chunk)
+                rows.extend(c.fetchall())
+        return rows
 
 
 _RECORDERS = {
