@@ -13,6 +13,12 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   The next batch is read while the current one is being produced, and a batch's record
   is written while the next one is produced (in order: a record waits for the one
   before it), so a batch costs the broker's round trip, not that plus a commit.
+* **Only what it announces.** A relay given the stored topics of the events its
+  announcer maps (``topics``) reads only those, up to the log's head at the time of the
+  read: the Journal's log is mostly effects and grants that announce nothing, and each
+  of them was read, decoded and followed by a tracking commit. A batch that announces
+  nothing is recorded only every :data:`UNRECORDED_SPAN` positions, so a restart reads
+  again at most that many positions, none of which is sent.
 * A crash between the broker's acknowledgement and the tracking record re-sends the
   last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
   ``event_id``. Nothing committed is skipped.
@@ -87,6 +93,11 @@ class RelayProducer:
             await asyncio.gather(*futures)
 
 
+UNRECORDED_SPAN = 10_000
+"""How far a relay's position may run ahead of its record over batches that announced
+nothing (re-read after a restart, and nothing of them sent again)."""
+
+
 class Publisher(Protocol):
     async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None: ...
 
@@ -108,6 +119,7 @@ class Relay:
         idle_seconds: float = 0.05,
         wakeups: LogWakeups | None = None,
         election: Election | None = None,
+        topics: Sequence[str] = (),
     ) -> None:
         assert isinstance(app.recorder, ProcessRecorder), "the relay records its position beside the log"
         self._app = app
@@ -125,6 +137,8 @@ class Relay:
         self._wakeups = wakeups
         self._wake = asyncio.Event()
         self._election: Election = election or NoElection()
+        self._topics = list(topics)
+        """The stored topics of the events ``announce`` maps (empty: read every event)."""
         self.active = False
 
     def recorded_position(self) -> int:
@@ -134,10 +148,23 @@ class Relay:
         """One batch, mapped to its announcements. Runs in a worker thread."""
         if not self._election.still_leading():
             raise LostLeadership(self.name)
-        notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
+        if not self._topics:
+            notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
+            head = None
+        else:
+            head = self._recorder.max_notification_id() or 0
+            if head <= after:
+                return []
+            notifications = self._recorder.select_notifications(
+                start=after + 1, limit=self._batch_size, stop=head, topics=self._topics)
+            if len(notifications) == self._batch_size:
+                head = None  # more of them than one batch: the next read goes on from the last one
         events = self._decode(notifications)
         announce = self._announce
-        return [(n.id, announce(event)) for n, event in zip(notifications, events, strict=True)]
+        batch: Batch = [(n.id, announce(event)) for n, event in zip(notifications, events, strict=True)]
+        if head is not None and (not batch or batch[-1][0] < head):
+            batch.append((head, ()))  # read through the head: the positions after the last one announce nothing
+        return batch
 
     def _record(self, position: int) -> None:
         try:
@@ -164,7 +191,7 @@ class Relay:
 
     async def _lead(self) -> None:
         """Relay while elected: read ahead one batch while the current one is produced."""
-        self.position = await asyncio.to_thread(self.recorded_position)
+        self.position = recorded = await asyncio.to_thread(self.recorded_position)
         log.info("relay active", relay=self.name, position=self.position, notified=self._wakeups is not None)
         idle = 1.0 if self._wakeups is not None else self._idle_seconds  # NOTIFY wakes it; the timeout is a safety net
         self._wake.clear()
@@ -190,9 +217,11 @@ class Relay:
                 self._wake.clear()
                 pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
                 last = await self._send(batch)
-                if recording is not None:
-                    await recording
-                recording = asyncio.ensure_future(asyncio.to_thread(self._record, last))
+                if any(items for _, items in batch) or last - recorded >= UNRECORDED_SPAN:
+                    if recording is not None:
+                        await recording
+                    recording = asyncio.ensure_future(asyncio.to_thread(self._record, last))
+                    recorded = last
                 self.position = last
         finally:
             if not pending.done():
@@ -238,11 +267,12 @@ class Relay:
 
 
 def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
-              decode: Decode | None = None) -> Relay:
+              decode: Decode | None = None, topics: Sequence[str] = ()) -> Relay:
     """The relay of one log in this deployment, with its own producer: NOTIFY wake-ups
     and an advisory-lock election on PostgreSQL; polling and a file lock on SQLite."""
     from services.common.election import election_for
     from services.common.wakeups import wakeups_for
 
     producer = RelayProducer(settings, f"imprint-relay-{app.name.lower()}")
-    return Relay(app, announce, producer, name=name, decode=decode, wakeups=wakeups_for(settings, app), election=election_for(settings, name))
+    return Relay(app, announce, producer, name=name, decode=decode, wakeups=wakeups_for(settings, app),
+                 election=election_for(settings, name), topics=topics)

@@ -26,7 +26,10 @@ evidence, snapshot or knowledge_version (X6).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from eventsourcing.utils import get_topic
 
 from imprint.contracts.runs import ConversationDeleted, EvidenceSummaryItem, RunClosed, RunProgress, RunsMessage, RunTransitioned
 from imprint.journal import ids
@@ -53,81 +56,103 @@ def _open(sealer: FieldSealer, conversation_id: str, run_id: str, field: str, se
 
 def announce(domain_event: Any, keyring: Keyring | FieldSealer) -> RunsMessage | None:
     """Map one committed journal event to its ``imprint.runs.v1`` message (or ``None``)."""
-    sealer = _sealer(keyring)
+    make = _ANNOUNCERS.get(type(domain_event))
+    if make is None:
+        return None
     originator: Any = domain_event.originator_id
     common = dict(event_id=ids.announcement_id(originator, domain_event.originator_version), occurred_at=domain_event.timestamp)
+    return make(domain_event, _sealer(keyring), common)
 
-    if isinstance(domain_event, AnswerExecution.Admitted):
-        request = AnswerExecutionRequest.from_dict(domain_event.request)
-        return RunTransitioned(
-            **common,
-            run_id=request.run_id,
-            account_id=request.account_id,
-            conversation_id=request.conversation_id,
-            state="admitted",
-            previous=None,
-            sequence=1,
-        )
-    if isinstance(domain_event, AnswerExecution.Transitioned):
-        run_id = _run_id(domain_event)
-        return RunTransitioned(
-            **common,
-            run_id=run_id,
-            account_id=domain_event.account_id,
-            conversation_id=domain_event.conversation_id,
-            state=domain_event.state,  # type: ignore[arg-type]
-            previous=domain_event.previous,  # type: ignore[arg-type]
-            sequence=domain_event.sequence,
-            reason=_open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason),
-        )
-    if isinstance(domain_event, AnswerExecution.StageReported):
-        run_id = _run_id(domain_event)
-        return RunProgress(
-            **common,
-            run_id=run_id,
-            account_id=domain_event.account_id,
-            stage=domain_event.stage,
-            detail=_open(sealer, domain_event.conversation_id, run_id, F_STAGE_DETAIL, domain_event.detail) or "",
-        )
-    if isinstance(domain_event, AnswerExecution.Closed):
-        run_id = _run_id(domain_event)
-        closed: dict[str, Any] = dict(
-            **common,
-            run_id=run_id,
-            account_id=domain_event.account_id,
-            conversation_id=domain_event.conversation_id,
-            message_id=domain_event.message_id,
-            state=domain_event.state,
-        )
-        if domain_event.record is None:
-            return RunClosed(**closed)
-        record = CompletionRecord.from_dict(domain_event.record)
-        if record.outcome == "generation_unavailable":
-            return RunClosed(**closed, outcome=record.outcome)  # X6
-        redacted = set(domain_event.redacted)
-        return RunClosed(
-            **closed,
-            outcome=record.outcome,  # type: ignore[arg-type]
-            answer_text=_open(sealer, domain_event.conversation_id, run_id, F_ANSWER, record.answer_text),
-            evidence=[
-                EvidenceSummaryItem(
-                    source_id=i.source_id,
-                    title=_open(sealer, domain_event.conversation_id, run_id, title_field(n), i.title) or "",
-                    redacted=i.source_id in redacted,
-                )
-                for n, i in enumerate(record.items)
-            ],
-            snapshot_id=record.snapshot_id,
-            knowledge_version=record.knowledge_version,
-        )
-    if isinstance(domain_event, AnswerExecution.Erased):
-        return ConversationDeleted(
-            **common,
-            run_id=_run_id(domain_event),
-            account_id=domain_event.account_id,
-            conversation_id=domain_event.conversation_id,
-        )
-    return None
+
+def _admitted(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
+    request = AnswerExecutionRequest.from_dict(domain_event.request)
+    return RunTransitioned(
+        **common,
+        run_id=request.run_id,
+        account_id=request.account_id,
+        conversation_id=request.conversation_id,
+        state="admitted",
+        previous=None,
+        sequence=1,
+    )
+
+
+def _transitioned(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
+    run_id = _run_id(domain_event)
+    return RunTransitioned(
+        **common,
+        run_id=run_id,
+        account_id=domain_event.account_id,
+        conversation_id=domain_event.conversation_id,
+        state=domain_event.state,
+        previous=domain_event.previous,
+        sequence=domain_event.sequence,
+        reason=_open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason),
+    )
+
+
+def _stage_reported(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
+    run_id = _run_id(domain_event)
+    return RunProgress(
+        **common,
+        run_id=run_id,
+        account_id=domain_event.account_id,
+        stage=domain_event.stage,
+        detail=_open(sealer, domain_event.conversation_id, run_id, F_STAGE_DETAIL, domain_event.detail) or "",
+    )
+
+
+def _closed(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
+    run_id = _run_id(domain_event)
+    closed: dict[str, Any] = dict(
+        **common,
+        run_id=run_id,
+        account_id=domain_event.account_id,
+        conversation_id=domain_event.conversation_id,
+        message_id=domain_event.message_id,
+        state=domain_event.state,
+    )
+    if domain_event.record is None:
+        return RunClosed(**closed)
+    record = CompletionRecord.from_dict(domain_event.record)
+    if record.outcome == "generation_unavailable":
+        return RunClosed(**closed, outcome=record.outcome)  # X6
+    redacted = set(domain_event.redacted)
+    return RunClosed(
+        **closed,
+        outcome=record.outcome,  # type: ignore[arg-type]
+        answer_text=_open(sealer, domain_event.conversation_id, run_id, F_ANSWER, record.answer_text),
+        evidence=[
+            EvidenceSummaryItem(
+                source_id=i.source_id,
+                title=_open(sealer, domain_event.conversation_id, run_id, title_field(n), i.title) or "",
+                redacted=i.source_id in redacted,
+            )
+            for n, i in enumerate(record.items)
+        ],
+        snapshot_id=record.snapshot_id,
+        knowledge_version=record.knowledge_version,
+    )
+
+
+def _erased(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
+    return ConversationDeleted(
+        **common,
+        run_id=_run_id(domain_event),
+        account_id=domain_event.account_id,
+        conversation_id=domain_event.conversation_id,
+    )
+
+
+_ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], RunsMessage]] = {
+    AnswerExecution.Admitted: _admitted,
+    AnswerExecution.Transitioned: _transitioned,
+    AnswerExecution.StageReported: _stage_reported,
+    AnswerExecution.Closed: _closed,
+    AnswerExecution.Erased: _erased,
+}
+ANNOUNCED_TOPICS = tuple(get_topic(event_class) for event_class in _ANNOUNCERS)
+"""The stored topics of the events that announce something: the relay reads only these."""
 
 
 def _run_id(domain_event: Any) -> str:

@@ -18,7 +18,7 @@ from services.common.eventstore import ensure_schema
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
-from services.journal.announcements import announce
+from services.journal.announcements import ANNOUNCED_TOPICS, announce
 from services.journal.application import RuntimeJournal, open_journal
 
 RELAY_NAME = "relay→imprint.runs.v1"
@@ -47,7 +47,7 @@ class BatchAnnouncer:
 
 def journal_relay(settings: Settings, journal: RuntimeJournal) -> Relay:
     batch = BatchAnnouncer(journal)
-    return relay_for(settings, journal, batch, name=RELAY_NAME, decode=batch.decode)
+    return relay_for(settings, journal, batch, name=RELAY_NAME, decode=batch.decode, topics=ANNOUNCED_TOPICS)
 
 
 async def serve(settings: Settings) -> None:

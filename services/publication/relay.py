@@ -10,6 +10,7 @@ from typing import Any
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
+from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import relay_for
 from services.common.settings import Settings
@@ -27,7 +28,8 @@ def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
     relay = relay_for(settings, app, announce_publication, name=RELAY_NAME,
-                      decode=BatchOpener(app.mapper, app.keyring))  # a fresh key read per batch
+                      decode=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch
+                      topics=ANNOUNCED_TOPICS)
     try:
         await run_until_stopped("publication-relay", None, relay.run())
     finally:

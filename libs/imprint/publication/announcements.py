@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from eventsourcing.utils import get_topic
 
 from imprint.contracts.publication import (
     AnswerPreview,
@@ -44,43 +47,70 @@ def announcement_id(originator_id: uuid.UUID, originator_version: int) -> uuid.U
 def announce(event: Any) -> PublicationMessage | None:
     """The v1 message a committed run event announces, or ``None`` for events
     that announce nothing (admission, grants, numbers, refusals, quota)."""
-    if not isinstance(event, PublicationRun.Event):
+    make = _ANNOUNCERS.get(type(event))
+    if make is None:
         return None
-    common: dict[str, Any] = {
+    return make(event, {
         "event_id": announcement_id(event.originator_id, event.originator_version),
         "occurred_at": event.timestamp,
-    }
-    if isinstance(event, PublicationRun.BlockRevisionCommitted):
-        block = CommittedBlock.model_validate({**event.block, "receipt": event.receipt()})
-        return AnswerPublished(run_id=event.run_id, block=block, **common)
-    if isinstance(event, PublicationRun.CandidateUnchanged):
-        return AnswerUnchanged(
-            run_id=event.run_id, candidate_id=event.candidate_id, block_id=event.block_id,
-            revision=event.revision, receipt=Receipt.model_validate(event.receipt), **common,
-        )
-    if isinstance(event, PublicationRun.BlockRejected):
-        return AnswerRejected(
-            run_id=event.run_id, candidate_id=event.candidate_id, block_index=event.block_index,
-            block_id=event.block_id, reason=event.reason, **common,  # type: ignore[arg-type]
-        )
-    if isinstance(event, PublicationRun.RevisionRejected):
-        return AnswerRevisionRejected(
-            run_id=event.run_id, candidate_id=event.candidate_id, block_index=event.block_index,
-            target_block_id=event.target_block_id, reason=event.reason, **common,  # type: ignore[arg-type]
-        )
-    if isinstance(event, PublicationRun.BlockWithdrawn):
-        return AnswerWithdrawn(
-            run_id=event.run_id, block_id=event.block_id, revision=event.revision,
-            cause=event.cause, source_id=event.source_id, **common,  # type: ignore[arg-type]
-        )
-    if isinstance(event, PublicationRun.Ended):
-        return AnswerSettled(run_id=event.run_id, state=event.state, **common)  # type: ignore[arg-type]
-    if isinstance(event, PublicationRun.SaveFailed):
-        return AnswerSaveFailed(
-            run_id=event.run_id, candidate_id=event.candidate_id, block_ids=event.block_ids,
-            error=event.error, **common,
-        )
-    return None
+    })
+
+
+def _published(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    block = CommittedBlock.model_validate({**event.block, "receipt": event.receipt()})
+    return AnswerPublished(run_id=event.run_id, block=block, **common)
+
+
+def _unchanged(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    return AnswerUnchanged(
+        run_id=event.run_id, candidate_id=event.candidate_id, block_id=event.block_id,
+        revision=event.revision, receipt=Receipt.model_validate(event.receipt), **common,
+    )
+
+
+def _rejected(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    return AnswerRejected(
+        run_id=event.run_id, candidate_id=event.candidate_id, block_index=event.block_index,
+        block_id=event.block_id, reason=event.reason, **common,
+    )
+
+
+def _revision_rejected(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    return AnswerRevisionRejected(
+        run_id=event.run_id, candidate_id=event.candidate_id, block_index=event.block_index,
+        target_block_id=event.target_block_id, reason=event.reason, **common,
+    )
+
+
+def _withdrawn(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    return AnswerWithdrawn(
+        run_id=event.run_id, block_id=event.block_id, revision=event.revision,
+        cause=event.cause, source_id=event.source_id, **common,
+    )
+
+
+def _settled(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    return AnswerSettled(run_id=event.run_id, state=event.state, **common)
+
+
+def _save_failed(event: Any, common: dict[str, Any]) -> PublicationMessage:
+    return AnswerSaveFailed(
+        run_id=event.run_id, candidate_id=event.candidate_id, block_ids=event.block_ids,
+        error=event.error, **common,
+    )
+
+
+_ANNOUNCERS: dict[type, Callable[[Any, dict[str, Any]], PublicationMessage]] = {
+    PublicationRun.BlockRevisionCommitted: _published,
+    PublicationRun.CandidateUnchanged: _unchanged,
+    PublicationRun.BlockRejected: _rejected,
+    PublicationRun.RevisionRejected: _revision_rejected,
+    PublicationRun.BlockWithdrawn: _withdrawn,
+    PublicationRun.Ended: _settled,
+    PublicationRun.SaveFailed: _save_failed,
+}
+ANNOUNCED_TOPICS = tuple(get_topic(event_class) for event_class in _ANNOUNCERS)
+"""The stored topics of the events that announce something: the relay reads only these."""
 
 
 def announce_all(events: Iterable[Any]) -> list[PublicationMessage]:
