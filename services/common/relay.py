@@ -14,11 +14,11 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   is written while the next one is produced (in order: a record waits for the one
   before it), so a batch costs the broker's round trip, not that plus a commit.
 * **Only what it announces.** A relay given the stored topics of the events its
-  announcer maps (``topics``) reads only those, up to the log's head at the time of the
-  read: the Journal's log is mostly effects and grants that announce nothing, and each
-  of them was read, decoded and followed by a tracking commit. A batch that announces
-  nothing is recorded only every :data:`UNRECORDED_SPAN` positions, so a restart reads
-  again at most that many positions, none of which is sent.
+  announcer maps (``topics``) decodes only those; the others cover their positions and
+  announce nothing. The Journal's log is mostly effects and grants, and each of them was
+  decoded and, after every journal poll, followed by a tracking commit: a batch that
+  announces nothing is recorded only every :data:`UNRECORDED_SPAN` positions, so a
+  restart reads again at most that many positions, none of which is sent.
 * A crash between the broker's acknowledgement and the tracking record re-sends the
   last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
   ``event_id``. Nothing committed is skipped.
@@ -137,8 +137,8 @@ class Relay:
         self._wakeups = wakeups
         self._wake = asyncio.Event()
         self._election: Election = election or NoElection()
-        self._topics = list(topics)
-        """The stored topics of the events ``announce`` maps (empty: read every event)."""
+        self._topics = frozenset(topics) or None
+        """The stored topics of the events ``announce`` maps (``None``: decode every event)."""
         self.active = False
 
     def recorded_position(self) -> int:
@@ -148,23 +148,11 @@ class Relay:
         """One batch, mapped to its announcements. Runs in a worker thread."""
         if not self._election.still_leading():
             raise LostLeadership(self.name)
-        if not self._topics:
-            notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
-            head = None
-        else:
-            head = self._recorder.max_notification_id() or 0
-            if head <= after:
-                return []
-            notifications = self._recorder.select_notifications(
-                start=after + 1, limit=self._batch_size, stop=head, topics=self._topics)
-            if len(notifications) == self._batch_size:
-                head = None  # more of them than one batch: the next read goes on from the last one
-        events = self._decode(notifications)
-        announce = self._announce
-        batch: Batch = [(n.id, announce(event)) for n, event in zip(notifications, events, strict=True)]
-        if head is not None and (not batch or batch[-1][0] < head):
-            batch.append((head, ()))  # read through the head: the positions after the last one announce nothing
-        return batch
+        notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
+        topics = self._topics
+        wanted = notifications if topics is None else [n for n in notifications if n.topic in topics]
+        announced = dict(zip((n.id for n in wanted), map(self._announce, self._decode(wanted)), strict=True))
+        return [(n.id, announced.get(n.id, ())) for n in notifications]
 
     def _record(self, position: int) -> None:
         try:

@@ -1,9 +1,9 @@
-"""A relay reads only what its log announces (``Relay(topics=...)``): the stored topics
-come from the same table that maps events to messages, so the events it leaves unread
-are exactly those that announce nothing, and what it sends is what a relay reading every
-event sends, in the same order. A batch that announces nothing moves the position to
-the log's head without a tracking commit, and is recorded only every
-``UNRECORDED_SPAN`` positions (a restart re-reads at most that, and sends none of it)."""
+"""A relay decodes only what its log announces (``Relay(topics=...)``): the stored topics
+come from the same table that maps events to messages, so the events it leaves undecoded
+are exactly those that announce nothing, and what it sends is what a relay decoding every
+event sends, in the same order. A batch that announces nothing moves the position
+without a tracking commit, and is recorded only every ``UNRECORDED_SPAN`` positions (a
+restart re-reads at most that, and sends none of it)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _feed_publication(log: Any, run: str, start: int, *, parts: int, end: bool =
 
 
 @pytest.mark.rule("P14")
-def test_the_publication_relay_reads_only_what_announces_and_sends_what_a_full_read_sends(tmp_path: Path) -> None:
+def test_the_publication_relay_decodes_only_what_announces_and_sends_what_a_full_read_sends(tmp_path: Path) -> None:
     log = open_log(Settings(state_dir=tmp_path, database_url=None))
     try:
         offset = _feed_publication(log, "run-a", 0, parts=3)
@@ -90,21 +90,20 @@ def test_the_publication_relay_reads_only_what_announces_and_sends_what_a_full_r
         assert len(announcing) < len(every), "admissions, grants and quota announce nothing"
 
         full = Relay(log, announce_publication, Topic_(), name=RELAY_NAME, decode=opener)._read(0)
-        read: list[int] = []
-        select = log.recorder.select_notifications
-        log.recorder.select_notifications = lambda *a, **k: [read.append(n.id) or n for n in select(*a, **k)]
-        only = Relay(log, announce_publication, Topic_(), name=RELAY_NAME, decode=opener,
+        decoded: list[int] = []
+        only = Relay(log, announce_publication, Topic_(), name=RELAY_NAME,
+                     decode=lambda batch: [decoded.append(n.id) or e for n, e in zip(batch, opener(batch))],
                      topics=publication_announcements.ANNOUNCED_TOPICS)._read(0)
-        assert set(read) == announcing, "nothing that announces nothing is read"
+        assert set(decoded) == announcing, "nothing that announces nothing is decoded"
         assert _sent(only) == _sent(full) and {m.type for m in _sent(only)} >= {
             "answer.published", "answer.rejected", "answer.settled"}
-        assert only[-1] == (every[-1].id, ()), "read through the head: the position moves to it"
+        assert [position for position, _ in only] == [n.id for n in every], "every position is covered"
     finally:
         log.close()
 
 
 @pytest.mark.rule("P14")
-def test_the_journal_relay_reads_only_what_announces(journal: Any, feed: Any) -> None:
+def test_the_journal_relay_decodes_only_what_announces(journal: Any, feed: Any) -> None:
     feed(*to_running("r1"), granted("r1", "src-a"), published("r1", "tool:c1", "blk-1"),
          published("r1", "tool:c2", "blk-2"), completed("r1"), delete_requested())
     every = _every_notification(journal)
