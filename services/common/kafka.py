@@ -240,6 +240,11 @@ waits before its preview is even looked at. 10 ms costs ~100 empty in-memory pol
 second when idle (the fetcher's requests to the broker do not depend on it)."""
 
 
+GATHER_BYTES = 1024 * 1024
+"""The ``fetch.min.bytes`` of a gathering consumer: more than a fetch of one wait's records
+usually holds, so the wait, not the size, ends the fetch (a backlog still fills it at once)."""
+
+
 def offsets_after(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
     """The offsets to commit once ``records`` are applied: per partition, the one after the
     last record of the batch. Not the consumer's position: the next poll may already have
@@ -375,6 +380,7 @@ def subscribe_tracked(
     retry_seconds: float = 1.0,
     on_revoked: Callable[[list[str]], Awaitable[None]] | None = None,
     applies: frozenset[str] | None = None,
+    gather_ms: int = 0,
 ) -> None:
     """Register ``handle`` for batches from ``topics`` with manual acknowledgement.
 
@@ -388,6 +394,14 @@ def subscribe_tracked(
 
     ``applies`` names the message types the consumer acts on; the others are acknowledged
     undecoded (see :func:`decode_records`).
+
+    ``gather_ms`` lets the broker hold each fetch that long to gather records (Kafka's
+    ``fetch.max.wait.ms``, with a ``fetch.min.bytes`` of :data:`GATHER_BYTES`). Without it a
+    fetch returns as soon as any one record arrived, so at a steady load a consumer of many
+    partitions turns a fetch round trip (encoded, sent and parsed in Python) for every few
+    records. For a consumer nobody waits on per message, ``gather_ms`` of delay buys
+    fetches and polls several times larger; an idle one answers one empty fetch per
+    ``gather_ms``.
     """
 
     commits = OffsetCommits(consumer, settings.offset_commit_seconds)
@@ -398,6 +412,7 @@ def subscribe_tracked(
         batch=True,
         max_records=max_records,
         batch_timeout_ms=IDLE_POLL_MS,
+        **({"fetch_max_wait_ms": gather_ms, "fetch_min_bytes": GATHER_BYTES} if gather_ms else {}),
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
         listener=_Revocations(commits, on_revoked),

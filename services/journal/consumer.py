@@ -14,6 +14,9 @@ from services.common.kafka import Outbox, subscribe_tracked
 from services.journal.application import RuntimeJournal
 
 JOURNAL_TOPICS = (Topic.RUNTIME, Topic.PUBLICATION, Topic.SOURCES, Topic.CONTROL)
+GATHER_MS = 50
+"""The journal records what happened; nobody waits on it per message (a run's transitions
+reach Delivery through it, a few per run): its fetches gather up to this long."""
 
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: RuntimeJournal) -> None:
@@ -24,4 +27,4 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: 
         await asyncio.to_thread(journal.revoked, tracking_names)
 
     subscribe_tracked(broker, settings, outbox, consumer="journal", topics=JOURNAL_TOPICS, handle=handle,
-                      on_revoked=revoked, applies=APPLIED_TYPES)
+                      on_revoked=revoked, applies=APPLIED_TYPES, gather_ms=GATHER_MS)

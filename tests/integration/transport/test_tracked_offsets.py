@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from imprint.contracts.registry import encode
 from imprint.contracts.runtime import RunQueued
 from imprint.contracts.topics import Topic
 from services.common.inbound import Inbound
@@ -67,3 +68,51 @@ def test_the_committed_offset_is_the_applied_batch_not_the_next_poll(isolated: S
     assert first and second and second[0] == first[-1] + 1
     assert committed == first[-1] + 1, (
         f"the commit covers the applied batch {first}, never the polled one {second}: committed {committed}")
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.parametrize("gather_ms", [0, 200])
+def test_a_gathering_consumer_polls_a_trickle_in_fewer_batches_and_loses_nothing(isolated: Settings,
+                                                                                 gather_ms: int) -> None:
+    """``gather_ms`` (the Journal's fetches): the broker holds a fetch to gather the records
+    that trickle in meanwhile, so a steady trickle arrives in a few larger polls. Every
+    record is still handed over once, in order."""
+    s, n = isolated, 40
+
+    async def scenario() -> list[list[int]]:
+        batches: list[list[int]] = []
+
+        async def handle(inbound: list[Inbound]) -> None:
+            batches.append([item.offset for item in inbound])
+
+        broker = make_broker(s, "gather-test")
+        subscribe_tracked(broker, s, Outbox(broker, s), consumer=f"gather-{gather_ms}", topics=[Topic.RUNTIME],
+                          handle=handle, gather_ms=gather_ms)
+        await broker.start()
+        try:
+            await asyncio.sleep(2.0)  # joined the group, polling an empty topic
+            producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, enable_idempotence=True)
+            await producer.start()
+            try:
+                for _ in range(n):  # a trickle: one record every 10 ms, one partition
+                    message = RunQueued(run_id="run-gather")
+                    await producer.send_and_wait(s.topic(Topic.RUNTIME), encode(message), key=b"run-gather",
+                                                 headers=[("type", message.type.encode())])
+                    await asyncio.sleep(0.01)
+            finally:
+                await producer.stop()
+            for _ in range(300):
+                if sum(map(len, batches)) >= n:
+                    break
+                await asyncio.sleep(0.1)
+            return batches
+        finally:
+            await broker.stop()
+
+    batches = asyncio.run(scenario())
+    offsets = sorted(offset for batch in batches for offset in batch)
+    assert offsets == list(range(n)), "every record once"
+    if gather_ms:
+        assert len(batches) <= n // 4, f"a trickle of {n} records gathered into a few polls, not {len(batches)}"
+    else:
+        assert len(batches) > n // 4, "without gathering, a trickle is polled nearly record by record"
