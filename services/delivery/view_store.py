@@ -18,10 +18,11 @@ body.
 
 **Append, never rewrite.** A batch costs what it touches, not the run's history: the
 run row (identity, lifecycle, the live frame of its run-level keys), the rows of the
-blocks its messages name (:func:`imprint.delivery.merge.named_blocks`: state, display
-entry and the block's live frame with its skeleton), new frame rows, and one
-``UPDATE`` per superseded frame. ``answer_view`` assembles the shown blocks from their
-rows when asked. Only the terminal (once per run), a withdrawal after ``done`` and a
+blocks its messages name (:func:`imprint.delivery.merge.named_blocks`: state and the
+block's live frame with its skeleton), new frame rows, and one ``UPDATE`` per
+superseded frame. ``answer_view`` derives the entry each block shows from its state
+(:func:`imprint.delivery.merge.display`) when asked: a stored display entry was one
+more copy of the body in every block write. Only the terminal (once per run), a withdrawal after ``done`` and a
 conversation's deletion read a run's frames.
 
 **Hot runs.** The runs a batch touched stay in memory with the rows they loaded (their
@@ -96,7 +97,7 @@ ROWS_PER_STATEMENT = 500
 FRAME_COLUMNS = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
 RUN_COLUMNS = ("account_id", "conversation_id", "state", "outcome", "last_frame_id", "deleted", "projection",
                "live_frames", "conflict_count", "updated_at", "run_id")
-BLOCK_COLUMNS = ("run_id", "block_id", "state", "display", "frame_id", "frame_skeleton", "updated_at")
+BLOCK_COLUMNS = ("run_id", "block_id", "state", "frame_id", "frame_skeleton", "updated_at")
 NOTIFY_PAYLOAD_BYTES = 7000
 """PostgreSQL caps a notification's payload at 8000 bytes; run ids are packed below that."""
 
@@ -107,7 +108,7 @@ def _now() -> str:
 
 def _json(value: Any) -> str:
     """``value`` as compact JSON text (UTF-8, nothing escaped), the way every frame, block
-    display and live-frame skeleton is stored: pydantic-core's encoder, ~3.5× faster than
+    and live-frame skeleton is stored: pydantic-core's encoder, ~3.5× faster than
     ``json.dumps`` for a frame of ~1 KB (JSON encoding was a fifth of Delivery's CPU)."""
     return to_json(value).decode()
 
@@ -175,7 +176,7 @@ class DeliveryTables:
             " first_seen TEXT NOT NULL, updated_at TEXT NOT NULL)",
             "CREATE INDEX IF NOT EXISTS {runs_index} ON {runs} (conversation_id)",
             "CREATE TABLE IF NOT EXISTS {blocks} ("
-            " run_id TEXT NOT NULL, block_id TEXT NOT NULL, state TEXT NOT NULL, display TEXT,"
+            " run_id TEXT NOT NULL, block_id TEXT NOT NULL, state TEXT NOT NULL,"
             " frame_id BIGINT, frame_skeleton TEXT, updated_at TEXT NOT NULL, PRIMARY KEY (run_id, block_id))",
             "CREATE TABLE IF NOT EXISTS {frames} ("
             " run_id TEXT NOT NULL, frame_id BIGINT NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,"
@@ -537,11 +538,13 @@ class ViewStore:
                 return None
             if run["deleted"]:
                 return {"blocks": [], "conflicts": []}
-            c.execute(r.q("SELECT display FROM {blocks} WHERE run_id = ? AND display IS NOT NULL"), (run_id,))
-            blocks = [json.loads(row["display"]) for row in c.fetchall()]
+            c.execute(r.q("SELECT state FROM {blocks} WHERE run_id = ?"), (run_id,))
+            states = [row["state"] for row in c.fetchall()]
             c.execute(r.q("SELECT block_id, revision FROM {conflicts} WHERE run_id = ? ORDER BY seq"), (run_id,))
             conflicts = [{"block_id": row["block_id"], "revision": int(row["revision"])} for row in c.fetchall()]
-        blocks.sort(key=lambda e: (e["delivery_ordinal"], e["block_id"]))
+        shown = (merge.display(merge.BlockState.model_validate_json(state)) for state in states)
+        blocks = sorted((entry for entry in shown if entry is not None),
+                        key=lambda e: (e["delivery_ordinal"], e["block_id"]))
         return {"blocks": blocks, "conflicts": conflicts}
 
     def history(self, conversation_id: str) -> list[RunRecord]:
@@ -587,6 +590,8 @@ class ViewStore:
         with r.transaction(commit=True) as c:
             if "version" not in r.columns(c, "runs"):
                 c.execute(r.q("ALTER TABLE {runs} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"))
+            if "display" in r.columns(c, "blocks"):  # derived from the state when read, no longer stored
+                c.execute(r.q("ALTER TABLE {blocks} DROP COLUMN display"))
             if "live_frames" in r.columns(c, "runs"):
                 return
             log.info("upgrading the delivery view store to the appending layout")
@@ -604,14 +609,12 @@ class ViewStore:
                 for row in c.fetchall():
                     answer = merge.AnswerState.model_validate_json(row["state"])
                     for block_id, state in answer.blocks.items():
-                        display = merge.display(state)
                         frame_id, frame_skeleton = live.get((row["run_id"], f"block:{block_id}"), (None, None))
-                        block_rows.append((row["run_id"], block_id, state.model_dump_json(),
-                                           json.dumps(display) if display is not None else None, frame_id,
+                        block_rows.append((row["run_id"], block_id, state.model_dump_json(), frame_id,
                                            frame_skeleton, now))
             if block_rows:
-                c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, display, frame_id, frame_skeleton, "
-                                  "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"), block_rows)
+                c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, frame_id, frame_skeleton, "
+                                  "updated_at) VALUES (?, ?, ?, ?, ?, ?)"), block_rows)
             run_keys: dict[str, dict[str, list[Any]]] = {}
             for (run_id, key), (frame_id, frame_skeleton) in live.items():
                 if not key.startswith("block:"):
@@ -987,9 +990,7 @@ class _Work:
                 stored = state.model_dump_json()
                 if not row.changed(stored):
                     continue
-                display = merge.display(state)
-                block_rows.append((p.run_id, block_id, stored, _json(display) if display is not None else None,
-                                   row.frame_id, row.frame_skeleton, now))
+                block_rows.append((p.run_id, block_id, stored, row.frame_id, row.frame_skeleton, now))
                 row.stored, row.stored_frame_id = stored, row.frame_id
             run_rows.append((p.account_id, p.conversation_id, p.state, p.outcome, run.last_frame_id, int(p.deleted),
                              p.model_dump_json(exclude={"answer"}), _json(run.live), run.conflict_count, now,
@@ -999,7 +1000,7 @@ class _Work:
             run.touched = set()
         if block_rows:
             r.insert_rows(c, "{blocks}", BLOCK_COLUMNS, block_rows, " ON CONFLICT (run_id, block_id) DO UPDATE SET "
-                          "state = excluded.state, display = excluded.display, frame_id = excluded.frame_id, "
+                          "state = excluded.state, frame_id = excluded.frame_id, "
                           "frame_skeleton = excluded.frame_skeleton, updated_at = excluded.updated_at")
         if run_rows:
             r.update_rows(c, "{runs}", RUN_COLUMNS, run_rows, ("run_id",), "version = version + 1")

@@ -197,7 +197,7 @@ def earlier_store(settings: Settings) -> Iterator[Callable[[str, Sequence[Sequen
     did, bypassing ``ViewStore`` (statements with ``?`` placeholders, one row of values each)."""
     if settings.database_url is None:  # the embedded default: the store's SQLite file
         path = settings.state_dir / "data"
-        path.mkdir(parents=True)
+        path.mkdir(parents=True, exist_ok=True)
         with sqlite3.connect(path / "delivery.sqlite") as lite:
             yield lambda statement, rows: lite.executemany(statement, rows)
         lite.close()
@@ -245,6 +245,43 @@ def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settin
             store.process(feed(*batch))
             reference.batch(batch)
         assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+        answer = reference.projection.answer
+        assert store.answer_view(run_id) == {
+            "blocks": merge.view(answer),
+            "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
+    finally:
+        store.close()
+
+
+@each_backend
+@pytest.mark.rule("D1")
+@pytest.mark.rule("P17")
+def test_a_store_that_kept_display_entries_drops_them_and_shows_what_the_states_show(settings: Settings) -> None:
+    """The store once kept each block's display entry beside its state; it is now derived
+    from the state when ``/answer`` is read. A store written that way loses the column
+    (whatever it held) and shows the same view, and the next batches go on."""
+    from tests.unit.delivery.test_delivery_store_append import Reference, script
+
+    batches = script(4)
+    reference, cut, feed = Reference(), len(batches) // 2, Feed()
+    store = ViewStore(settings)
+    for batch in batches[:cut]:
+        store.process(feed(*batch))
+        reference.batch(batch)
+    run_id = reference.projection.run_id
+    before = store.answer_view(run_id)
+    store.close()
+    with earlier_store(settings) as write:
+        write("ALTER TABLE delivery_blocks ADD COLUMN display TEXT", [()])
+        write("UPDATE delivery_blocks SET display = ?", [('{"stale": true}',)])
+    store = ViewStore(settings)
+    try:
+        with store.recorder.transaction(commit=False) as c:
+            assert "display" not in store.recorder.columns(c, "blocks")
+        assert store.answer_view(run_id) == before
+        for batch in batches[cut:]:
+            store.process(feed(*batch))
+            reference.batch(batch)
         answer = reference.projection.answer
         assert store.answer_view(run_id) == {
             "blocks": merge.view(answer),
