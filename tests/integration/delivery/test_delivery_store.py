@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -240,17 +241,23 @@ def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settin
     try:
         assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
         assert store.run(run_id).delivery == "interrupted"  # type: ignore[union-attr]
-        feed = Feed()
-        for batch in batches[cut:]:
-            store.process(feed(*batch))
-            reference.batch(batch)
-        assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
-        answer = reference.projection.answer
-        assert store.answer_view(run_id) == {
-            "blocks": merge.view(answer),
-            "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
+        goes_on_like(store, reference, batches[cut:], Feed())
     finally:
         store.close()
+
+
+def goes_on_like(store: ViewStore, reference: Any, batches: Sequence[Sequence[object]],
+                 feed: Callable[..., list[Inbound]]) -> None:
+    """``store`` applies ``batches`` and then holds the frames and shows the view the
+    reference fold does."""
+    for batch in batches:
+        store.process(feed(*batch))
+        reference.batch(batch)
+    run_id, answer = reference.projection.run_id, reference.projection.answer
+    assert [(f.id, f.event, f.data) for f in store.frames_after(run_id, 0, 10_000)] == reference.held()
+    assert store.answer_view(run_id) == {
+        "blocks": merge.view(answer),
+        "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
 
 
 @each_backend
@@ -279,13 +286,7 @@ def test_a_store_that_kept_display_entries_drops_them_and_shows_what_the_states_
         with store.recorder.transaction(commit=False) as c:
             assert "display" not in store.recorder.columns(c, "blocks")
         assert store.answer_view(run_id) == before
-        for batch in batches[cut:]:
-            store.process(feed(*batch))
-            reference.batch(batch)
-        answer = reference.projection.answer
-        assert store.answer_view(run_id) == {
-            "blocks": merge.view(answer),
-            "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
+        goes_on_like(store, reference, batches[cut:], feed)
     finally:
         store.close()
 
