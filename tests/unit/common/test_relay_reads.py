@@ -183,3 +183,70 @@ def test_a_batch_that_announces_nothing_moves_the_position_without_a_record(
         assert third.position == head
     finally:
         log.close()
+
+
+class _Wakeups:
+    """Stands in for the NOTIFY listener: the test says when the log grew."""
+
+    def start(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
+        self.loop, self.wake = loop, wake
+
+    def notify(self) -> None:
+        self.loop.call_soon_threadsafe(self.wake.set)
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.rule("P14")
+def test_a_caught_up_relay_reads_again_only_when_the_log_grows(tmp_path: Path) -> None:
+    """A batch shorter than a full read means the relay was caught up when it read: it
+    waits for the next commit's notification instead of reading ahead into an empty log
+    (at a paced load every other read was empty, each a query and a lock check). A full
+    batch is still followed by a read ahead, and nothing committed is missed."""
+    log = open_log(Settings(state_dir=tmp_path, database_url=None))
+    try:
+        wakeups, sent = _Wakeups(), Topic_()
+        relay = Relay(log, announce_publication, sent, name=RELAY_NAME, decode=BatchOpener(log.mapper, log.keyring),
+                      topics=publication_announcements.ANNOUNCED_TOPICS, wakeups=wakeups,  # type: ignore[arg-type]
+                      batch_size=10)
+        reads: list[int] = []
+        read = relay._read
+        relay._read = lambda after: reads.append(len(batch := read(after))) or batch  # type: ignore[method-assign]
+
+        async def scenario() -> list[list[int]]:
+            task = asyncio.create_task(relay.run())
+            offset, seen = 0, []
+
+            async def commit_and_notify(*runs: str) -> None:
+                nonlocal offset
+                for run in runs:  # each run: 6 positions (an opening, one block, a refused part)
+                    offset = await asyncio.to_thread(_feed_publication, log, run, offset, parts=1)
+                head = log.recorder.max_notification_id()
+                wakeups.notify()
+                for _ in range(500):
+                    if relay.position == head:
+                        break
+                    await asyncio.sleep(0.01)
+                assert relay.position == head, "the relay did not get there"
+                await asyncio.sleep(0.2)  # caught up: no read until the log grows again
+                seen.append(list(reads))
+                reads.clear()
+
+            try:
+                await asyncio.sleep(0.1)
+                reads.clear()  # the first read, of an empty log
+                for i in range(3):
+                    await commit_and_notify(f"run-{i}")
+                await commit_and_notify("run-3", "run-4")
+                return seen
+            finally:
+                relay.stop()
+                await task
+
+        seen = asyncio.run(scenario())
+        assert seen == [[6], [6], [6], [10, 2]], "one read per wake-up; a full batch is followed by a read ahead"
+        assert [m.block.content.markdown for m in sent.messages if m.type == "answer.published"] == [
+            f"Block 0 of run-{i}." for i in range(5)]
+    finally:
+        log.close()
