@@ -177,17 +177,6 @@ class Relay:
             await self._produce(batch)
         return len(batch)
 
-    async def _read_when_woken(self, after: int, idle: float) -> Batch:
-        """The batch after ``after`` once the log has grown (or ``idle`` has passed). The
-        wake-up was cleared before the read that ended at ``after`` was issued, so a commit
-        it did not see has set it again."""
-        try:
-            await asyncio.wait_for(self._wake.wait(), idle)
-        except TimeoutError:
-            pass
-        self._wake.clear()
-        return await asyncio.to_thread(self._read, after)
-
     async def _lead(self) -> None:
         """Relay while elected: read ahead one batch while the current one is produced."""
         self.position = recorded = await asyncio.to_thread(self.recorded_position)
@@ -213,11 +202,8 @@ class Relay:
                     self._wake.clear()
                     pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
                     continue
-                if len(batch) >= self._batch_size:  # more may be waiting: read it while this one is produced
-                    self._wake.clear()
-                    pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
-                else:  # it was caught up when it read: the next commit's NOTIFY says when to read again
-                    pending = asyncio.ensure_future(self._read_when_woken(batch[-1][0], idle))
+                self._wake.clear()
+                pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
                 last = await self._send(batch)
                 if any(items for _, items in batch) or last - recorded >= UNRECORDED_SPAN:
                     if recording is not None:
