@@ -22,8 +22,8 @@ blocks its messages name (:func:`imprint.delivery.merge.named_blocks`: state and
 block's live frame with its skeleton), new frame rows, and one ``UPDATE`` per
 superseded frame. ``answer_view`` derives the entry each block shows from its state
 (:func:`imprint.delivery.merge.display`) when asked: a stored display entry was one
-more copy of the body in every block write. Only the terminal (once per run), a withdrawal after ``done`` and a
-conversation's deletion read a run's frames.
+more copy of the body in every block write. Only the terminal (once per run), a
+withdrawal after ``done`` and a conversation's deletion read a run's frames.
 
 **Hot runs.** The runs a batch touched stay in memory with the rows they loaded (their
 projection, parsed block states and live frames), keyed by the run row's ``version``,
@@ -107,8 +107,8 @@ def _now() -> str:
 
 
 def _json(value: Any) -> str:
-    """``value`` as compact JSON text (UTF-8, nothing escaped), the way every frame, block
-    and live-frame skeleton is stored: pydantic-core's encoder, ~3.5× faster than
+    """``value`` as compact JSON text (UTF-8, nothing escaped), the way every frame and
+    live-frame skeleton is stored: pydantic-core's encoder, ~3.5× faster than
     ``json.dumps`` for a frame of ~1 KB (JSON encoding was a fifth of Delivery's CPU)."""
     return to_json(value).decode()
 
@@ -613,8 +613,7 @@ class ViewStore:
                         block_rows.append((row["run_id"], block_id, state.model_dump_json(), frame_id,
                                            frame_skeleton, now))
             if block_rows:
-                c.executemany(r.q("INSERT INTO {blocks} (run_id, block_id, state, frame_id, frame_skeleton, "
-                                  "updated_at) VALUES (?, ?, ?, ?, ?, ?)"), block_rows)
+                r.insert_rows(c, "{blocks}", BLOCK_COLUMNS, block_rows)
             run_keys: dict[str, dict[str, list[Any]]] = {}
             for (run_id, key), (frame_id, frame_skeleton) in live.items():
                 if not key.startswith("block:"):
