@@ -53,6 +53,9 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
         acks="all",  # every in-sync replica (min.insync.replicas=2 on a 3-broker cluster)
         enable_idempotence=True,  # a retried send is written once per partition
         linger_ms=2,
+        # Handlers take the poll itself (see _the_poll), so FastStream's per-call dependency
+        # injection (fast_depends: a signature solved and validated on every poll) is off.
+        apply_types=False,
         # FastStream's own logger stays on (WARNING and up, see observability): framework
         # failures around a poll must be visible, never swallowed.
         logger=logging.getLogger("faststream"),
@@ -349,11 +352,14 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
             log.info("partitions assigned", partitions=[f"{tp.topic}#{tp.partition}" for tp in assigned])
 
 
-async def _raw_bodies(message: Any) -> Any:
-    """FastStream decoder: hand over the raw bytes. Decoding is intake's job, where a
-    failure becomes a dead letter; FastStream's own JSON decoding would fail the
-    whole poll before the handler ran (e.g. RecursionError on deep nesting)."""
-    return message.body
+async def _the_poll(message: Any) -> Any:
+    """FastStream decoder: hand the handler the poll itself (its records, its consumer,
+    its ``nack``), undecoded. Decoding is intake's job, where a failure becomes a dead
+    letter; FastStream's own JSON decoding would fail the whole poll before the handler
+    ran (e.g. RecursionError on deep nesting). With the broker's ``apply_types`` off, what
+    the decoder returns is what the handler is called with: no dependency injection per
+    poll (at one record a poll it cost ~0.4 ms of CPU, a third of what the consumer costs)."""
+    return message
 
 
 async def _tolerant_parser(records: Any, original: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -416,7 +422,7 @@ def subscribe_tracked(
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
         listener=_Revocations(commits, on_revoked),
-        decoder=_raw_bodies,
+        decoder=_the_poll,
         parser=_tolerant_parser,
     )
     async def on_batch(msg: KafkaMessage) -> None:
