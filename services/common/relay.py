@@ -10,9 +10,16 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   whole batch (sent in order, confirmed together: one flush per batch, the producer's
   linger batches the sends) and only then records the batch's last position as an
   eventsourcing tracking record (``relay→<topic>``) in the application's own database.
-  The next batch is read while the current one is being produced, and a batch's record
-  is written while the next one is produced (in order: a record waits for the one
+  The next batch is read while the current one is being produced, and a record is
+  written while the next batch is produced (in order: a record waits for the one
   before it), so a batch costs the broker's round trip, not that plus a commit.
+* **A record per interval, not per batch.** The position is recorded once
+  :data:`RECORD_SECONDS` have passed since the last record (and when the relay stops
+  or the log has been quiet that long), not after every batch: under a steady trickle a
+  batch is one proposal's events, and a tracking commit per batch was a transaction and
+  a WAL flush per proposal beside Publication's own. A crash re-sends at most that
+  interval's batches, with their deterministic ``event_id``\\ s, as it re-sends the
+  unrecorded last batch.
 * **Only what it announces.** A relay given the stored topics of the events its
   announcer maps (``topics``) decodes only those; the others cover their positions and
   announce nothing. The Journal's log is mostly effects and grants, and each of them was
@@ -26,9 +33,10 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   through :class:`~services.common.election.Election` — a PostgreSQL advisory lock
   held on a dedicated session, or a file lock for SQLite. A standby polls for the lock;
   when the active relay dies its session ends, the lock is free, and the standby
-  resumes from the recorded position. Before producing each batch the active relay
-  checks that its lock session is still alive, and a tracking record that does not
-  advance (another relay already recorded it) makes it step down. Even two relays
+  resumes from the recorded position. Before reading a batch the active relay checks
+  that its lock session is still alive (at most every :data:`LEADERSHIP_CHECK_SECONDS`:
+  a round trip per batch was a third of an idle-ish relay's queries), and a tracking
+  record that does not advance (another relay already recorded it) makes it step down. Even two relays
   producing at once could only re-send: each produces in log order from a recorded
   position that the other had already acknowledged on the topic, so the first copy of
   every event still arrives in log order.
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -96,6 +105,11 @@ class RelayProducer:
 UNRECORDED_SPAN = 10_000
 """How far a relay's position may run ahead of its record over batches that announced
 nothing (re-read after a restart, and nothing of them sent again)."""
+RECORD_SECONDS = 0.25
+"""How long a produced batch's position may wait for its record (a crash re-sends at most
+that long's batches)."""
+LEADERSHIP_CHECK_SECONDS = 1.0
+"""How long a relay trusts its lock session between two checks of it."""
 
 
 class Publisher(Protocol):
@@ -140,14 +154,19 @@ class Relay:
         self._topics = frozenset(topics) or None
         """The stored topics of the events ``announce`` maps (``None``: decode every event)."""
         self.active = False
+        self._leading_checked = -LEADERSHIP_CHECK_SECONDS
+        """``time.monotonic()`` of the last check that the lock session was alive."""
 
     def recorded_position(self) -> int:
         return self._recorder.max_tracking_id(self.name) or 0
 
     def _read(self, after: int) -> Batch:
         """One batch, mapped to its announcements. Runs in a worker thread."""
-        if not self._election.still_leading():
-            raise LostLeadership(self.name)
+        now = time.monotonic()
+        if now - self._leading_checked >= LEADERSHIP_CHECK_SECONDS:
+            if not self._election.still_leading():
+                raise LostLeadership(self.name)
+            self._leading_checked = now
         notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
         topics = self._topics
         wanted = notifications if topics is None else [n for n in notifications if n.topic in topics]
@@ -178,16 +197,31 @@ class Relay:
         return len(batch)
 
     async def _lead(self) -> None:
-        """Relay while elected: read ahead one batch while the current one is produced."""
+        """Relay while elected: read ahead one batch while the current one is produced;
+        record the position every :data:`RECORD_SECONDS` (see the module's docstring)."""
+        self._leading_checked = -LEADERSHIP_CHECK_SECONDS  # a new term starts with a check
         self.position = recorded = await asyncio.to_thread(self.recorded_position)
         log.info("relay active", relay=self.name, position=self.position, notified=self._wakeups is not None)
+        loop = asyncio.get_running_loop()
         idle = 1.0 if self._wakeups is not None else self._idle_seconds  # NOTIFY wakes it; the timeout is a safety net
         self._wake.clear()
         pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
         recording: asyncio.Future[None] | None = None
-        """The last produced batch's tracking record, written while the next batch is
-        produced; records are written in order, and each one's failure (another relay
-        recorded it: step down) surfaces before the next is written."""
+        """The last record, written while the next batch is produced; records are written
+        in order, and each one's failure (another relay recorded it: step down) surfaces
+        before the next is written."""
+        owed = False
+        """A produced batch announced something since the last record."""
+        recorded_at = loop.time()
+
+        async def record(position: int) -> None:
+            nonlocal recording, recorded, recorded_at, owed
+            if recording is not None:
+                await recording
+            recording = asyncio.ensure_future(asyncio.to_thread(self._record, position))
+            recorded, recorded_at, owed = position, loop.time(), False
+
+        lost = False
         try:
             while not self._stopping.is_set():
                 batch = await pending
@@ -195,28 +229,34 @@ class Relay:
                     if recording is not None:
                         await recording
                         recording = None
+                    # Quiet: wait for the log to grow, but no longer than the owed record may wait.
+                    wait = min(idle, max(0.0, recorded_at + RECORD_SECONDS - loop.time())) if owed else idle
                     try:
-                        await asyncio.wait_for(self._wake.wait(), idle)
+                        await asyncio.wait_for(self._wake.wait(), wait)
                     except TimeoutError:
-                        pass
+                        if owed:
+                            await record(self.position)
                     self._wake.clear()
                     pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
                     continue
                 self._wake.clear()
                 pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
                 last = await self._send(batch)
-                if any(items for _, items in batch) or last - recorded >= UNRECORDED_SPAN:
-                    if recording is not None:
-                        await recording
-                    recording = asyncio.ensure_future(asyncio.to_thread(self._record, last))
-                    recorded = last
                 self.position = last
+                owed = owed or any(items for _, items in batch)
+                if (owed and loop.time() - recorded_at >= RECORD_SECONDS) or last - recorded >= UNRECORDED_SPAN:
+                    await record(last)
+        except LostLeadership:
+            lost = True
+            raise
         finally:
             if not pending.done():
                 pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
             if recording is not None:
-                await recording  # the acknowledged batch's position is recorded before standing down
+                await recording  # what was acknowledged is recorded before standing down
+            if owed and not lost:
+                await asyncio.to_thread(self._record, self.position)
 
     async def run(self) -> None:
         if self._producer is not None:
