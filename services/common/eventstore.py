@@ -18,6 +18,27 @@ from services.common.settings import Settings
 T = TypeVar("T")
 
 
+@contextmanager
+def reading(datastore: Any) -> Iterator[Any]:
+    """A cursor for a read of one statement (or of several that need no common snapshot).
+
+    On PostgreSQL it is the datastore's own autocommit cursor (``PostgresDatastore.cursor``,
+    how eventsourcing's recorders read): no ``BEGIN`` and no ``ROLLBACK`` around the
+    statement. A read transaction cost three round trips, and psycopg forgets every
+    statement it prepared on a connection at each ``ROLLBACK`` (``DEALLOCATE ALL``), so
+    the next prepared statements on that connection were parsed and planned again. Reads
+    that need one snapshot stay in a transaction. Elsewhere (SQLite, in-process) it is
+    the datastore's read transaction."""
+    from eventsourcing.postgres import PostgresDatastore
+
+    if isinstance(datastore, PostgresDatastore):
+        with datastore.cursor() as cursor:
+            yield cursor
+    else:
+        with datastore.transaction(commit=False) as cursor:
+            yield cursor
+
+
 def store_environment(settings: Settings, application: str) -> dict[str, str]:
     """The eventsourcing ``env`` for one application of this deployment."""
     env: dict[str, str] = {"ORIGINATOR_ID_TYPE": "uuid"}

@@ -49,6 +49,7 @@ from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 
 from imprint.shredding import KeyDestroyed, Keyring, new_data_key
+from services.common.eventstore import reading
 from services.common.settings import Settings
 
 __all__ = ["InMemoryKeyring", "KeyDestroyed", "Keyring", "PostgresKeyring", "SqliteKeyring", "open_keyring"]
@@ -135,7 +136,7 @@ class _KeyTable:
         return datetime.now(UTC).isoformat()
 
     def _select(self, conversation_id: str) -> Any:
-        with self.datastore.transaction(commit=False) as cursor:
+        with reading(self.datastore) as cursor:
             cursor.execute(self.q("SELECT data_key, destroyed_at FROM {t} WHERE conversation_id = ?"), (conversation_id,))
             return _row(cursor.fetchone())
 
@@ -158,7 +159,7 @@ class _KeyTable:
         missing keys are ``None``."""
         wanted = sorted(set(conversation_ids))
         found: dict[str, bytes | None] = dict.fromkeys(wanted)
-        with self.datastore.transaction(commit=False) as cursor:
+        with reading(self.datastore) as cursor:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start:start + 500]
                 marks = ", ".join("?" * len(chunk))
@@ -185,7 +186,7 @@ class _KeyTable:
         pass
 
     def is_destroyed(self, conversation_id: str) -> bool:
-        with self.datastore.transaction(commit=False) as cursor:
+        with reading(self.datastore) as cursor:
             cursor.execute(self.q("SELECT destroyed_at FROM {t} WHERE conversation_id = ?"), (conversation_id,))
             row = cursor.fetchone()
         return row is not None and row["destroyed_at"] is not None
@@ -218,7 +219,7 @@ class PostgresKeyring(_KeyTable):
         return datetime.now(UTC)
 
     def created_at(self, conversation_id: str) -> datetime | None:
-        with self.datastore.transaction(commit=False) as cursor:
+        with reading(self.datastore) as cursor:
             cursor.execute(self.q("SELECT created_at FROM {t} WHERE conversation_id = ?"), (conversation_id,))
             row = cursor.fetchone()
         return row["created_at"] if row else None

@@ -78,7 +78,7 @@ from imprint.delivery.frames import (
     terminal_drafts,
 )
 from imprint.delivery.summary import validate_stream
-from services.common.eventstore import store_environment
+from services.common.eventstore import reading, store_environment
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.settings import Settings
@@ -220,6 +220,16 @@ class DeliveryTables:
     def execute_values(self, c: Any, statement: str, params: Sequence[Any]) -> None:
         c.execute(self.q(statement), params)
 
+    def frames_after_many(self, c: Any, cursors: Mapping[str, int], limit: int) -> list[Any]:
+        """Rows (run_id, frame_id, event, data, body_sha256) of each run's frames after its
+        cursor, at most ``limit`` per run, each run's in frame order."""
+        rows: list[Any] = []
+        for run_id, after in cursors.items():
+            c.execute(self.q("SELECT run_id, frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? "
+                             "AND frame_id > ? ORDER BY frame_id LIMIT ?"), (run_id, after, limit))
+            rows.extend(c.fetchall())
+        return rows
+
     def strip_frames(self, c: Any, rows: Sequence[Sequence[Any]]) -> None:
         """Replace these frames' data with their skeletons: rows of (data, run_id, frame_id)."""
         self.update_rows(c, "{frames}", ("data", "run_id", "frame_id"), rows, ("run_id", "frame_id"),
@@ -232,6 +242,13 @@ class DeliveryTables:
     @contextmanager
     def transaction(self, *, commit: bool) -> Iterator[Any]:
         with self.datastore.transaction(commit=commit) as c:  # type: ignore[attr-defined]
+            yield c
+
+    @contextmanager
+    def reading(self) -> Iterator[Any]:
+        """A cursor for reads (see :func:`services.common.eventstore.reading`). On PostgreSQL
+        each statement sees its own snapshot, as it did inside a read-committed transaction."""
+        with reading(self.datastore) as c:  # type: ignore[attr-defined]
             yield c
 
     def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
@@ -297,6 +314,16 @@ class PostgresDeliveryRecorder(PostgresTrackingRecorder, DeliveryTables):
     def execute_values(self, c: Any, statement: str, params: Sequence[Any]) -> None:
         with psycopg.RawCursor(c.connection) as raw:
             raw.execute(self.q(statement), params)
+
+    def frames_after_many(self, c: Any, cursors: Mapping[str, int], limit: int) -> list[Any]:
+        # One statement for every run (the primary key's range scan per run, under LATERAL).
+        c.execute(self.q("SELECT f.run_id, f.frame_id, f.event, f.data, f.body_sha256"
+                         " FROM unnest(%s::text[], %s::bigint[]) AS w(run_id, after) CROSS JOIN LATERAL"
+                         " (SELECT run_id, frame_id, event, data, body_sha256 FROM {frames}"
+                         "  WHERE run_id = w.run_id AND frame_id > w.after ORDER BY frame_id LIMIT %s) AS f"
+                         " ORDER BY f.run_id, f.frame_id"),
+                  (list(cursors), list(cursors.values()), limit), prepare=True)
+        return c.fetchall()
 
     def notify(self, c: Any, origin: str, run_ids: Sequence[str]) -> None:
         for payload in notify_payloads(origin, run_ids):
@@ -481,17 +508,20 @@ class ViewStore:
 
     def frames_after(self, run_id: str, last_id: int, limit: int = 1000) -> list[Frame]:
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             return self._frames_after(c, run_id, last_id, limit)
 
     def read_feeds(self, cursors: Mapping[str, int], limit: int = 1000) -> dict[str, FeedRead]:
-        """The live feeds' read after a wake-up, for every woken run at once: in ONE
-        transaction, each run's frames after its cursor (at most ``limit``) and the runs'
-        states. A batch that touched fifty followed runs costs one read, not fifty."""
+        """The live feeds' read after a wake-up, for every woken run at once: each run's
+        frames after its cursor (at most ``limit``), then the runs' states. A batch that
+        touched fifty followed runs costs one read, not fifty (on PostgreSQL two
+        statements: one for every run's frames, one for their states)."""
         r = self.recorder
         ids = list(cursors)
-        with r.transaction(commit=False) as c:
-            frames = {run_id: self._frames_after(c, run_id, cursors[run_id], limit) for run_id in ids}
+        frames: dict[str, list[Frame]] = {run_id: [] for run_id in ids}
+        with r.reading() as c:
+            for row in r.frames_after_many(c, {run_id: int(cursors[run_id]) for run_id in ids}, int(limit)):
+                frames[row["run_id"]].append(_frame(row))
             found = self._run_rows(c, ids, "run_id, deleted, terminal_frame_id, last_frame_id")
         reads: dict[str, FeedRead] = {}
         for run_id in ids:
@@ -507,7 +537,7 @@ class ViewStore:
         feeds' fallback check when no wake-up arrived)."""
         if not run_ids:
             return {}
-        with self.recorder.transaction(commit=False) as c:
+        with self.recorder.reading() as c:
             rows = self._run_rows(c, list(run_ids), "run_id, last_frame_id, deleted")
         return {run_id: (int(row["last_frame_id"]), bool(row["deleted"])) for run_id, row in rows.items()}
 
@@ -523,7 +553,7 @@ class ViewStore:
 
     def run(self, run_id: str) -> RunRecord | None:
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             c.execute(r.q("SELECT * FROM {runs} WHERE run_id = ?"), (run_id,))
             row = c.fetchone()
         return _record(row) if row is not None else None
@@ -531,7 +561,7 @@ class ViewStore:
     def answer_view(self, run_id: str) -> dict[str, Any] | None:
         """``{"blocks": [...in ordinal order, withdrawn omitted], "conflicts": [...]}``."""
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             c.execute(r.q("SELECT deleted FROM {runs} WHERE run_id = ?"), (run_id,))
             run = c.fetchone()
             if run is None:
@@ -549,7 +579,7 @@ class ViewStore:
 
     def history(self, conversation_id: str) -> list[RunRecord]:
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             c.execute(r.q("SELECT * FROM {runs} WHERE conversation_id = ? ORDER BY first_seen, run_id"),
                       (conversation_id,))
             rows = c.fetchall()
@@ -558,14 +588,14 @@ class ViewStore:
     def answer_text(self, run_id: str) -> str | None:
         """The closed record's answer text (private; gone after deletion)."""
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             c.execute(r.q("SELECT projection FROM {runs} WHERE run_id = ?"), (run_id,))
             row = c.fetchone()
         return json.loads(row["projection"]).get("answer_text") if row is not None else None
 
     def conflicts(self, run_id: str) -> list[dict[str, Any]]:
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             c.execute(r.q("SELECT * FROM {conflicts} WHERE run_id = ? ORDER BY seq"), (run_id,))
             return [dict(row) for row in c.fetchall()]
 
@@ -575,7 +605,7 @@ class ViewStore:
 
     def ping(self) -> bool:
         r = self.recorder
-        with r.transaction(commit=False) as c:
+        with r.reading() as c:
             c.execute(r.q("SELECT COUNT(*) AS n FROM {runs} WHERE run_id = ?"), ("",))
             c.fetchone()
         return True
@@ -646,10 +676,7 @@ class ViewStore:
     # ------------------------------------------------------------------ internals
 
     def _frames_after(self, c: Any, run_id: str, last_id: int, limit: int) -> list[Frame]:
-        c.execute(self.recorder.q("SELECT frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? "
-                                  "AND frame_id > ? ORDER BY frame_id LIMIT ?"), (run_id, int(last_id), int(limit)))
-        return [Frame(run_id, int(row["frame_id"]), row["event"], json.loads(row["data"]), row["body_sha256"])
-                for row in c.fetchall()]
+        return [_frame(row) for row in self.recorder.frames_after_many(c, {run_id: int(last_id)}, int(limit))]
 
     def _strip(self, c: Any, run_id: str, key: str, *, reason: str) -> None:
         """Replace the bodies of every frame of a key with skeletons (ids and hashes stay)."""
@@ -1003,6 +1030,10 @@ class _Work:
                           "frame_skeleton = excluded.frame_skeleton, updated_at = excluded.updated_at")
         if run_rows:
             r.update_rows(c, "{runs}", RUN_COLUMNS, run_rows, ("run_id",), "version = version + 1")
+
+
+def _frame(row: Any) -> Frame:
+    return Frame(row["run_id"], int(row["frame_id"]), row["event"], json.loads(row["data"]), row["body_sha256"])
 
 
 def _record(row: Any) -> RunRecord:

@@ -21,6 +21,7 @@ from pathlib import Path
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 
+from services.common.eventstore import reading
 from services.common.keyring import create_table_racing, postgres_datastore
 from services.common.settings import Settings
 
@@ -47,7 +48,7 @@ class StoreMessageIndex:
         return statement.replace("{t}", self._table).replace("?", self._placeholder)
 
     def lookup(self, conversation_id: str, message_id: str) -> str | None:
-        with self.datastore.transaction(commit=False) as cursor:
+        with reading(self.datastore) as cursor:
             cursor.execute(self._q("SELECT run_id FROM {t} WHERE conversation_id = ? AND message_id = ?"),
                            (conversation_id, message_id))
             row = cursor.fetchone()
