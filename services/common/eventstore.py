@@ -41,7 +41,11 @@ def reading(datastore: Any) -> Iterator[Any]:
 
 def store_environment(settings: Settings, application: str) -> dict[str, str]:
     """The eventsourcing ``env`` for one application of this deployment."""
-    env: dict[str, str] = {"ORIGINATOR_ID_TYPE": "uuid"}
+    env: dict[str, str] = {
+        "ORIGINATOR_ID_TYPE": "uuid",
+        # The library's JSON transcoder, reading with pydantic-core (services/common/transcoding.py).
+        "TRANSCODER_TOPIC": "services.common.transcoding:JSONTranscoder",
+    }
     if settings.uses_postgres:
         assert settings.database_url is not None
         url = urlparse(settings.database_url)
