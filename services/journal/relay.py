@@ -36,7 +36,7 @@ class BatchAnnouncer:
 
     def decode(self, notifications: Sequence[Notification]) -> list[Any]:
         inner = self._journal.sealer
-        self._sealer = FieldSealer(ScopedKeyring(inner.keyring), purpose=inner.purpose)
+        self._sealer = FieldSealer(ScopedKeyring(inner.keyring), purpose=inner.purpose, remember_ciphers=True)
         to_domain_event = self._journal.mapper.to_domain_event
         return [to_domain_event(n) for n in notifications]
 

@@ -290,8 +290,10 @@ class BatchOpener:
         sealed = [SEAL_MARK in s.state for s in stored]
         names = {json.loads(b'"' + name + b'"') for s, is_sealed in zip(stored, sealed, strict=True) if is_sealed
                  for name in _KEY_NAME.findall(s.state)}
-        opener = SealingMapper(self._mapper.transcoder, FieldSealer(_BatchKeys(self._keyring, names),
-                                                                    purpose=self._mapper.sealer.purpose),
-                               self._mapper.seal_paths)
+        # The batch's sealer, like its keys, lives for this batch only: it may keep each
+        # key's cipher context.
+        sealer = FieldSealer(_BatchKeys(self._keyring, names), purpose=self._mapper.sealer.purpose,
+                             remember_ciphers=True)
+        opener = SealingMapper(self._mapper.transcoder, sealer, self._mapper.seal_paths)
         return [opener.to_domain_event(s) if is_sealed else self._plain.to_domain_event(s)
                 for s, is_sealed in zip(stored, sealed, strict=True)]
