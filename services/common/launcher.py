@@ -50,8 +50,10 @@ from pathlib import Path
 
 from services.common.settings import Settings
 
-PARTS = ("publication", "relay", "journal", "delivery")
-"""imprint's parts, in the order ``imprint up`` starts them."""
+PARTS = ("publication", "journal", "delivery")
+"""imprint's parts, in the order ``imprint up`` starts them. Publication and the Journal each
+relay their own log (``publication-relay`` and ``journal-relay`` run a relay on its own, for
+a deployment that wants one: ``IMPRINT_PUBLICATION_RELAY=separate``)."""
 READY_LINE = "part running"
 """What a consumer part logs (at INFO) once its broker has started (``run_until_stopped``)."""
 QUIET_READY_SECONDS = 2.0

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresProcessRecorder
 from eventsourcing.sqlite import SQLiteProcessRecorder
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Composed, Identifier, Literal
 
 
 def _binary_events(statement: Composed | SQL) -> SQL:
@@ -55,6 +55,12 @@ def binary_inserts(recorder: object) -> None:
         recorder.insert_events_statement = _binary_events(recorder.insert_events_statement)
 
 
+COMMITTER = uuid4().hex
+"""This process's mark on the NOTIFY of every commit it makes (its payload): a relay in the
+same process, handed those commits in memory, knows which wake-ups it need not read the log
+for (:class:`services.common.relay.Handoff`)."""
+
+
 class PostgresPollRecorder(PostgresProcessRecorder):
     records_many_trackings = True
 
@@ -65,7 +71,8 @@ class PostgresPollRecorder(PostgresProcessRecorder):
         self.lock_table_statements = [_rendered(statement) for statement in self.lock_table_statements]
         self.insert_tracking_statement = _rendered(self.insert_tracking_statement)
         self.max_tracking_id_statement = _rendered(self.max_tracking_id_statement)
-        self._notify_statement = _rendered(SQL("NOTIFY {0}").format(Identifier(self.channel_name)))
+        self._notify_statement = _rendered(SQL("NOTIFY {0}, {1}").format(Identifier(self.channel_name),
+                                                                          Literal(COMMITTER)))
 
     def _notify_channel(self, curs: Any) -> None:
         curs.execute(self._notify_statement)

@@ -26,6 +26,14 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   decoded and, after every journal poll, followed by a tracking commit: a batch that
   announces nothing is recorded only every :data:`UNRECORDED_SPAN` positions, so a
   restart reads again at most that many positions, none of which is sent.
+* **Handed off, not read back** (:class:`Handoff`). A relay running in the process that
+  writes the log (``imprint serve publication``, ``imprint serve journal``) is handed each
+  commit's announcements in memory, built from the events just recorded: it produces
+  them without reading the log back, decoding it or opening its seals again. It still
+  reads the log, from its position, whenever the next position was not handed off: a
+  commit of another process (its NOTIFY carries another committer's mark), a gap, a
+  commit whose outcome was unknown, a relay that just took over, and every second of
+  quiet as a safety net.
 * A crash between the broker's acknowledgement and the tracking record re-sends the
   last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
   ``event_id``. Nothing committed is skipped.
@@ -47,11 +55,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, Notification, ProcessRecorder, Tracking
+from eventsourcing.persistence import IntegrityError, Notification, ProcessRecorder, Recording, Tracking
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
@@ -59,6 +68,7 @@ from imprint.contracts.topics import Topic
 from services.common.election import Election, NoElection
 from services.common.kafka import _key_of as key_of  # one keying rule for every producer
 from services.common.observability import get_logger
+from services.common.recorders import COMMITTER
 from services.common.settings import Settings
 from services.common.wakeups import LogWakeups
 
@@ -112,6 +122,92 @@ LEADERSHIP_CHECK_SECONDS = 1.0
 """How long a relay trusts its lock session between two checks of it."""
 
 
+class Handoff:
+    """Announcements of the commits of this process, handed to its own relay in memory.
+
+    The application calls :meth:`committed` with the library's ``Recording``\\ s right
+    after each commit (eventsourcing's ``Application._notify`` hook): each entry is a
+    notification id and what its event announces, built then, from the event just
+    recorded. Only while its relay leads (:meth:`open`): a standby's commits are read from
+    the log by whichever relay leads. The relay takes entries only as a run that
+    continues its position exactly (:meth:`take`); anything else sends it to the log."""
+
+    def __init__(self, announce: Announce, topics: Collection[str] = (), *, limit: int = 50_000) -> None:
+        self._announce = announce
+        self._topics = frozenset(topics) or None
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._entries: deque[tuple[int, Sequence[tuple[Topic, Message]]]] = deque()
+        self._wake: Callable[[], None] | None = None
+        self._missed = False
+        self.token = COMMITTER
+        """The mark on this process's NOTIFYs (see :mod:`services.common.recorders`)."""
+
+    @property
+    def is_open(self) -> bool:
+        return self._wake is not None
+
+    def open(self, wake: Callable[[], None]) -> None:
+        """The relay leads: hand it every commit from now on (``wake`` is called after each)."""
+        with self._lock:
+            self._entries.clear()
+            self._missed = False
+            self._wake = wake
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._wake = None
+
+    def committed(self, recordings: Sequence[Recording[Any]]) -> None:
+        """One transaction's events were recorded (the writer's thread, right after its commit)."""
+        if self._wake is None or not recordings:
+            return
+        topics, announce = self._topics, self._announce
+        entries = sorted((r.notification.id, announce(r.domain_event)
+                          if topics is None or r.notification.topic in topics else ())
+                         for r in recordings)
+        with self._lock:
+            wake = self._wake
+            if wake is None:
+                return
+            if len(self._entries) + len(entries) > self._limit:  # the relay is far behind: it reads the log
+                self._entries.clear()
+                self._missed = True
+            else:
+                self._entries.extend(entries)
+        wake()
+
+    def missed(self) -> None:
+        """A commit of this process may have gone unhanded (its outcome was unknown): the
+        relay reads the log from its position before taking anything more."""
+        with self._lock:
+            self._missed = True
+            wake = self._wake
+        if wake is not None:
+            wake()
+
+    def take(self, after: int, limit: int) -> Batch | None:
+        """The handed-off entries that continue position ``after`` (at most ``limit``):
+        ``[]`` when nothing is waiting, ``None`` when the next position was not handed off
+        here (a gap, or a missed commit): read the log."""
+        with self._lock:
+            entries = self._entries
+            if self._missed:
+                self._missed = False
+                while entries and entries[0][0] <= after:
+                    entries.popleft()
+                return None
+            while entries and entries[0][0] <= after:
+                entries.popleft()
+            if not entries:
+                return []
+            batch: Batch = []
+            while entries and len(batch) < limit and entries[0][0] == after + 1 + len(batch):
+                batch.append(entries.popleft())
+            return batch or None
+
+
 class Publisher(Protocol):
     async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None: ...
 
@@ -134,6 +230,7 @@ class Relay:
         wakeups: LogWakeups | None = None,
         election: Election | None = None,
         topics: Sequence[str] = (),
+        handoff: Handoff | None = None,
     ) -> None:
         assert isinstance(app.recorder, ProcessRecorder), "the relay records its position beside the log"
         self._app = app
@@ -156,6 +253,9 @@ class Relay:
         self.active = False
         self._leading_checked = -LEADERSHIP_CHECK_SECONDS
         """``time.monotonic()`` of the last check that the lock session was alive."""
+        self._handoff = handoff
+        self._log_unread = True
+        """The log may hold commits past the position that were not handed off."""
 
     def recorded_position(self) -> int:
         return self._recorder.max_tracking_id(self.name) or 0
@@ -167,11 +267,28 @@ class Relay:
             if not self._election.still_leading():
                 raise LostLeadership(self.name)
             self._leading_checked = now
+        if self._handoff is not None and self._handoff.is_open:
+            handed = self._handoff.take(after, self._batch_size)
+            if handed:
+                return handed
+            if handed is not None and not self._log_unread:
+                return []
+        self._log_unread = False  # before the read: a commit heard from now on is read next time
         notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
+        if len(notifications) == self._batch_size:
+            self._log_unread = True
         topics = self._topics
         wanted = notifications if topics is None else [n for n in notifications if n.topic in topics]
         announced = dict(zip((n.id for n in wanted), map(self._announce, self._decode(wanted)), strict=True))
         return [(n.id, announced.get(n.id, ())) for n in notifications]
+
+    def _heard(self, committer: str | None) -> None:
+        """A commit to the log (its committer's mark; ``None``: commits may have been missed).
+        This process's own commits were handed off already while the hand-off is open."""
+        handoff = self._handoff
+        if committer is None or handoff is None or not handoff.is_open or committer != handoff.token:
+            self._log_unread = True
+            self._wake.set()
 
     def _record(self, position: int) -> None:
         try:
@@ -200,10 +317,14 @@ class Relay:
         """Relay while elected: read ahead one batch while the current one is produced;
         record the position every :data:`RECORD_SECONDS` (see the module's docstring)."""
         self._leading_checked = -LEADERSHIP_CHECK_SECONDS  # a new term starts with a check
+        self._log_unread = True  # and reads the log from its recorded position
         self.position = recorded = await asyncio.to_thread(self.recorded_position)
         log.info("relay active", relay=self.name, position=self.position, notified=self._wakeups is not None)
         loop = asyncio.get_running_loop()
         idle = 1.0 if self._wakeups is not None else self._idle_seconds  # NOTIFY wakes it; the timeout is a safety net
+        if self._handoff is not None:
+            wake = self._wake
+            self._handoff.open(lambda: loop.call_soon_threadsafe(wake.set))
         self._wake.clear()
         pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
         recording: asyncio.Future[None] | None = None
@@ -236,6 +357,8 @@ class Relay:
                     except TimeoutError:
                         if owed:
                             await record(self.position)
+                        elif wait >= idle:
+                            self._log_unread = True  # quiet for a while: look at the log itself
                     self._wake.clear()
                     pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
                     continue
@@ -250,6 +373,8 @@ class Relay:
             lost = True
             raise
         finally:
+            if self._handoff is not None:
+                self._handoff.close()
             if not pending.done():
                 pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
@@ -262,7 +387,7 @@ class Relay:
         if self._producer is not None:
             await self._producer.start()
         if self._wakeups is not None:
-            self._wakeups.start(asyncio.get_running_loop(), self._wake)
+            self._wakeups.start(asyncio.get_running_loop(), self._heard)
         try:
             while not self._stopping.is_set():
                 if not self.active:
@@ -295,7 +420,7 @@ class Relay:
 
 
 def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
-              decode: Decode | None = None, topics: Sequence[str] = ()) -> Relay:
+              decode: Decode | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None) -> Relay:
     """The relay of one log in this deployment, with its own producer: NOTIFY wake-ups
     and an advisory-lock election on PostgreSQL; polling and a file lock on SQLite."""
     from services.common.election import election_for
@@ -303,4 +428,4 @@ def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, 
 
     producer = RelayProducer(settings, f"imprint-relay-{app.name.lower()}")
     return Relay(app, announce, producer, name=name, decode=decode, wakeups=wakeups_for(settings, app),
-                 election=election_for(settings, name), topics=topics)
+                 election=election_for(settings, name), topics=topics, handoff=handoff)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_core import to_json
@@ -42,6 +43,12 @@ class Settings(BaseSettings):
     """How often a tracked consumer commits its Kafka offsets (0: after every poll). The
     store's tracking records say what was applied; a committed offset only shortens what a
     restart or a rebalance redelivers, and the store skips that redelivery."""
+
+    publication_relay: Literal["inline", "separate"] = "inline"
+    """Who relays the Publication log to ``imprint.publication.v1``. ``inline``: each
+    ``imprint serve publication`` runs a relay (elected: one of them is active), handed its
+    own commits in memory; ``imprint serve publication-relay`` processes may stand by
+    beside it. ``separate``: only those processes relay, reading every commit back."""
 
     block_modification_quota: int = 2
     run_modification_quota: int = 8

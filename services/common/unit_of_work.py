@@ -124,7 +124,8 @@ class StoredWorkspace(MemoryWorkspace):
 
     def record(self, tracking: Tracking | Sequence[Tracking] | None = None) -> ProcessingEvent[UUID]:
         """Record every pending event (and the tracking records) in one transaction, then
-        take the snapshots that are due. Without tracking: a flush inside the unit (P13).
+        take the snapshots that are due and tell the application (``_notify``), in the
+        order of eventsourcing's ``Application.save``. Without tracking: a flush inside the unit (P13).
         Several tracking records (one per partition of a poll) need a recorder that takes
         them (:mod:`services.common.recorders`)."""
         trackings = [] if tracking is None else [tracking] if isinstance(tracking, Tracking) else list(tracking)
@@ -137,8 +138,9 @@ class StoredWorkspace(MemoryWorkspace):
             processing.events.extend(aggregate.collect_events())
             processing.aggregates[aggregate.id] = aggregate
         if processing.events or trackings:
-            self.app._record(processing)
+            recordings = self.app._record(processing)
             self.app._take_snapshots(processing)
+            self.app._notify(recordings)  # the library's hook after a save (a relay's hand-off)
         return processing
 
     def forget(self) -> None:

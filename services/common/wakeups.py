@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from eventsourcing.application import Application
@@ -39,17 +40,20 @@ class LogWakeups:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, heard: Callable[[str | None], None]) -> None:
+        """Call ``heard`` on ``loop`` for every commit to the log, with the committer's mark
+        (the NOTIFY's payload: :data:`services.common.recorders.COMMITTER` of the process
+        that wrote it); ``None`` when commits may have been missed (on every (re)connect)."""
         def listen() -> None:
             while not self._stopping.is_set():
                 try:
                     with self._datastore.get_connection() as connection:
                         connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
                         try:
-                            loop.call_soon_threadsafe(wake.set)  # anything committed while we were away
+                            loop.call_soon_threadsafe(heard, None)  # anything committed while we were away
                             while not self._stopping.is_set():
-                                for _ in connection.notifies(timeout=1.0, stop_after=1):
-                                    loop.call_soon_threadsafe(wake.set)
+                                for notify in connection.notifies(timeout=1.0, stop_after=1):
+                                    loop.call_soon_threadsafe(heard, notify.payload)
                         finally:
                             connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
                 except Exception as error:  # noqa: BLE001 — PersistenceError, OSError…: reconnect, poll meanwhile

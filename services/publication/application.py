@@ -30,6 +30,7 @@ from eventsourcing.persistence import (
     OperationalError,
     PersistenceError,
     ProcessRecorder,
+    Recording,
     Tracking,
 )
 
@@ -43,6 +44,7 @@ from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.recorders import binary_inserts, tracking_many
+from services.common.relay import Handoff
 from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, stored
 from services.publication.sealing import RecentKeys, SealingMapper
 
@@ -70,6 +72,8 @@ class PublicationLog(Application[uuid.UUID]):
         self._processing = threading.Lock()
         self._snapshotted: dict[uuid.UUID, int] = {}
         """Aggregate id → version of its last snapshot taken (or assumed) by this process."""
+        self.handoff: Handoff | None = None
+        """This process's relay, when it runs here: handed every commit (``_notify``)."""
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -145,6 +149,10 @@ class PublicationLog(Application[uuid.UUID]):
                 self.keyring.destroy(key_name)
             self.units.forget()  # the cache must not keep serving bodies whose key is gone
             log.info("conversation keys destroyed", keys=len(unit.shred))
+
+    def _notify(self, recordings: list[Recording[uuid.UUID]]) -> None:
+        if self.handoff is not None:
+            self.handoff.committed(recordings)
 
     # --- snapshots ----------------------------------------------------------------------
 
@@ -224,6 +232,8 @@ class PublicationLog(Application[uuid.UUID]):
     def _save_unknown(self, ws: StoredWorkspace, trackings: list[Tracking], unit: Unit, error: Exception,
                       emit: EmitMany) -> None:
         log.warning("commit outcome unknown; reading back", error=type(error).__name__)
+        if self.handoff is not None:
+            self.handoff.missed()  # if it did commit, this process's relay reads it from the log
         self._emit_outcomes(unit.settled, emit, lambda entry: AnswerSaveUnknown(
             run_id=entry.run_id, candidate_id=entry.candidate_id, block_ids=list(entry.block_ids)))
         ws.forget()

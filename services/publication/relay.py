@@ -1,6 +1,10 @@
-"""``imprint serve publication-relay`` (alias ``relay``): the committed Publication log →
-``imprint.publication.v1``. Run two or more for failover: one is active, the others
-stand by (``services.common.relay``)."""
+"""The committed Publication log → ``imprint.publication.v1``.
+
+By default each ``imprint serve publication`` runs this relay beside its consumer, handed
+its own commits in memory (``IMPRINT_PUBLICATION_RELAY=inline``, see
+:func:`publication_relay`). ``imprint serve publication-relay`` (alias ``relay``) runs it
+on its own, reading every commit back from the log. Any number of either campaign for
+the same lock: one is active, the others stand by (``services.common.relay``)."""
 
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from imprint.contracts.topics import Topic
 from imprint.publication import announce
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.lifecycle import run_until_stopped
-from services.common.relay import relay_for
+from services.common.relay import Handoff, Relay, relay_for
 from services.common.settings import Settings
+from services.publication.application import PublicationLog
 from services.publication.sealing import BatchOpener
-from services.publication.service import open_log
 
 RELAY_NAME = "relay→imprint.publication.v1"
 
@@ -25,11 +29,21 @@ def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
     return [] if message is None else [(Topic.PUBLICATION, message)]
 
 
+def publication_relay(settings: Settings, app: PublicationLog, *, inline: bool) -> Relay:
+    """The relay of ``app``'s log. ``inline``: it runs in the process that writes the log,
+    and ``app`` hands it every commit (``PublicationLog.handoff``)."""
+    handoff = Handoff(announce_publication, ANNOUNCED_TOPICS) if inline else None
+    app.handoff = handoff
+    return relay_for(settings, app, announce_publication, name=RELAY_NAME,
+                     decode=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch
+                     topics=ANNOUNCED_TOPICS, handoff=handoff)
+
+
 async def serve(settings: Settings) -> None:
+    from services.publication.service import open_log
+
     app = open_log(settings)
-    relay = relay_for(settings, app, announce_publication, name=RELAY_NAME,
-                      decode=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch
-                      topics=ANNOUNCED_TOPICS)
+    relay = publication_relay(settings, app, inline=False)
     try:
         await run_until_stopped("publication-relay", None, relay.run())
     finally:

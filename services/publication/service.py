@@ -1,4 +1,5 @@
-"""``imprint serve publication``: runtime and sources topics → the Publication log."""
+"""``imprint serve publication``: runtime and sources topics → the Publication log, and (unless
+``IMPRINT_PUBLICATION_RELAY=separate``) the relay of that log, handed its commits in memory."""
 
 from __future__ import annotations
 
@@ -69,7 +70,16 @@ async def serve(settings: Settings) -> None:
 
     subscribe_tracked(broker, settings, outbox, consumer="publication",
                       topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle, on_revoked=revoked)
+    work = []
+    relay = None
+    if settings.publication_relay == "inline":
+        from services.publication.relay import publication_relay
+
+        relay = publication_relay(settings, app, inline=True)
+        work.append(relay.run())
     try:
-        await run_until_stopped("publication", broker)
+        await run_until_stopped("publication", broker, *work)
     finally:
+        if relay is not None:
+            relay.stop()
         app.close()

@@ -91,7 +91,8 @@ def relay_position(settings: Settings) -> int:
 
 @pytest.mark.rule("P14")
 def test_a_relay_killed_mid_stream_loses_nothing_and_keeps_the_log_order(isolated: Settings) -> None:
-    s, runs, n = isolated, ("run-relay-a", "run-relay-b"), 60
+    # The relay as a process of its own (Publication's inline relay off: this is about that process).
+    s, runs, n = isolated.model_copy(update={"publication_relay": "separate"}), ("run-relay-a", "run-relay-b"), 60
     stack = Stack(s, parts=())
     try:
         stack.start("publication")

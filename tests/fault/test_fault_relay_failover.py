@@ -145,7 +145,7 @@ def assert_relayed_exactly(values: list[dict[str, Any]], expected: list[Any], ru
 @pytest.mark.rule("P14")
 def test_a_standby_relay_takes_over_from_the_recorded_position_when_the_active_one_is_killed(
         isolated: Settings) -> None:
-    s = isolated
+    s = isolated.model_copy(update={"publication_relay": "separate"})  # relays as processes of their own
     stack = Stack(s, parts=())
     takeovers: list[float] = []
     try:
