@@ -243,6 +243,18 @@ waits before its preview is even looked at. 10 ms costs ~100 empty in-memory pol
 second when idle (the fetcher's requests to the broker do not depend on it)."""
 
 
+FETCH_WAIT_MS = 20
+"""The longest the broker holds a fetch of a consumer on the latency path (Publication,
+Delivery) before answering it empty. aiokafka keeps one fetch in flight per broker and
+leaves out of it every partition whose fetched records are still unconsumed; once a poll
+takes longer than its prefetch backoff (100 ms), the next fetch can hold only quiet
+partitions (the sources and control topics), and the broker kept it for Kafka's default
+500 ms while records waited on the busy ones. Under load that was a stall of up to half a
+second after every long poll, and a longer poll after it: at 400 proposals/s offered,
+produce → preview p50 294 ms and p99 803 ms, against 44 and 199 ms with this bound. An idle
+consumer pays ~50 empty fetches a second for it (0.02-0.025 cores)."""
+
+
 GATHER_BYTES = 1024 * 1024
 """The ``fetch.min.bytes`` of a gathering consumer: more than a fetch of one wait's records
 usually holds, so the wait, not the size, ends the fetch (a backlog still fills it at once)."""
@@ -418,7 +430,8 @@ def subscribe_tracked(
         batch=True,
         max_records=max_records,
         batch_timeout_ms=IDLE_POLL_MS,
-        **({"fetch_max_wait_ms": gather_ms, "fetch_min_bytes": GATHER_BYTES} if gather_ms else {}),
+        **({"fetch_max_wait_ms": gather_ms, "fetch_min_bytes": GATHER_BYTES} if gather_ms
+           else {"fetch_max_wait_ms": FETCH_WAIT_MS}),
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
         listener=_Revocations(commits, on_revoked),
