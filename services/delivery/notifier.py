@@ -49,7 +49,8 @@ class SharedFrame(Frame):
 
     @classmethod
     def of(cls, frame: Frame) -> SharedFrame:
-        return cls(frame.run_id, frame.id, frame.event, frame.data, frame.body_sha256, frame.sse())
+        return cls(frame.run_id, frame.id, frame.event, frame.data, frame.body_sha256, text=frame.text,
+                   encoded=frame.sse())
 
     def sse(self) -> bytes:
         return self.encoded

@@ -63,7 +63,7 @@ from eventsourcing.sqlite import SQLiteDatastore, SQLiteTrackingRecorder
 from eventsourcing.utils import Environment
 import psycopg
 from psycopg.sql import SQL
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from imprint.contracts.runs import RunClosed
 from imprint.delivery import merge
@@ -1033,7 +1033,11 @@ class _Work:
 
 
 def _frame(row: Any) -> Frame:
-    return Frame(row["run_id"], int(row["frame_id"]), row["event"], json.loads(row["data"]), row["body_sha256"])
+    """A frame read back: its data parsed by pydantic-core, its stored JSON kept to be sent
+    as it is (it was parsed and encoded again for every read: a sixth of Delivery's CPU at
+    300 proposals/s paced)."""
+    text = row["data"]
+    return Frame(row["run_id"], int(row["frame_id"]), row["event"], from_json(text), row["body_sha256"], text=text)
 
 
 def _record(row: Any) -> RunRecord:

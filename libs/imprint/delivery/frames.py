@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field
+from pydantic_core import to_json
 
 from imprint.contracts.publication import (
     AnswerPreview,
@@ -81,12 +82,17 @@ class Frame:
     event: str
     data: Any
     body_sha256: str
+    text: str | None = field(default=None, compare=False, repr=False)
+    """The data's JSON as the store holds it, for a frame read back: sent as it is."""
 
     def sse(self) -> bytes:
-        """This frame as one SSE event (``id``, ``event``, ``data``, blank line)."""
-        from imprint.delivery.summary import canonical_json
-
-        payload = self.data if isinstance(self.data, str) else canonical_json(self.data)
+        """This frame as one SSE event (``id``, ``event``, ``data``, blank line). The data
+        line is the frame's compact JSON, in the order it was built (how the store keeps
+        it, so a frame read back is sent without being encoded again)."""
+        if isinstance(self.data, str):
+            payload = self.data
+        else:
+            payload = self.text if self.text is not None else to_json(self.data).decode()
         lines = [f"id: {self.id}", f"event: {self.event}"]
         lines += [f"data: {line}" for line in payload.split("\n")]
         return ("\n".join(lines) + "\n\n").encode("utf-8")
