@@ -52,7 +52,9 @@ def proxied(settings: Settings) -> Iterator[tuple[PgProxy, Settings]]:
 @contextmanager
 def warmed_up_through_proxy(settings: Settings, run: str) -> Iterator[tuple[PgProxy, Stack]]:
     """The relay, and Publication reaching PostgreSQL through a proxy, with ``run``'s first
-    block already published; stopped afterwards."""
+    block already published; stopped afterwards. The relay is a process of its own here
+    (``publication_relay=separate``): the proxy's faults are the consumer's alone."""
+    settings = settings.model_copy(update={"publication_relay": "separate"})
     stack = Stack(settings, parts=())
     with proxied(settings) as (proxy, through_proxy):
         try:
