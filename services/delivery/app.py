@@ -10,7 +10,7 @@ topic (see :func:`topic_for`); the Kafka consumer that feeds ``store.process()``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -28,7 +28,7 @@ from services.delivery.auth import (
 )
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
-from services.delivery.observer import AccessLog, DeliveryRecorder
+from services.delivery.observer import AccessLog, DeliveryRecorder, GroupedOutcomes
 from services.delivery.operator import operator_router
 from services.delivery.routes import Context, conversations, ops, runs, streams, ui_stream
 from services.delivery.routes.ops import STATIC
@@ -62,8 +62,10 @@ def create_app(
     metrics = metrics or DeliveryMetrics()
     store.listeners.append(lambda _conflict: metrics.conflicts.inc())
 
-    async def record(run_id: str, outcome: str) -> None:
-        await asyncio.to_thread(store.record_delivery, run_id, outcome)
+    async def write(outcomes: Mapping[str, str]) -> None:
+        await asyncio.to_thread(store.record_deliveries, dict(outcomes))
+
+    record = GroupedOutcomes(write)
 
     tickets = StreamTickets(store, ttl=settings.stream_ticket_ttl_seconds)
     ctx = Context(

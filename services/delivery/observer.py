@@ -17,8 +17,9 @@ never the query string (a stream ticket travels there, D6) nor any header."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from imprint.contracts.base import Message
@@ -31,6 +32,53 @@ log = get_logger(__name__)
 
 Publish = Callable[[Message], Awaitable[None]]
 Record = Callable[[str, str], Awaitable[None]]
+WriteOutcomes = Callable[[Mapping[str, str]], Awaitable[None]]
+
+
+class GroupedOutcomes:
+    """A :data:`Record` that writes the outcomes of streams ending together in one
+    transaction — a group commit: while one write is under way, the outcomes that
+    arrive wait and then go in the next write, all at once. Each caller returns only
+    once its own outcome is stored (or raises the error of the write that carried it),
+    so D4/D5 hold as they would with one write per stream; a run's ``completed`` wins
+    over any ``interrupted`` waiting beside it (it is sticky in the store as well).
+
+    A thousand clients of one run leaving at once cost a few transactions, not a
+    thousand serialised on the store."""
+
+    def __init__(self, write: WriteOutcomes) -> None:
+        self.write = write
+        self.waiting: dict[str, str] = {}
+        self.written: asyncio.Future[None] | None = None  # what the waiting outcomes' write will settle
+        self.writing = False
+        self.drainer: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
+
+    async def __call__(self, run_id: str, outcome: str) -> None:
+        if self.waiting.get(run_id) != "completed":
+            self.waiting[run_id] = outcome
+        if self.written is None:
+            self.written = asyncio.get_running_loop().create_future()
+        written = self.written
+        if not self.writing:
+            self.writing = True
+            self.drainer = asyncio.get_running_loop().create_task(self._drain())
+        await asyncio.shield(written)
+
+    async def _drain(self) -> None:
+        try:
+            while self.waiting:
+                outcomes, written = self.waiting, self.written
+                self.waiting, self.written = {}, None
+                assert written is not None
+                try:
+                    await self.write(outcomes)
+                except Exception as error:  # every caller of this write hears it
+                    written.set_exception(error)
+                    written.exception()  # retrieved: the callers re-raise it, none is left unheard
+                else:
+                    written.set_result(None)
+        finally:
+            self.writing = False
 
 
 class DeliveryRecorder:

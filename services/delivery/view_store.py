@@ -488,12 +488,20 @@ class ViewStore:
 
     def record_delivery(self, run_id: str, outcome: str) -> None:
         """D4/D5: ``completed`` (sticky) or ``interrupted`` for the run's delivery."""
-        if outcome not in ("completed", "interrupted"):
-            raise ValueError(outcome)
+        self.record_deliveries({run_id: outcome})
+
+    def record_deliveries(self, outcomes: Mapping[str, str]) -> None:
+        """D4/D5: the delivery outcome of several runs, in one transaction; ``completed``
+        stays ``completed`` whatever is recorded after it."""
+        for outcome in outcomes.values():
+            if outcome not in ("completed", "interrupted"):
+                raise ValueError(outcome)
         r = self.recorder
+        now = _now()
         with r.transaction(commit=True) as c:
-            c.execute(r.q("UPDATE {runs} SET delivery = CASE WHEN delivery = 'completed' THEN 'completed' "
-                          "ELSE ? END, updated_at = ? WHERE run_id = ?"), (outcome, _now(), run_id))
+            c.executemany(r.q("UPDATE {runs} SET delivery = CASE WHEN delivery = 'completed' THEN 'completed' "
+                              "ELSE ? END, updated_at = ? WHERE run_id = ?"),
+                          [(outcome, now, run_id) for run_id, outcome in sorted(outcomes.items())])
 
     def purge_conversation(self, conversation_id: str, account_id: str | None = None) -> list[str]:
         """X8: drop every private body of the conversation's runs (frames' markdown and

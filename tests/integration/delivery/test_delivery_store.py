@@ -155,13 +155,20 @@ def test_conversation_deletion_purges_private_bodies(store: ViewStore) -> None:
 @pytest.mark.rule("D4")
 @pytest.mark.rule("D5")
 def test_delivery_state_is_sticky_once_completed(store: ViewStore) -> None:
-    store.process(Feed()(running(RUN)))
+    feed = Feed()
+    store.process(feed(running(RUN)))
     assert store.run(RUN).delivery == "pending"  # type: ignore[union-attr]
     store.record_delivery(RUN, "interrupted")
     assert store.run(RUN).delivery == "interrupted"  # type: ignore[union-attr]
     store.record_delivery(RUN, "completed")
     store.record_delivery(RUN, "interrupted")
     assert store.run(RUN).delivery == "completed"  # type: ignore[union-attr]
+    store.process(feed(running("run-2")))
+    store.record_deliveries({RUN: "interrupted", "run-2": "interrupted"})
+    assert store.run(RUN).delivery == "completed"  # type: ignore[union-attr]
+    assert store.run("run-2").delivery == "interrupted"  # type: ignore[union-attr]
+    with pytest.raises(ValueError):
+        store.record_deliveries({"run-2": "received"})
 
 
 @each_backend
