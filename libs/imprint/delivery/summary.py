@@ -16,10 +16,11 @@ exactly one ``done`` whose data is exactly ``[DONE]``, as the last frame.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from imprint.canonical import canonical_sha256
 
 DONE_EVENT = "done"
 DONE_DATA = "[DONE]"
@@ -27,16 +28,9 @@ SUMMARY_EVENT = "stream-summary"
 TERMINAL_EVENTS = frozenset({SUMMARY_EVENT, DONE_EVENT})
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def payload_sha256(payload: Any) -> str:
-    return sha256_text(canonical_json(payload))
+    """The ``body_sha256`` of a frame that carries no block body: its payload's canonical hash."""
+    return canonical_sha256(payload)
 
 
 def digest(pairs: Iterable[tuple[int, str]]) -> str:

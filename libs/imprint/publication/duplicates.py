@@ -14,10 +14,9 @@ of the run (the same text through entry A and entry B is one block)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Callable, Mapping
 
+from imprint.canonical import canonical_sha256
 from imprint.publication.facts import BlockRecord
 
 FINGERPRINT_FIELDS = (
@@ -34,8 +33,7 @@ def fingerprint(view: Mapping[str, Any], labels: tuple[str, ...] | list[str] = (
     content = view.get("content") or {}
     bound["content_type"] = content.get("type")
     bound["labels"] = list(labels)
-    canonical = json.dumps(bound, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return canonical_sha256(bound)
 
 
 def find_duplicate(

@@ -15,7 +15,8 @@
 No Kafka, SQL, HTTP or journal reads here; the adapters in
 ``services.recovery`` read the log and print."""
 
-from imprint.recovery.answer_view import answer_view, answer_views, canonical_json, replay, view_hash
+from imprint.canonical import canonical_json
+from imprint.recovery.answer_view import answer_view, answer_views, replay, view_hash
 from imprint.recovery.export import export_history
 from imprint.recovery.integrity import defect_of
 from imprint.recovery.ledger import BlockHistory, Defect, LogFold, Revision, RunLedger

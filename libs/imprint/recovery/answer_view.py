@@ -17,22 +17,18 @@ UTF-8), so replaying the same log yields the same hash."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Iterable, Mapping
 
+from imprint.canonical import canonical_sha256
 from imprint.recovery.integrity import served
 from imprint.recovery.ledger import LogFold, RunLedger
 
 VIEW_VERSION = 1
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def view_hash(view: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(view).encode("utf-8", "surrogatepass")).hexdigest()
+    """SHA-256 of the view's canonical JSON (:mod:`imprint.canonical`)."""
+    return canonical_sha256(view)
 
 
 def answer_view(ledger: RunLedger) -> dict[str, Any]:
