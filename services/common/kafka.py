@@ -100,14 +100,6 @@ class Outbox:
             for topic, message in items
         ]
 
-    def blocking(self, loop: asyncio.AbstractEventLoop) -> Callable[[Topic, Message], None]:
-        """A synchronous publish for code running in a worker thread (the stores are synchronous)."""
-
-        def publish(topic: Topic, message: Message) -> None:
-            asyncio.run_coroutine_threadsafe(self.publish(topic, message), loop).result(timeout=30)
-
-        return publish
-
 
 async def confirmed(acknowledgements: Sequence[asyncio.Future[Any]]) -> None:
     """Wait for every acknowledgement; the first failure is raised (the others still settle)."""

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID, uuid4
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import IntegrityError, ProgrammingError, StoredEvent, Tracking
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresProcessRecorder
 from eventsourcing.sqlite import SQLiteProcessRecorder
 from psycopg.rows import tuple_row
@@ -73,14 +73,43 @@ class PostgresPollRecorder(PostgresProcessRecorder):
         self.max_tracking_id_statement = _rendered(self.max_tracking_id_statement)
         self._notify_statement = _rendered(SQL("NOTIFY {0}, {1}").format(Identifier(self.channel_name),
                                                                           Literal(COMMITTER)))
+        self._insert_trackings_statement = _rendered(SQL(
+            "INSERT INTO {0}.{1} AS t (application_name, notification_id) "
+            "SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+            "ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id "
+            "WHERE t.notification_id < EXCLUDED.notification_id "
+            "RETURNING t.application_name").format(Identifier(self.datastore.schema),
+                                                   Identifier(self.tracking_table_name)))
 
     def _notify_channel(self, curs: Any) -> None:
         curs.execute(self._notify_statement)
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        for tracking in kwargs.pop("trackings", ()):
-            self._insert_tracking(curs, tracking=tracking)
+        trackings: Sequence[Tracking] = kwargs.pop("trackings", ())
+        if len(trackings) > 1 and self.datastore.single_row_tracking:
+            self._insert_trackings(curs, trackings)
+        else:
+            for tracking in trackings:
+                self._insert_tracking(curs, tracking=tracking)
         return super()._insert_events(curs, stored_events, **kwargs)
+
+    def _insert_trackings(self, curs: Any, trackings: Sequence[Tracking]) -> None:
+        """The poll's tracking records in ONE statement — the library's upsert over arrays,
+        with its guard: a position moves forward only, and one that does not (already
+        recorded, here or by another consumer) fails the whole transaction with
+        ``IntegrityError``, before any event is inserted. In pipeline mode each of the
+        library's one-row upserts waits for its row: one round trip to the server per
+        partition of the poll, where this is one per poll."""
+        names = [tracking.application_name for tracking in trackings]
+        if len(set(names)) != len(names):
+            raise ProgrammingError(f"one tracking record per partition, got {names}")
+        curs.execute(self._insert_trackings_statement,
+                     (names, [tracking.notification_id for tracking in trackings]), prepare=True)
+        recorded = {row["application_name"] for row in curs.fetchall()}
+        missing = [tracking for tracking in trackings if tracking.application_name not in recorded]
+        if missing:
+            raise IntegrityError("Failed to record tracking for " + ", ".join(
+                f"{tracking.application_name} {tracking.notification_id}" for tracking in missing))
 
     def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
         """Every stored event of these aggregates, in one query: each one's events

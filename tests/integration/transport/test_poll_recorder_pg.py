@@ -68,6 +68,33 @@ def test_the_statements_of_every_poll_are_rendered_once_and_say_what_the_library
         assert recorder.max_tracking_id("topic#0") == 1, "a redelivered position still fails its transaction"
 
 
+@pytest.mark.rule("P15")
+def test_a_polls_trackings_go_in_one_statement_and_one_position_already_recorded_fails_them_all(
+        isolated: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    with poll_recorder(isolated, "trackings") as recorder:
+        first = StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e", state=b"a")
+        recorder.insert_events([first], trackings=[Tracking("topic#0", 5), Tracking("topic#1", 5)])
+        executed: list[str] = []
+        original = recorder._insert_trackings
+
+        def counted(curs, trackings):  # type: ignore[no-untyped-def]
+            executed.append(",".join(t.application_name for t in trackings))
+            return original(curs, trackings)
+
+        monkeypatch.setattr(recorder, "_insert_trackings", counted)
+        late = StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e", state=b"b")
+        with pytest.raises(IntegrityError, match="topic#1 5"):  # topic#1 is at 5 already; topic#2 is new
+            recorder.insert_events([late], trackings=[Tracking("topic#0", 6), Tracking("topic#1", 5),
+                                                      Tracking("topic#2", 1)])
+        assert executed == ["topic#0,topic#1,topic#2"], "one statement for the poll's trackings"
+        assert recorder.select_events(late.originator_id) == [], "nothing of the failed poll is stored"
+        assert [recorder.max_tracking_id(f"topic#{p}") for p in range(3)] == [5, 5, None]
+        ids = recorder.insert_events([late], trackings=[Tracking("topic#0", 6), Tracking("topic#1", 6),
+                                                        Tracking("topic#2", 1)])
+        assert ids is not None and len(ids) == 1
+        assert [recorder.max_tracking_id(f"topic#{p}") for p in range(3)] == [6, 6, 1]
+
+
 @pytest.mark.rule("R1")
 def test_the_publication_logs_snapshots_go_in_binary_and_come_back_byte_for_byte(isolated: Settings) -> None:
     from services.publication.service import open_log
