@@ -69,7 +69,8 @@ async def serve(settings: Settings) -> None:
         await asyncio.to_thread(app.revoked, tracking_names)
 
     subscribe_tracked(broker, settings, outbox, consumer="publication",
-                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle, on_revoked=revoked)
+                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle, on_revoked=revoked,
+                      pipelined=True)
     work = []
     relay = None
     if settings.publication_relay == "inline":

@@ -116,3 +116,64 @@ def test_a_gathering_consumer_polls_a_trickle_in_fewer_batches_and_loses_nothing
         assert len(batches) <= n // 4, f"a trickle of {n} records gathered into a few polls, not {len(batches)}"
     else:
         assert len(batches) > n // 4, "without gathering, a trickle is polled nearly record by record"
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.parametrize("fail_at", [None, 25])
+def test_a_pipelined_consumer_applies_what_arrived_meanwhile_next_and_a_failure_loses_nothing(
+        isolated: Settings, fail_at: int | None) -> None:
+    """``pipelined`` (Publication's polls): while a poll is applied the fetcher is drained, so
+    a trickle that arrives during a slow poll is applied together in the next one instead of
+    a record per partition per poll. A poll that fails is rewound with everything drained
+    behind it: every record is applied, in order."""
+    s, n = isolated, 60
+
+    async def scenario() -> tuple[list[list[int]], list[list[int]]]:
+        applied: list[list[int]] = []
+        handed: list[list[int]] = []
+        failed: list[int] = []
+
+        async def handle(inbound: list[Inbound]) -> None:
+            offsets = [item.offset for item in inbound]
+            handed.append(offsets)
+            await asyncio.sleep(0.1)  # a slow poll: ~10 records arrive meanwhile
+            if fail_at is not None and fail_at in offsets and not failed:
+                failed.append(fail_at)
+                raise OSError("the store is down")  # transient: the poll is rewound, not dead-lettered
+            applied.append(offsets)
+
+        broker = make_broker(s, "pipelined-test")
+        subscribe_tracked(broker, s, Outbox(broker, s), consumer=f"pipelined-{fail_at}", topics=[Topic.RUNTIME],
+                          handle=handle, pipelined=True, retry_seconds=0.2)
+        await broker.start()
+        try:
+            await asyncio.sleep(2.0)  # joined the group, polling an empty topic
+            producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, enable_idempotence=True)
+            await producer.start()
+            try:
+                for _ in range(n):  # a trickle: one record every 10 ms, one partition
+                    message = RunQueued(run_id="run-pipelined")
+                    await producer.send_and_wait(s.topic(Topic.RUNTIME), encode(message), key=b"run-pipelined",
+                                                 headers=[("type", message.type.encode())])
+                    await asyncio.sleep(0.01)
+            finally:
+                await producer.stop()
+            for _ in range(300):
+                if {o for batch in applied for o in batch} >= set(range(n)):
+                    break
+                await asyncio.sleep(0.1)
+            return applied, handed
+        finally:
+            await broker.stop()
+
+    applied, handed = asyncio.run(scenario())
+    assert sorted({o for batch in applied for o in batch}) == list(range(n)), "every record applied"
+    assert all(batch == sorted(batch) for batch in applied)
+    assert [o for batch in applied for o in batch] == sorted(o for batch in applied for o in batch), "in order"
+    if fail_at is None:
+        assert sum(map(len, applied)) == n, "each once"
+    else:
+        failed = next(batch for batch in handed if fail_at in batch)
+        assert failed[0] > 0, f"the poll that failed came after the first of its call: {handed}"
+        again = handed[handed.index(failed) + 1]
+        assert again[0] == failed[0], f"the failed poll is redelivered from its first record: {handed}"
