@@ -27,5 +27,4 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, store: Vi
         run_ids = await asyncio.to_thread(store.process, batch)
         notifier.notify(run_ids)
 
-    subscribe_tracked(broker, settings, outbox, consumer="delivery", topics=DELIVERY_TOPICS, handle=handle,
-                      pipelined=True)
+    subscribe_tracked(broker, settings, outbox, consumer="delivery", topics=DELIVERY_TOPICS, handle=handle)
