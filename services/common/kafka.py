@@ -252,31 +252,6 @@ GATHER_BYTES = 1024 * 1024
 usually holds, so the wait, not the size, ends the fetch (a backlog still fills it at once)."""
 
 
-DRAIN_WAIT_MS = 50
-"""The longest one poll of a pipelined consumer's fetcher waits beside an apply (a new one
-follows while the apply goes on). aiokafka leaves out of its next fetch every partition
-whose fetched records are still unconsumed, so under a paced load a poll held about one
-record per partition (the first to arrive while the poll before was applied) and the rest
-waited a whole extra poll on the broker. Polled beside the apply, the fetcher keeps
-fetching and the next poll applies everything that arrived meanwhile. Publication at 300
-proposals/s offered, six A/B pairs on one machine: produce → preview p50 ~23 → ~18 ms and
-produce → published p50 ~35.5 → ~30.5 ms (lower in 6 and 5 of 6 pairs); the p99s within
-the noise; 100/s unchanged."""
-
-
-def _rewind(client: Any, records: Sequence[ConsumerRecord[Any, Any]]) -> None:
-    """Seek each partition of ``records`` still assigned back to its earliest one: none of
-    them is lost (a revoked partition's new owner reads on from the committed offset)."""
-    earliest: dict[TopicPartition, int] = {}
-    for record in records:
-        partition = TopicPartition(record.topic, record.partition)
-        earliest[partition] = min(record.offset, earliest.get(partition, record.offset))
-    assigned = client.assignment()
-    for partition, offset in earliest.items():
-        if partition in assigned:
-            client.seek(partition, offset)
-
-
 def offsets_after(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
     """The offsets to commit once ``records`` are applied: per partition, the one after the
     last record of the batch. Not the consumer's position: the next poll may already have
@@ -416,7 +391,6 @@ def subscribe_tracked(
     on_revoked: Callable[[list[str]], Awaitable[None]] | None = None,
     applies: frozenset[str] | None = None,
     gather_ms: int = 0,
-    pipelined: bool = False,
 ) -> None:
     """Register ``handle`` for batches from ``topics`` with manual acknowledgement.
 
@@ -438,10 +412,6 @@ def subscribe_tracked(
     records. For a consumer nobody waits on per message, ``gather_ms`` of delay buys
     fetches and polls several times larger; an idle one answers one empty fetch per
     ``gather_ms``.
-
-    ``pipelined``: while a poll is applied, the fetcher is polled beside it, and what it
-    hands over meanwhile is applied next, in the same call, as one poll (see
-    :data:`DRAIN_WAIT_MS`). For a consumer on the latency path.
     """
 
     commits = OffsetCommits(consumer, settings.offset_commit_seconds)
@@ -461,26 +431,7 @@ def subscribe_tracked(
         parser=_tolerant_parser,
     )
     async def on_batch(msg: KafkaMessage) -> None:
-        records: Sequence[ConsumerRecord[Any, Any]] = (
-            msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,))
-        first = True
-        while records:
-            if pipelined:
-                ok, arrived = await _applied_while_draining(msg.consumer, records)
-            else:
-                ok, arrived = await _applied(msg.consumer, records), []
-            if not ok:
-                _rewind(msg.consumer, [*records, *arrived])
-                if first:
-                    await msg.nack()
-                await asyncio.sleep(retry_seconds)
-                return
-            first = False
-            assigned = msg.consumer.assignment()  # what arrived for a partition revoked meanwhile is the new owner's
-            records = [record for record in arrived if TopicPartition(record.topic, record.partition) in assigned]
-
-    async def _applied(client: Any, records: Sequence[ConsumerRecord[Any, Any]]) -> bool:
-        """Apply one poll; ``False``: it failed, and waits to be rewound for redelivery."""
+        records = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
         try:
             inbound, refused = decode_records(settings, consumer, records, applies)
             if refused:
@@ -494,49 +445,10 @@ def subscribe_tracked(
         except Exception:
             log.exception("batch failed; rewinding for redelivery", consumer=consumer, records=len(records))
             await commits.settle()
-            return False
+            await msg.nack()
+            await asyncio.sleep(retry_seconds)
+            return
         # The next poll need not wait for the offset commit (see OffsetCommits): it commits
         # this batch's offsets, never the consumer's position (FastStream's ``ack`` commits
         # the position, which is right only when nothing polls meanwhile).
-        commits.applied(client, records)
-        return True
-
-    async def _applied_while_draining(client: Any, records: Sequence[ConsumerRecord[Any, Any]]
-                                      ) -> tuple[bool, list[ConsumerRecord[Any, Any]]]:
-        """:func:`_applied`, and what the fetcher handed over meanwhile (at most ``max_records``):
-        a poll of the consumer runs beside the apply and is taken as soon as records come."""
-        applying = asyncio.ensure_future(_applied(client, records))
-        arrived: list[ConsumerRecord[Any, Any]] = []
-        draining: asyncio.Future[dict[Any, list[ConsumerRecord[Any, Any]]]] | None = None
-        open_ = True
-        try:
-            while not applying.done():
-                if draining is None and open_ and len(arrived) < max_records:
-                    draining = asyncio.ensure_future(
-                        client.getmany(timeout_ms=DRAIN_WAIT_MS, max_records=max_records - len(arrived)))
-                await asyncio.wait([applying] if draining is None else [applying, draining],
-                                   return_when=asyncio.FIRST_COMPLETED)
-                if draining is not None and draining.done():
-                    open_ = _took(draining, arrived)
-                    draining = None
-        except asyncio.CancelledError:
-            applying.cancel()
-            raise
-        finally:
-            if draining is not None:  # the apply is done (or cancelled): stop polling, keep what came
-                draining.cancel()
-                await asyncio.wait([draining])
-                if not draining.cancelled():
-                    _took(draining, arrived)
-        return applying.result(), arrived
-
-    def _took(drained: asyncio.Future[dict[Any, list[ConsumerRecord[Any, Any]]]],
-              arrived: list[ConsumerRecord[Any, Any]]) -> bool:
-        """Add what a finished drain polled to ``arrived``; ``False``: it failed, drain no more."""
-        if drained.exception() is not None:  # FastStream's own poll meets it again, after this one
-            log.warning("draining the fetcher failed; the next poll reads on", consumer=consumer,
-                        error=type(drained.exception()).__name__)
-            return False
-        for batch in drained.result().values():
-            arrived.extend(batch)
-        return True
+        commits.applied(msg.consumer, records)

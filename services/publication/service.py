@@ -69,8 +69,7 @@ async def serve(settings: Settings) -> None:
         await asyncio.to_thread(app.revoked, tracking_names)
 
     subscribe_tracked(broker, settings, outbox, consumer="publication",
-                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle, on_revoked=revoked,
-                      pipelined=True)
+                      topics=(Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL), handle=handle, on_revoked=revoked)
     work = []
     relay = None
     if settings.publication_relay == "inline":
