@@ -86,7 +86,7 @@ class PostgresPollRecorder(PostgresProcessRecorder):
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         trackings: Sequence[Tracking] = kwargs.pop("trackings", ())
-        if len(trackings) > 1 and self.datastore.single_row_tracking:
+        if trackings and self.datastore.single_row_tracking:
             self._insert_trackings(curs, trackings)
         else:
             for tracking in trackings:

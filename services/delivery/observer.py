@@ -50,8 +50,7 @@ class GroupedOutcomes:
         self.write = write
         self.waiting: dict[str, str] = {}
         self.written: asyncio.Future[None] | None = None  # what the waiting outcomes' write will settle
-        self.writing = False
-        self.drainer: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
+        self.drainer: asyncio.Task[None] | None = None  # the writes under way (held: an unreferenced task may be collected)
 
     async def __call__(self, run_id: str, outcome: str) -> None:
         if self.waiting.get(run_id) != "completed":
@@ -59,26 +58,25 @@ class GroupedOutcomes:
         if self.written is None:
             self.written = asyncio.get_running_loop().create_future()
         written = self.written
-        if not self.writing:
-            self.writing = True
+        if self.drainer is None or self.drainer.done():
             self.drainer = asyncio.get_running_loop().create_task(self._drain())
         await asyncio.shield(written)
 
     async def _drain(self) -> None:
-        try:
-            while self.waiting:
-                outcomes, written = self.waiting, self.written
-                self.waiting, self.written = {}, None
-                assert written is not None
-                try:
-                    await self.write(outcomes)
-                except Exception as error:  # every caller of this write hears it
-                    written.set_exception(error)
-                    written.exception()  # retrieved: the callers re-raise it, none is left unheard
-                else:
-                    written.set_result(None)
-        finally:
-            self.writing = False
+        while self.waiting:
+            outcomes, written = self.waiting, self.written
+            self.waiting, self.written = {}, None
+            assert written is not None
+            try:
+                await self.write(outcomes)
+            except Exception as error:  # every caller of this write hears it
+                written.set_exception(error)
+                written.exception()  # retrieved: the callers re-raise it, none is left unheard
+            except BaseException:  # stopped mid-write: its callers are not left waiting
+                written.cancel()
+                raise
+            else:
+                written.set_result(None)
 
 
 class DeliveryRecorder:
