@@ -33,6 +33,7 @@ from eventsourcing.persistence import (
     Recording,
     Tracking,
 )
+from eventsourcing.utils import get_topic
 
 from imprint.contracts.base import Message
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
@@ -51,6 +52,8 @@ from services.publication.sealing import RecentKeys, SealingMapper
 log = get_logger(__name__)
 
 EmitMany = Callable[[Sequence[tuple[Topic, Message]]], None]
+RUN_OPENED = get_topic(PublicationRun.Opened)
+"""The topic of a run's first event: what lists the runs of the log."""
 
 
 class SaveUnconfirmed(OperationalError):
@@ -76,7 +79,11 @@ class PublicationLog(Application[uuid.UUID]):
         """This process's relay, when it runs here: handed every commit (``_notify``)."""
 
     def construct_recorder(self) -> ProcessRecorder:
-        return self.factory.process_recorder()
+        recorder = self.factory.process_recorder()
+        index_topic = getattr(recorder, "index_topic", None)  # the in-memory recorder has no tables
+        if index_topic is not None and self.factory.env_create_table():  # type: ignore[attr-defined]
+            index_topic("run_openings", RUN_OPENED)  # a whole-log replay lists the runs from these (R1)
+        return recorder
 
     def construct_snapshot_store(self) -> EventStore[uuid.UUID]:
         store = super().construct_snapshot_store()

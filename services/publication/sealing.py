@@ -256,6 +256,11 @@ class _BatchKeys:
 _KEY_NAME = re.compile(rb'"__key__"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
+def _key_name(found: bytes) -> str:
+    """A key name as the scan found it: JSON string content, unescaped only if escaped."""
+    return json.loads(b'"' + found + b'"') if b"\\" in found else found.decode()
+
+
 class BatchOpener:
     """How the Publication relay decodes a batch of notifications (issue 9: the relay
     opened every body with a key-table round trip and walked every event's state).
@@ -288,7 +293,7 @@ class BatchOpener:
         if not self._scannable:
             return [self._mapper.to_domain_event(s) for s in stored]
         sealed = [SEAL_MARK in s.state for s in stored]
-        names = {json.loads(b'"' + name + b'"') for s, is_sealed in zip(stored, sealed, strict=True) if is_sealed
+        names = {_key_name(name) for s, is_sealed in zip(stored, sealed, strict=True) if is_sealed
                  for name in _KEY_NAME.findall(s.state)}
         # The batch's sealer, like its keys, lives for this batch only: it may keep each
         # key's cipher context.

@@ -31,7 +31,6 @@ from typing import Any
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
-from eventsourcing.utils import get_topic
 
 from imprint.contracts.publication import CommittedBlock
 from services.common.observability import get_logger
@@ -39,7 +38,7 @@ from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.publication.service import REMOVED, SEAL_MARK, UNREADABLE, BatchOpener, PublicationLog
+from services.publication.service import REMOVED, RUN_OPENED, SEAL_MARK, UNREADABLE, BatchOpener, PublicationLog
 
 log = get_logger(__name__)
 PAGE = 500
@@ -138,9 +137,6 @@ def _read_run(app: PublicationLog, run_id: str, lte: int | None) -> LogFold:
         after = page[-1].originator_version
 
 
-OPENED_TOPIC = get_topic(PublicationRun.Opened)
-
-
 @dataclass
 class RunIndex:
     """The runs of the log, in the order they were opened, up to a notification id."""
@@ -158,7 +154,7 @@ def run_index(app: PublicationLog) -> RunIndex:
     start = 1
     while bound is not None and start <= bound:
         page = app.recorder.select_notifications(  # type: ignore[attr-defined]
-            start=start, limit=PAGE, stop=bound, topics=[OPENED_TOPIC])
+            start=start, limit=PAGE, stop=bound, topics=[RUN_OPENED])
         for notification in page:
             try:
                 run_ids.append(app.mapper.to_domain_event(notification).run_id)  # type: ignore[attr-defined]
