@@ -42,7 +42,7 @@ class Plan:
     run_size_proposals: int = 2000
     earlier_runs: int = 10_000
     age_proposals: int = 1000
-    ladder: tuple[int, ...] = (100, 150, 200, 250, 300, 400, 500, 650, 800, 1000)
+    ladder: tuple[int, ...] = (100, 150, 200, 250, 300, 400, 500, 650, 725, 800, 900, 1000)
     required_rates: tuple[int, ...] = (100, 300, 1000)
     step_seconds: float = 10
     fanout_clients: int = 1000
