@@ -63,7 +63,55 @@ same process, handed those commits in memory, knows which wake-ups it need not r
 for (:class:`services.common.relay.Handoff`)."""
 
 
-class PostgresPollRecorder(PostgresProcessRecorder):
+class PostgresTrackings:
+    """A PostgreSQL tracking recorder's positions of several partitions, each in ONE
+    statement: read (:meth:`_max_tracking_ids`) and recorded (:meth:`_insert_trackings`).
+    In a pipelined transaction (psycopg's pipeline mode) each costs one round trip to the
+    server, where the library's per-partition statements cost one per partition. Mixed
+    into a recorder of the library (``datastore``, ``tracking_table_name``) with its
+    single-row tracking table."""
+
+    datastore: Any
+    tracking_table_name: str
+
+    def _prepare_trackings(self) -> None:
+        table = (Identifier(self.datastore.schema), Identifier(self.tracking_table_name))
+        self._insert_trackings_statement = _rendered(SQL(
+            "INSERT INTO {0}.{1} AS t (application_name, notification_id) "
+            "SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+            "ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id "
+            "WHERE t.notification_id < EXCLUDED.notification_id "
+            "RETURNING t.application_name").format(*table))
+        self._max_tracking_ids_statement = _rendered(SQL(
+            "SELECT application_name, max(notification_id) AS max FROM {0}.{1} "
+            "WHERE application_name = ANY(%s) GROUP BY application_name").format(*table))
+
+    def _max_tracking_ids(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
+        """Each partition's recorded position (``None``: nothing recorded yet)."""
+        curs.execute(self._max_tracking_ids_statement, (list(names),), prepare=True)
+        found = {row["application_name"]: row["max"] for row in curs.fetchall()}
+        return {name: found.get(name) for name in names}
+
+    def _insert_trackings(self, curs: Any, trackings: Sequence[Tracking]) -> None:
+        """The tracking records in ONE statement — the library's upsert over arrays,
+        with its guard: a position moves forward only, and one that does not (already
+        recorded, here or by another consumer) fails the whole transaction with
+        ``IntegrityError``, before anything after it is written. In pipeline mode each of
+        the library's one-row upserts waits for its row: one round trip to the server per
+        partition, where this is one."""
+        names = [tracking.application_name for tracking in trackings]
+        if len(set(names)) != len(names):
+            raise ProgrammingError(f"one tracking record per partition, got {names}")
+        curs.execute(self._insert_trackings_statement,
+                     (names, [tracking.notification_id for tracking in trackings]), prepare=True)
+        recorded = {row["application_name"] for row in curs.fetchall()}
+        missing = [tracking for tracking in trackings if tracking.application_name not in recorded]
+        if missing:
+            raise IntegrityError("Failed to record tracking for " + ", ".join(
+                f"{tracking.application_name} {tracking.notification_id}" for tracking in missing))
+
+
+class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
     records_many_trackings = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -75,13 +123,7 @@ class PostgresPollRecorder(PostgresProcessRecorder):
         self.max_tracking_id_statement = _rendered(self.max_tracking_id_statement)
         self._notify_statement = _rendered(SQL("NOTIFY {0}, {1}").format(Identifier(self.channel_name),
                                                                           Literal(COMMITTER)))
-        self._insert_trackings_statement = _rendered(SQL(
-            "INSERT INTO {0}.{1} AS t (application_name, notification_id) "
-            "SELECT * FROM unnest(%s::text[], %s::bigint[]) "
-            "ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id "
-            "WHERE t.notification_id < EXCLUDED.notification_id "
-            "RETURNING t.application_name").format(Identifier(self.datastore.schema),
-                                                   Identifier(self.tracking_table_name)))
+        self._prepare_trackings()
 
     def _notify_channel(self, curs: Any) -> None:
         curs.execute(self._notify_statement)
@@ -94,24 +136,6 @@ class PostgresPollRecorder(PostgresProcessRecorder):
             for tracking in trackings:
                 self._insert_tracking(curs, tracking=tracking)
         return super()._insert_events(curs, stored_events, **kwargs)
-
-    def _insert_trackings(self, curs: Any, trackings: Sequence[Tracking]) -> None:
-        """The poll's tracking records in ONE statement — the library's upsert over arrays,
-        with its guard: a position moves forward only, and one that does not (already
-        recorded, here or by another consumer) fails the whole transaction with
-        ``IntegrityError``, before any event is inserted. In pipeline mode each of the
-        library's one-row upserts waits for its row: one round trip to the server per
-        partition of the poll, where this is one per poll."""
-        names = [tracking.application_name for tracking in trackings]
-        if len(set(names)) != len(names):
-            raise ProgrammingError(f"one tracking record per partition, got {names}")
-        curs.execute(self._insert_trackings_statement,
-                     (names, [tracking.notification_id for tracking in trackings]), prepare=True)
-        recorded = {row["application_name"] for row in curs.fetchall()}
-        missing = [tracking for tracking in trackings if tracking.application_name not in recorded]
-        if missing:
-            raise IntegrityError("Failed to record tracking for " + ", ".join(
-                f"{tracking.application_name} {tracking.notification_id}" for tracking in missing))
 
     def index_topic(self, name: str, topic: str) -> None:
         """A partial index of the notification ids of ``topic``'s events alone, so reading

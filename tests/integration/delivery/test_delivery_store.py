@@ -346,3 +346,30 @@ def test_a_failed_batch_leaves_no_copy_in_memory(store: ViewStore, monkeypatch: 
     assert [f.id for f in store.frames_after(RUN, 0)] == [1, 2, 3]
     shown = [(b["revision"], b["content"]["markdown"]) for b in store.answer_view(RUN)["blocks"]]
     assert shown == [(2, "lost")]
+
+
+@each_backend
+@pytest.mark.rule("D1")
+def test_a_poll_whose_position_another_writer_recorded_meanwhile_fails_whole(store: ViewStore,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The positions are read once per poll and recorded in one statement at its end (on
+    PostgreSQL in one pipelined transaction): a position that does not move forward
+    there fails the whole poll, frames and rows included, as a per-partition record did."""
+    from eventsourcing.persistence import IntegrityError
+
+    feed = Feed()
+    store.process(feed(running(RUN), published(RUN, "b1", 1, "v1")))
+    late = feed(published(RUN, "b1", 2, "v2"))
+    store.process(late)
+    before = held(store)
+    stale = store.recorder.positions
+
+    def read_before_the_other_writer_committed(c: Any, names: Sequence[str]) -> dict[str, int | None]:
+        return {name: None for name in stale(c, names)}
+
+    monkeypatch.setattr(store.recorder, "positions", read_before_the_other_writer_committed)
+    with pytest.raises(IntegrityError):
+        store.process(late)
+    monkeypatch.undo()
+    assert held(store) == before
+    assert len(store.hot) == 0
