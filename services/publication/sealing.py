@@ -168,8 +168,8 @@ SEAL_MARK = f'"{SEALED}"'.encode()
 @functools.lru_cache(maxsize=1024)
 def _field_of(path: SealPath) -> str:
     """A seal's field: the last key on its path (an item of a list: the list's key).
-    Remembered per path: a topic's seals sit at the same few paths, and finding the
-    field anew for every body was a seventh of decoding a committed block."""
+    Remembered per path: a topic's seals sit at the same few paths, so the field is
+    not looked for again with a generator for every body (about 1% of a replay's decode)."""
     return next((step for step in reversed(path) if isinstance(step, str)), "")
 
 

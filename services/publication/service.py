@@ -19,7 +19,8 @@ from services.common.lifecycle import run_until_stopped
 from services.publication.application import RUN_OPENED, PublicationLog
 from services.publication.sealing import REMOVED, SEAL_MARK, SEALED, UNREADABLE, BatchOpener
 
-__all__ = ["REMOVED", "RUN_OPENED", "SEAL_MARK", "SEALED", "UNREADABLE", "BatchOpener", "PublicationLog", "open_log", "serve"]
+__all__ = ["REMOVED", "RUN_OPENED", "SEAL_MARK", "SEALED", "UNREADABLE", "BatchOpener", "PublicationLog", "open_log",
+           "serve"]
 """The Publication part as other parts and the operator tools see it: how its log is opened."""
 
 
