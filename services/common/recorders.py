@@ -116,6 +116,12 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.datastore.enable_db_functions:
+            # The library then inserts through its database function, which takes the
+            # events alone: a poll's tracking records would silently not be written, and
+            # every message would be applied again after a restart.
+            raise ProgrammingError("POSTGRES_ENABLE_DB_FUNCTIONS is not supported by imprint's poll recorder: "
+                                   "its inserts would not record the polls' tracking records")
         binary_inserts(self)
         # The statements every recorded poll runs, rendered once.
         self.lock_table_statements = [_rendered(statement) for statement in self.lock_table_statements]

@@ -32,6 +32,19 @@ def poll_recorder(settings: Settings, name: str) -> Iterator[PostgresPollRecorde
 
 
 @pytest.mark.rule("P15")
+def test_a_configuration_whose_inserts_would_drop_the_trackings_is_refused(isolated: Settings) -> None:
+    from eventsourcing.persistence import ProgrammingError
+
+    env = {**tracking_many(store_environment(isolated, "functions")), "POSTGRES_ENABLE_DB_FUNCTIONS": "y"}
+    factory = InfrastructureFactory.construct(Environment(name="functions", env=env))
+    try:
+        with pytest.raises(ProgrammingError, match="POSTGRES_ENABLE_DB_FUNCTIONS"):
+            factory.process_recorder()
+    finally:
+        factory.close()
+
+
+@pytest.mark.rule("P15")
 def test_binary_events_round_trip_every_byte_with_their_trackings(isolated: Settings) -> None:
     with poll_recorder(isolated, "bytes") as recorder:
         assert "unnest(%b::" in recorder.insert_events_statement.as_string(None)
