@@ -68,11 +68,13 @@ class PostgresTrackings:
     statement: read (:meth:`_max_tracking_ids`) and recorded (:meth:`_insert_trackings`).
     In a pipelined transaction (psycopg's pipeline mode) each costs one round trip to the
     server, where the library's per-partition statements cost one per partition. Mixed
-    into a recorder of the library (``datastore``, ``tracking_table_name``) with its
-    single-row tracking table."""
+    into a tracking recorder of the library; one whose tracking table keeps a row per
+    position (not the library's single-row default) gets the library's own statements,
+    one partition at a time."""
 
     datastore: Any
     tracking_table_name: str
+    # _max_tracking_id and _insert_tracking: the library recorder's own (later in the MRO).
 
     def _prepare_trackings(self) -> None:
         table = (Identifier(self.datastore.schema), Identifier(self.tracking_table_name))
@@ -88,6 +90,8 @@ class PostgresTrackings:
 
     def _max_tracking_ids(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
         """Each partition's recorded position (``None``: nothing recorded yet)."""
+        if not self.datastore.single_row_tracking:
+            return {name: self._max_tracking_id(name, curs) for name in names}
         curs.execute(self._max_tracking_ids_statement, (list(names),), prepare=True)
         found = {row["application_name"]: row["max"] for row in curs.fetchall()}
         return {name: found.get(name) for name in names}
@@ -99,6 +103,12 @@ class PostgresTrackings:
         ``IntegrityError``, before anything after it is written. In pipeline mode each of
         the library's one-row upserts waits for its row: one round trip to the server per
         partition, where this is one."""
+        if not trackings:
+            return
+        if not self.datastore.single_row_tracking:
+            for tracking in trackings:
+                self._insert_tracking(curs, tracking)
+            return
         names = [tracking.application_name for tracking in trackings]
         if len(set(names)) != len(names):
             raise ProgrammingError(f"one tracking record per partition, got {names}")
@@ -135,12 +145,7 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
         curs.execute(self._notify_statement)
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        trackings: Sequence[Tracking] = kwargs.pop("trackings", ())
-        if trackings and self.datastore.single_row_tracking:
-            self._insert_trackings(curs, trackings)
-        else:
-            for tracking in trackings:
-                self._insert_tracking(curs, tracking=tracking)
+        self._insert_trackings(curs, kwargs.pop("trackings", ()))
         return super()._insert_events(curs, stored_events, **kwargs)
 
     def index_topic(self, name: str, topic: str) -> None:
@@ -148,8 +153,9 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
         the notification log filtered to that topic (``select_notifications(topics=…)``)
         walks those events, not every event after ``start`` (a page of a whole-log replay's
         run index scanned ~29,000 rows for its 500 openings: 64 ms a page, 1.2 s over a
-        log of a million events with a warm cache and 4.9 s with a cold one; 0.3 s with it). Created if missing, under the caller's
-        creation lock; the cost on a write is one predicate test per event."""
+        log of a million events with a warm cache and 4.9 s with a cold one; 0.3 s with
+        it). Created if missing, under the caller's creation lock; the cost on a write is
+        one predicate test per event."""
         table = self.events_table_name
         statement = SQL("CREATE INDEX IF NOT EXISTS {0} ON {1} (notification_id) WHERE topic = {2}").format(
             Identifier(f"{table}_{name}_idx"), Identifier(self.datastore.schema, table), Literal(topic))

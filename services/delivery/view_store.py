@@ -345,15 +345,10 @@ class PostgresDeliveryRecorder(PostgresTrackings, PostgresTrackingRecorder, Deli
         return c.fetchall()
 
     def positions(self, c: Any, names: Sequence[str]) -> dict[str, int | None]:
-        if not self.datastore.single_row_tracking:
-            return super().positions(c, names)
         return self._max_tracking_ids(c, names)
 
     def record_positions(self, c: Any, trackings: Sequence[Tracking]) -> None:
-        if not self.datastore.single_row_tracking:
-            super().record_positions(c, trackings)
-        elif trackings:
-            self._insert_trackings(c, trackings)
+        self._insert_trackings(c, trackings)
 
     @contextmanager
     def pipelined(self) -> Iterator[Any]:
