@@ -20,6 +20,7 @@ never by ``if sqlite … else postgres`` in the callers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -61,6 +62,8 @@ COMMITTER = uuid4().hex
 """This process's mark on the NOTIFY of every commit it makes (its payload): a relay in the
 same process, handed those commits in memory, knows which wake-ups it need not read the log
 for (:class:`services.common.relay.Handoff`)."""
+
+_VERSION = itemgetter(1)
 
 
 class PostgresTrackings:
@@ -164,11 +167,24 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
 
     def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
         """Every stored event of these aggregates, in one query: each one's events
-        together, in version order (the primary key's order)."""
+        together, in version order.
+
+        The rows are put in order here, not by the server: an ``ORDER BY`` over the whole
+        page (50 runs: ~2,750 rows of ~1.4 KB) outgrows the default ``work_mem`` and is
+        sorted on disk, ~90% of the query's time (17.6 → 1.9 ms a page). Grouped by
+        aggregate, each stream is sorted by its version alone — integers, almost always
+        in order already, as the heap holds them."""
         rows = self._over_ids("SELECT originator_id, originator_version, topic, state FROM {table}"
-                              " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version",
-                              originator_ids)
-        return [StoredEvent(originator_id, version, topic, bytes(state)) for originator_id, version, topic, state in rows]
+                              " WHERE originator_id = ANY(%s)", originator_ids)
+        streams: dict[UUID, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            streams.setdefault(row[0], []).append(row)
+        events: list[StoredEvent] = []
+        for stream in streams.values():
+            stream.sort(key=_VERSION)
+            events.extend(StoredEvent(originator_id, version, topic, bytes(state))
+                          for originator_id, version, topic, state in stream)
+        return events
 
     def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
         """Which of these aggregates have stored events, in one query."""
@@ -178,9 +194,11 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
 
     def _over_ids(self, statement: str, originator_ids: Sequence[UUID]) -> list[tuple[Any, ...]]:
         """The rows (tuples) of ``statement`` over the events table (``{table}``) with the
-        ids as one array parameter."""
+        ids as one array parameter, in binary: a stored state (~1.4 KB) then travels as its
+        bytes, not as hex text the server writes and the client parses (a replay's read of
+        an event: ~7 → ~4 µs, client CPU ~4.4 → ~2 µs)."""
         query = SQL(statement).format(table=Identifier(self.datastore.schema, self.events_table_name))  # type: ignore[arg-type]
-        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as curs:
             curs.execute(query, [list(originator_ids)], prepare=True)
             return curs.fetchall()
 

@@ -44,6 +44,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Literal, TextIO
 
+from imprint.canonical import canonical_json
 from imprint.contracts.topics import Topic
 from imprint.publication import EMPTY_STANDING
 from imprint.publication.candidate import Candidate, intake
@@ -87,6 +88,15 @@ Output = Literal["table", "json"]
 
 
 def _dump(value: Any, *, pretty: bool = False) -> str:
+    """A JSON document (``pretty``: indented), or one JSON line: canonical JSON (sorted keys,
+    no whitespace), which orjson writes ~5x faster than ``json.dumps`` — the line of a
+    replayed run (its view without bodies, ~30 KB for 50 blocks) is written once per run.
+    A value that is not JSON-shaped is written with ``str`` for what JSON has no form for."""
+    if not pretty:
+        try:
+            return canonical_json(value)
+        except TypeError:
+            pass
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, indent=2 if pretty else None)
 
 

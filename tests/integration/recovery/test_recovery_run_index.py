@@ -5,10 +5,12 @@ was opened (R1), on every durable store."""
 
 from __future__ import annotations
 
+import uuid
 from contextlib import closing
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from services.publication.service import RUN_OPENED, open_log
 from services.recovery.log_reader import run_index
@@ -45,3 +47,24 @@ def test_the_run_index_reads_the_indexed_openings_and_lists_every_run_in_opening
         assert run_index(app).run_ids == runs
     with closing(open_log(backend.settings)) as again:  # opening an existing store keeps the index, once
         assert run_index(again).run_ids == runs
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_a_page_of_streams_comes_back_each_stream_together_in_version_order(backend: Backend) -> None:
+    """The replay's read of many streams at once puts each in version order itself (on
+    PostgreSQL the rows come unsorted from the server), whatever order the table holds
+    them in: here two streams interleaved, and one of them stored newest first."""
+    first, second, absent = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    written = [(first, 3), (second, 1), (first, 1), (second, 2), (first, 2), (second, 3)]
+    with closing(open_log(backend.settings)) as app:
+        for originator_id, version in written:  # one insert each: the table keeps this order
+            app.recorder.insert_events([StoredEvent(originator_id, version, "test:Event", b'{"v":%d}' % version)])
+        read = app.recorder.select_events_of([second, absent, first])
+    streams = [(s.originator_id, s.originator_version) for s in read]
+    assert sorted(streams) == sorted(written)
+    for originator_id in (first, second):
+        mine = [i for i, (o, _) in enumerate(streams) if o == originator_id]
+        assert mine == list(range(mine[0], mine[0] + 3)), "a stream's events come together"
+        assert [streams[i][1] for i in mine] == [1, 2, 3]
+    assert [s.state for s in read if s.originator_id == first] == [b'{"v":1}', b'{"v":2}', b'{"v":3}']
