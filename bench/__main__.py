@@ -45,6 +45,9 @@ class Plan:
     ladder: tuple[int, ...] = (100, 150, 200, 250, 300, 400, 500, 650, 725, 800, 900, 1000)
     required_rates: tuple[int, ...] = (100, 300, 1000)
     step_seconds: float = 10
+    rounds: int = 3
+    """Rounds of the bursts compared with each other (run sizes; fresh and aged source),
+    interleaved; each figure is the median of its rounds."""
     fanout_clients: int = 1000
     fanout_rate: float = 4
     fanout_seconds: float = 15
@@ -54,7 +57,7 @@ class Plan:
     replay_timeout: float = 400
 
 
-QUICK = Plan(transport_seconds=2, transport_burst=2000, commit_count=1000, naive_sizes=(25,), naive_proposals=250,
+QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, naive_sizes=(25,), naive_proposals=250,
              run_size_proposals=400, earlier_runs=300, age_proposals=300, ladder=(100, 300, 1000),
              step_seconds=2, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
              replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
@@ -212,6 +215,7 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
                   profile_dir: Path | None) -> None:
     from bench import profile, report
     from bench.e2e import Driver
+    from bench.stats import median_of_rounds
     from bench.workload import Sources, opening, typical_part
 
     e2e = results["e2e"]
@@ -225,13 +229,18 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
         await driver.burst("warm", 50, 25, Sources(), delivery=True, timeout=120)
 
         e2e["run_size"] = {}
-        for size in plan.run_sizes:
-            say(f"burst: {plan.run_size_proposals} proposals in runs of {size}")
-            row = await driver.burst(f"size{size}", plan.run_size_proposals, size, Sources(
-                public=f"src:public:size-{size}", private=f"src:private:acct-bench:size-{size}"))
-            e2e["run_size"][str(size)] = row
+        sized: dict[int, list[dict[str, Any]]] = {size: [] for size in plan.run_sizes}
+        for round_ in range(plan.rounds):  # the sizes interleaved, round after round
+            for size in plan.run_sizes:
+                say(f"burst: {plan.run_size_proposals} proposals in runs of {size} (round {round_ + 1}/{plan.rounds})")
+                row = await driver.burst(f"size{size}r{round_}", plan.run_size_proposals, size, Sources(
+                    public=f"src:public:size-{size}-r{round_}", private=f"src:private:acct-bench:size-{size}-r{round_}"))
+                sized[size].append(row)
+                say(f"  {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}  delivery {row['delivery_per_s']}/s")
+        for size, rows in sized.items():
+            row = e2e["run_size"][str(size)] = median_of_rounds(rows)
             windows[f"burst {size}/run"] = row["delivery_window"]
-            say(f"  {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}  delivery {row['delivery_per_s']}/s")
+            say(f"  {size}/run, median of {len(rows)}: {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}")
         e2e["saturation"] = dict(e2e["run_size"][str(plan.run_sizes[0])])
 
         say("burst with 2 Publication instances in one consumer group (issue 12)")
@@ -258,9 +267,12 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
         await driver.caught_up("publication", driver.runtime, timeout=900)
         await driver.caught_up("delivery", driver.publication, timeout=900)
         say(f"  built in {time.perf_counter() - started:.0f} s")
-        fresh = await driver.burst("fresh", plan.age_proposals, 25, Sources(
-            public="src:public:fresh", private="src:private:acct-bench:fresh"))
-        aged = await driver.burst("aged", plan.age_proposals, 25, hot)
+        fresh_rounds, aged_rounds = [], []
+        for round_ in range(plan.rounds):  # fresh and aged interleaved, round after round
+            fresh_rounds.append(await driver.burst(f"fresh-r{round_}", plan.age_proposals, 25, Sources(
+                public=f"src:public:fresh-r{round_}", private=f"src:private:acct-bench:fresh-r{round_}")))
+            aged_rounds.append(await driver.burst(f"aged-r{round_}", plan.age_proposals, 25, hot))
+        fresh, aged = median_of_rounds(fresh_rounds), median_of_rounds(aged_rounds)
         e2e["source_age"] = {"earlier_runs": plan.earlier_runs, "fresh": fresh, "aged": aged,
                              "build_seconds": round(time.perf_counter() - started, 1)}
         windows["burst, fresh source"] = fresh["delivery_window"]
