@@ -1,7 +1,8 @@
 """A whole-log replay lists the runs from their openings alone (issue 9): the
 Publication store keeps an index of the ``PublicationRun.Opened`` events, so the run
 index reads those, not every event of the log, and lists every run in the order it
-was opened (R1), on every durable store."""
+was opened (R1), on every durable store; and its read of a page of runs gives each
+run's events together and in version order, whatever order the table holds them in."""
 
 from __future__ import annotations
 
