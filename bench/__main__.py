@@ -26,6 +26,8 @@ RESULTS = ROOT / "bench" / "results"
 PARTS = ("publication", "journal", "delivery")
 """What ``imprint up`` runs (``services.common.launcher.PARTS``): Publication relays its own log."""
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
+CONSUMER_FLOOR_TOPICS = ("bench.floor.in", "bench.floor.out")
+"""The consumer floor's topics: as many partitions as imprint's own."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Plan:
     transport_seconds: float = 5
     transport_burst: int = 5000
     commit_count: int = 3000
+    consumer_floor_rates: tuple[int, ...] = (100, 300, 1000)
+    consumer_floor_seconds: float = 10
     naive_sizes: tuple[int, ...] = (25, 100, 400)
     naive_proposals: int = 800
     run_sizes: tuple[int, ...] = (25, 100, 400)
@@ -57,7 +61,7 @@ class Plan:
     replay_timeout: float = 400
 
 
-QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, naive_sizes=(25,), naive_proposals=250,
+QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2, naive_sizes=(25,), naive_proposals=250,
              run_size_proposals=400, earlier_runs=300, age_proposals=300, ladder=(100, 300, 1000),
              step_seconds=2, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
              replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
@@ -94,7 +98,9 @@ async def create_topics(settings: Any, partitions: int) -> None:
     await admin.start()
     try:
         await admin.create_topics([NewTopic(settings.topic(t), num_partitions=partitions, replication_factor=1)
-                                   for t in Topic] + [NewTopic(settings.topic("bench.transport"), 1, 1)])
+                                   for t in Topic] + [NewTopic(settings.topic("bench.transport"), 1, 1)]
+                                  + [NewTopic(settings.topic(t), num_partitions=partitions, replication_factor=1)
+                                     for t in CONSUMER_FLOOR_TOPICS])
     finally:
         await admin.close()
 
@@ -107,7 +113,8 @@ async def delete_topics(settings: Any) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
-        await admin.delete_topics([settings.topic(t) for t in Topic] + [settings.topic("bench.transport")])
+        await admin.delete_topics([settings.topic(t) for t in Topic] + [settings.topic("bench.transport")]
+                                  + [settings.topic(t) for t in CONSUMER_FLOOR_TOPICS])
     except Exception:  # noqa: BLE001 — cleanup only
         pass
     finally:
@@ -206,6 +213,12 @@ def run_floors(settings: Any, plan: Plan, results: dict[str, Any], samples: dict
     say("commit floor: INSERT + COMMIT per proposal")
     results["floors"]["commit"] = floors.commit_floor(settings, plan.commit_count)
     say(f"  {results['floors']['commit']['per_s']:,}/s")
+    say("consumer floor: poll, one transaction per poll, one produce per record (a bare process)")
+    results["floors"]["consumer"] = asyncio.run(floors.consumer_floor(
+        settings, *(settings.topic(t) for t in CONSUMER_FLOOR_TOPICS), plan.consumer_floor_rates,
+        plan.consumer_floor_seconds))
+    say("  " + "  ".join(f"{rate}/s: {row['cores']} cores, {row['cpu_ms_per_message']} ms/message, p99 {row['p99']} ms"
+                         for rate, row in results["floors"]["consumer"]["paced"].items()))
     say("naive peer: eventsourcing get + trigger + save per proposal")
     results["floors"]["naive"] = floors.naive_peer(settings, plan.naive_sizes, plan.naive_proposals)
     say(f"  {results['floors']['naive']['per_run_size']}")

@@ -6,11 +6,20 @@
   database (durability on: whatever ``fsync``/``synchronous_commit`` the server has);
 * **naive peer**: an eventsourcing ``Application`` on the same PostgreSQL doing
   ``repository.get`` + one triggered event + ``save`` per proposal (no cache, no
-  snapshots, no batching), on runs of the same sizes as imprint's."""
+  snapshots, no batching), on runs of the same sizes as imprint's;
+* **consumer floor**: a bare consumer process doing what every imprint part does
+  around a poll and nothing else — aiokafka poll (the parts' poll settings), one
+  psycopg transaction per poll (one ``INSERT`` per record, in a worker thread),
+  one produce per record (idempotent, acks=all), the acknowledgements awaited — at
+  paced loads: its CPU per message and its produce → produced latency, the price of
+  the plumbing alone, against which a part's CPU at the same offered load is read."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -190,3 +199,143 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
     finally:
         app.close()
     return results
+
+
+# ------------------------------------------------------------------ consumer floor
+
+CONSUMER_FLOOR_POLL_MS = 10
+"""The parts' poll: ``services.common.kafka.IDLE_POLL_MS`` and ``FETCH_WAIT_MS`` (below)."""
+CONSUMER_FLOOR_FETCH_WAIT_MS = 20
+
+
+async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rates: tuple[int, ...],
+                         seconds: float) -> dict[str, Any]:
+    """The bare consumer (:func:`_consume`) as its own process; this process offers it
+    proposals at each rate and reads what it produces. Per rate: the consumer's CPU
+    (/proc: all its threads) per message and in cores, and produce → produced latency."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from bench.procs import cpu_seconds
+
+    value = proposal_bytes()
+    child = subprocess.Popen([sys.executable, "-m", "bench.floors", "consume", settings.kafka_bootstrap, topic_in,
+                              topic_out, str(settings.database_url), str(settings.database_schema)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
+    reader = AIOKafkaConsumer(topic_out, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+                              auto_offset_reset="latest", enable_auto_commit=False)
+    await producer.start()
+    await reader.start()
+    await reader.seek_to_end()
+    sent: dict[bytes, float] = {}
+    arrived: dict[bytes, float] = {}
+
+    async def read() -> None:
+        while True:
+            batch = await reader.getmany(timeout_ms=100)
+            now = time.perf_counter()
+            for records in batch.values():
+                for record in records:
+                    if record.key in sent:
+                        arrived.setdefault(record.key, now)
+
+    reading = asyncio.create_task(read())
+
+    async def until_arrived(count: int, timeout: float) -> None:
+        deadline = time.perf_counter() + timeout
+        while len(arrived) < count:
+            if child.poll() is not None:
+                raise RuntimeError(f"the floor's consumer exited: {child.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"the floor's consumer relayed {len(arrived)} of {count}")
+            await asyncio.sleep(0.05)
+
+    results: dict[str, Any] = {"bytes": len(value), "poll_ms": CONSUMER_FLOOR_POLL_MS,
+                               "fetch_wait_ms": CONSUMER_FLOOR_FETCH_WAIT_MS, "paced": {}}
+    try:
+        sent[b"warm"] = time.perf_counter()  # the consumer joins its group, the leaders are found
+        await producer.send_and_wait(topic_in, value, key=b"warm")
+        await until_arrived(1, 90)
+        await asyncio.sleep(2)  # an idle consumer's own cost out of the first window
+        for rate in rates:
+            sent.clear()
+            arrived.clear()
+            count = max(1, int(rate * seconds))
+            cpu_before, wall_before = cpu_seconds(child.pid), time.perf_counter()
+            start = time.perf_counter() + 0.05
+            for i in range(count):
+                due = start + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                key = f"c{rate}-{i}-{run_key(i)}".encode()
+                sent[key] = due
+                await producer.send(topic_in, value, key=key)
+            await until_arrived(count, 60)
+            cpu_after, wall_after = cpu_seconds(child.pid), time.perf_counter()
+            cpu = (cpu_after or 0.0) - (cpu_before or 0.0)
+            latencies = [(arrived[k] - sent[k]) * 1000 for k in sent]
+            results["paced"][str(rate)] = {
+                **latency_summary(latencies), "messages": count,
+                "cpu_ms_per_message": round(cpu * 1000 / count, 3),
+                "cores": round(cpu / (wall_after - wall_before), 3)}
+    finally:
+        reading.cancel()
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        await reader.stop()
+        await producer.stop()
+    return results
+
+
+def run_key(i: int) -> str:
+    """Keys spread over the partitions like runs are (200 of them)."""
+    return f"run-{i % 200}"
+
+
+async def _consume(bootstrap: str, topic_in: str, topic_out: str, database_url: str, schema: str) -> None:
+    """Poll; one transaction per poll, in a worker thread; one produce per record; await the
+    acknowledgements. No offsets are committed (the parts commit theirs every few seconds)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    connection = psycopg.connect(database_url)
+    table = sql.SQL("{}.consumer_floor").format(sql.Identifier(schema))
+    connection.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, run_id text NOT NULL, "
+                               "body bytea NOT NULL)").format(table))
+    connection.commit()
+    insert = sql.SQL("INSERT INTO {} (run_id, body) VALUES (%s, %s)").format(table)
+
+    def record(records: list[Any]) -> None:
+        with connection.transaction(), connection.cursor() as cursor:
+            cursor.executemany(insert, [(r.key.decode(), r.value) for r in records])
+
+    consumer = AIOKafkaConsumer(topic_in, bootstrap_servers=bootstrap, group_id=f"consumer-floor-{topic_in}",
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=CONSUMER_FLOOR_FETCH_WAIT_MS)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2)
+    await consumer.start()
+    await producer.start()
+    try:
+        while True:
+            polled = await consumer.getmany(timeout_ms=CONSUMER_FLOOR_POLL_MS, max_records=500)
+            records = [r for batch in polled.values() for r in batch]
+            if not records:
+                continue
+            await asyncio.to_thread(record, records)
+            acknowledgements = [await producer.send(topic_out, r.value, key=r.key) for r in records]
+            await asyncio.gather(*acknowledgements)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+        connection.close()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["consume"]:
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    asyncio.run(_consume(*sys.argv[2:7]))

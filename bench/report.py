@@ -179,14 +179,16 @@ def markdown(results: dict[str, Any]) -> str:
                f"kept up: {_fmt(sus.get('offered_per_s'))}/s; first that did not: "
                f"{_fmt(sus.get('first_failing_offered_per_s'))}/s |")
     out += ["", "## Latency at offered load (open loop, from the scheduled send)", "",
-            "| offered/s | transport p50/p95/p99 ms | produce→preview p50/p95/p99 ms | produce→published p50/p95/p99 ms "
-            "| produce→SSE p50/p95/p99 ms | achieved/s | keeps up |", "|---|---|---|---|---|---|---|"]
+            "| offered/s | transport p50/p95/p99 ms | consumer floor p50/p95/p99 ms | produce→preview p50/p95/p99 ms "
+            "| produce→published p50/p95/p99 ms | produce→SSE p50/p95/p99 ms | achieved/s | keeps up |",
+            "|---|---|---|---|---|---|---|---|"]
 
     def trio(d: Any) -> str:
         return "—" if not d or not d.get("n") else f"{_fmt(d['p50'])} / {_fmt(d['p95'])} / {_fmt(d['p99'])}"
 
     for rate, row in sorted((e2e.get("paced") or {}).items(), key=lambda kv: float(kv[0])):
-        out.append(f"| {rate} | {trio(_get(floors, 'transport', 'paced', rate))} | {trio(row.get('preview_ms'))} | "
+        out.append(f"| {rate} | {trio(_get(floors, 'transport', 'paced', rate))} | "
+                   f"{trio(_get(floors, 'consumer', 'paced', rate))} | {trio(row.get('preview_ms'))} | "
                    f"{trio(row.get('published_ms'))} | {trio(row.get('sse_ms'))} | {_fmt(row.get('achieved_per_s'))} | "
                    f"{'yes' if row.get('keeps_up') else 'no'} (slope {row.get('latency_slope')}) |")
     out += ["", "## Cost growth (burst; CPU ms per proposal from /proc of each process)", "",
@@ -225,6 +227,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"connect {fan.get('connect_seconds')} s, Delivery peak RSS "
                 f"{_get(fan, 'window', 'peak_rss_mb', 'delivery')} MB, Delivery CPU "
                 f"{_get(fan, 'window', 'cpu_util', 'delivery')} cores."]
+    out += plumbing(results)
     out += ["", "## CPU (cores) and peak RSS (MB) per process, per phase", "",
             "| phase | publication | relay | journal | delivery | machine busy cores |", "|---|---|---|---|---|---|"]
     for phase, window in results.get("windows", {}).items():
@@ -249,6 +252,30 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("errors"):
         out += ["", "## Failures", ""] + [f"* {k}: {v}" for k, v in results["errors"].items()]
     return "\n".join(out) + "\n"
+
+
+def plumbing(results: dict[str, Any]) -> list[str]:
+    """Each part's CPU at an offered load beside the consumer floor's at the same load: how
+    much of a part's cost under a paced load is the poll-transaction-produce plumbing alone."""
+    floor = _get(results.get("floors", {}), "consumer", "paced") or {}
+    paced = _get(results.get("e2e", {}), "paced") or {}
+    rates = [rate for rate in sorted(floor, key=float) if rate in paced]
+    if not rates:
+        return []
+    out = ["", "## Paced load: each part's CPU beside the consumer floor's", "",
+           "The consumer floor is a bare process doing what each part does around a poll and nothing else: poll "
+           "(the parts' settings), one PostgreSQL transaction per poll (one INSERT per record, in a worker thread), "
+           "one produce per record, the acknowledgements awaited (`bench/floors.py`). Cores from /proc, same offered "
+           "load, same machine, same run.", "",
+           "| offered/s | consumer floor: cores (ms/message) | publication | journal | delivery | "
+           "publication ÷ floor |", "|---|---|---|---|---|---|"]
+    for rate in rates:
+        row = floor[rate]
+        util = _get(paced[rate], "window", "cpu_util") or {}
+        out.append(f"| {rate} | {_fmt(row.get('cores'), 2)} ({_fmt(row.get('cpu_ms_per_message'), 2)}) | "
+                   f"{_fmt(util.get('publication'), 2)} | {_fmt(util.get('journal'), 2)} | "
+                   f"{_fmt(util.get('delivery'), 2)} | {_fmt(_ratio(util.get('publication'), row.get('cores')), 2)}× |")
+    return out
 
 
 def plots(results: dict[str, Any], prefix: Path) -> list[str]:
