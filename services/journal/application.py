@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import ProcessRecorder
 from eventsourcing.utils import get_topic
@@ -48,7 +48,7 @@ from imprint.shredding import Keyring
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.recorders import tracking_many
-from services.common.unit_of_work import HOT_CACHE, ConflictsExhausted, StoredWorkspace, TrackedUnitOfWork, stored
+from services.common.unit_of_work import ConflictsExhausted, HotCacheApplication, StoredWorkspace, TrackedUnitOfWork, stored
 from services.journal.announcements import announce
 
 A = TypeVar("A", bound=Aggregate)
@@ -58,11 +58,11 @@ JournalConflict = ConflictsExhausted
 """A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
 
 
-class RuntimeJournal(Application[UUID]):
-    name = "journal"
-    env = dict(HOT_CACHE)
+class RuntimeJournal(HotCacheApplication):
     """Executions and conversations stay in memory between messages, changed in place by the
     units of work (no re-read of a conversation's whole history per message)."""
+
+    name = "journal"
 
     def __init__(
         self,

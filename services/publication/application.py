@@ -22,7 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import AggregateNotFoundError, ProcessingEvent
 from eventsourcing.persistence import (
     EventStore,
     IntegrityError,
@@ -46,7 +46,7 @@ from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.recorders import binary_inserts, tracking_many
 from services.common.relay import Handoff
-from services.common.unit_of_work import HOT_CACHE, StoredWorkspace, TrackedUnitOfWork, stored
+from services.common.unit_of_work import HotCacheApplication, StoredWorkspace, TrackedUnitOfWork, stored
 from services.publication.sealing import RecentKeys, SealingMapper
 
 log = get_logger(__name__)
@@ -61,11 +61,10 @@ class SaveUnconfirmed(OperationalError):
     a transient persistence failure, so the poll is retried, never assumed."""
 
 
-class PublicationLog(Application[uuid.UUID]):
+class PublicationLog(HotCacheApplication):
     name = "publication"
     is_snapshotting_enabled = True
     snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200, SourceDependents: 200}
-    env = dict(HOT_CACHE)
 
     def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
         self.keyring = RecentKeys(keyring)

@@ -1,0 +1,51 @@
+"""Hot runs are bounded by what they hold, not only by how many there are
+(``services.common.unit_of_work.HotAggregates``): with a small bound, a run falls out of
+the cache while other runs grow, and its next proposal reads it again from the log — so
+an exact duplicate is still recognised with its original receipt (P11) and a new block
+still takes the next delivery ordinal."""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+
+from imprint.publication import PublicationRun
+from services.common.unit_of_work import HOT_ENTRIES, stored
+from services.publication.service import open_log
+from tests.integration.publication.pubsupport import admitted, part
+from tests.support.backends import Backend
+from tests.support.feeder import Feeder
+
+pytestmark = pytest.mark.integration
+
+BODY = "Revenue grew 8% in 2024, led by services."
+
+
+@pytest.mark.rule("P11")
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_a_run_pushed_out_by_the_bound_is_read_again_and_still_knows_its_blocks(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(HOT_ENTRIES, "40")
+    with closing(open_log(backend.settings)) as app:
+        cache = app.repository.cache
+        assert cache is not None and getattr(cache, "max_entries", None) == 40
+        feed = Feeder(lambda batch: app.process(batch, lambda _: None))
+        feed.send(admitted("r-hot-a"), part("r-hot-a", "a-1", BODY))
+        first = stored(app, PublicationRun.id_for("r-hot-a")).settled("tool:a-1")
+        assert first is not None and first.blocks[0].kind == "committed"
+
+        # Other runs grow past the bound: r-hot-a, least recently used, is evicted.
+        for run in ("r-hot-b", "r-hot-c"):
+            feed.send(admitted(run), *(part(run, f"{run}-{i}", f"{BODY} ({run}, {i})") for i in range(8)))
+        assert PublicationRun.id_for("r-hot-a") not in cache.cache  # type: ignore[attr-defined]
+        assert cache.held <= 40 or len(cache.cache) == 1  # type: ignore[attr-defined]
+
+        feed.send(part("r-hot-a", "a-2", BODY), part("r-hot-a", "a-3", "A second finding."))
+        run = stored(app, PublicationRun.id_for("r-hot-a"))
+        again, new = run.settled("tool:a-2"), run.settled("tool:a-3")
+        assert again is not None and [b.kind for b in again.blocks] == ["unchanged"]
+        assert again.blocks[0].block_id == first.blocks[0].block_id
+        assert again.blocks[0].receipt == first.blocks[0].receipt, "the original receipt is reused"
+        assert new is not None and new.blocks[0].kind == "committed"
+        assert [b.ordinal for b in run.live_blocks()] == [1, 2], "the ordinals go on from the log"
