@@ -52,12 +52,7 @@ async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...]
 
     async def read(until: int) -> None:
         while len(arrived) < until:
-            batch = await consumer.getmany(timeout_ms=100)
-            now = time.perf_counter()
-            for records in batch.values():
-                for record in records:
-                    if record.key in sent:
-                        arrived.setdefault(record.key, now)
+            await _arrivals(consumer, sent, arrived)
 
     try:
         # warm up the connection and the partition leader
@@ -67,15 +62,7 @@ async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...]
             arrived.clear()
             count = max(1, int(rate * seconds))
             reader = asyncio.create_task(read(count))
-            start = time.perf_counter() + 0.05
-            for i in range(count):
-                due = start + i / rate
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                key = f"t{rate}-{i}".encode()
-                sent[key] = due
-                await producer.send(topic, value, key=key)
+            await _offer(producer, topic, value, rate, count, sent, lambda i: f"t{rate}-{i}")
             await asyncio.wait_for(reader, 60)
             latencies = [(arrived[k] - sent[k]) * 1000 for k in sent]
             results["paced"][str(rate)] = {**latency_summary(latencies), "_samples": latencies}
@@ -96,6 +83,31 @@ async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...]
         await consumer.stop()
         await producer.stop()
     return results
+
+
+async def _offer(producer: Any, topic: str, value: bytes, rate: float, count: int, sent: dict[bytes, float],
+                 key: Any) -> None:
+    """Send ``count`` messages at ``rate`` a second, open loop: each one's clock (``sent``, by
+    its key ``key(i)``) starts at its scheduled time, not when the send got round to it."""
+    start = time.perf_counter() + 0.05
+    for i in range(count):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        name = key(i).encode()
+        sent[name] = due
+        await producer.send(topic, value, key=name)
+
+
+async def _arrivals(consumer: Any, sent: dict[bytes, float], arrived: dict[bytes, float]) -> None:
+    """One poll of ``consumer``: when each message sent (and not yet seen) arrived."""
+    batch = await consumer.getmany(timeout_ms=100)
+    now = time.perf_counter()
+    for records in batch.values():
+        for record in records:
+            if record.key in sent:
+                arrived.setdefault(record.key, now)
 
 
 # ------------------------------------------------------------------ commit floor
@@ -233,12 +245,7 @@ async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rate
 
     async def read() -> None:
         while True:
-            batch = await reader.getmany(timeout_ms=100)
-            now = time.perf_counter()
-            for records in batch.values():
-                for record in records:
-                    if record.key in sent:
-                        arrived.setdefault(record.key, now)
+            await _arrivals(reader, sent, arrived)
 
     reading = asyncio.create_task(read())
 
@@ -263,15 +270,7 @@ async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rate
             arrived.clear()
             count = max(1, int(rate * seconds))
             cpu_before, wall_before = cpu_seconds(child.pid), time.perf_counter()
-            start = time.perf_counter() + 0.05
-            for i in range(count):
-                due = start + i / rate
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                key = f"c{rate}-{i}-{run_key(i)}".encode()
-                sent[key] = due
-                await producer.send(topic_in, value, key=key)
+            await _offer(producer, topic_in, value, rate, count, sent, lambda i: f"c{rate}-{i}-{run_key(i)}")
             await until_arrived(count, 60)
             cpu_after, wall_after = cpu_seconds(child.pid), time.perf_counter()
             cpu = (cpu_after or 0.0) - (cpu_before or 0.0)
