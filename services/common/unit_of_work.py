@@ -70,7 +70,7 @@ def entries(aggregate: object) -> int:
     collection among its attributes (a run's blocks, fingerprints, candidates…). Counted,
     not measured: a length per attribute, each time the aggregate is put in the cache."""
     held = 1
-    for value in vars(aggregate).values():
+    for value in getattr(aggregate, "__dict__", {}).values():
         if isinstance(value, dict | list | set):
             held += len(value)
     return held
@@ -80,8 +80,7 @@ class HotAggregates(Cache[UUID, Any]):
     """The repository's cache of hot aggregates: least recently used out first, bounded by
     count (``AGGREGATE_CACHE_MAXSIZE``, as the library's ``LRUCache``) *and* by what the
     aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, 2,000
-    cached runs held ~200 MB at 25 proposals a run and would hold gigabytes at a few
-    hundred. An aggregate is weighed when it is put: when the repository first reads it
+    cached runs would hold ~380 MB at 25 proposals a run and gigabytes at a few hundred. An aggregate is weighed when it is put: when the repository first reads it
     and after each save of it (the library puts every saved aggregate back), so a run
     growing in place is weighed again at its next commit. The aggregate put last is
     never the one evicted, however much it holds: the unit of work using it keeps it."""
