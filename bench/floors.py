@@ -29,6 +29,7 @@ from psycopg import sql
 
 from bench.stats import latency_summary
 from bench.workload import proposal_bytes
+from services.common.kafka import FETCH_WAIT_MS, IDLE_POLL_MS
 from services.common.settings import Settings
 
 
@@ -215,9 +216,9 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
 
 # ------------------------------------------------------------------ consumer floor
 
-CONSUMER_FLOOR_POLL_MS = 10
-"""The parts' poll: ``services.common.kafka.IDLE_POLL_MS`` and ``FETCH_WAIT_MS`` (below)."""
-CONSUMER_FLOOR_FETCH_WAIT_MS = 20
+CONSUMER_FLOOR_POLL_MS = IDLE_POLL_MS
+"""The parts' own poll settings (``services.common.kafka``), so the floor follows them."""
+CONSUMER_FLOOR_FETCH_WAIT_MS = FETCH_WAIT_MS
 
 
 async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rates: tuple[int, ...],

@@ -28,6 +28,7 @@ import random
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -87,6 +88,7 @@ class HotAggregates(Cache[UUID, Any]):
 
     def __init__(self, maxsize: int, max_entries: int) -> None:
         super().__init__()
+        self.cache: OrderedDict[UUID, Any] = OrderedDict()  # least recently used first
         self.maxsize = maxsize
         self.max_entries = max_entries
         self.held = 0
@@ -101,7 +103,7 @@ class HotAggregates(Cache[UUID, Any]):
                 del self.cache[key]
                 self.held -= self._weights.pop(key)
             else:
-                self.cache[key] = self.cache.pop(key)  # most recently used last
+                self.cache.move_to_end(key)
             return value
 
     def put(self, key: UUID, value: Any | None) -> None:
@@ -110,14 +112,13 @@ class HotAggregates(Cache[UUID, Any]):
         weight = entries(value)
         with self._lock:
             if key in self.cache:
-                del self.cache[key]
+                self.cache.move_to_end(key)
                 self.held -= self._weights[key]
             self.cache[key] = value
             self._weights[key] = weight
             self.held += weight
             while len(self.cache) > 1 and (len(self.cache) > self.maxsize or self.held > self.max_entries):
-                oldest = next(iter(self.cache))
-                del self.cache[oldest]
+                oldest, _ = self.cache.popitem(last=False)
                 self.held -= self._weights.pop(oldest)
 
     def __bool__(self) -> bool:
