@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,34 @@ class Arrivals:
     kafka: dict[str, dict[str, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     sse: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     other: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    stamps: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    """Each preview's and publication's Kafka ``CreateTime`` (ms since the epoch): when the
+    part that sent it handed it to its producer."""
+
+    def stamped(self, call: str, kind: str = "published") -> int | None:
+        """When the last of the proposal's blocks of ``kind`` was sent (``CreateTime``)."""
+        stamps = sorted(self.stamps.get(candidate_of(call), {}).get(kind, ()))
+        return stamps[BLOCKS_PER_PROPOSAL - 1] if len(stamps) >= BLOCKS_PER_PROPOSAL else None
+
+    def hops(self, calls: Iterable[str], scheduled: Mapping[str, float], epoch: float) -> dict[str, dict[str, Any]]:
+        """Where each proposal's latency went, from the Kafka ``CreateTime`` of what
+        Publication and its relay sent (one clock: every process runs on this machine):
+        scheduled send → Publication sent the preview (the inbound hop, the poll and the
+        decision); preview sent → seen here; preview sent → the relay sent the publication
+        (the commit and the relay); publication sent → seen here. ``epoch`` turns this
+        process's ``perf_counter`` into epoch seconds."""
+        hops: dict[str, list[float]] = {"to_preview_sent": [], "preview_sent_to_seen": [],
+                                        "preview_to_published_sent": [], "published_sent_to_seen": []}
+        for call in calls:
+            preview, published = self.stamped(call, "preview"), self.stamped(call)
+            seen_preview, seen_published = self.done(call, "preview"), self.done(call)
+            if preview is not None and seen_preview is not None:
+                hops["to_preview_sent"].append(preview - (scheduled[call] + epoch) * 1000)
+                hops["preview_sent_to_seen"].append((seen_preview + epoch) * 1000 - preview)
+            if preview is not None and published is not None and seen_published is not None:
+                hops["preview_to_published_sent"].append(published - preview)
+                hops["published_sent_to_seen"].append((seen_published + epoch) * 1000 - published)
+        return {hop: latency_summary(samples) for hop, samples in hops.items()}
 
     def done(self, call: str, kind: str = "published") -> float | None:
         times = self.kafka.get(candidate_of(call), {}).get(kind)
@@ -102,7 +130,9 @@ class Driver:
                     value = json.loads(record.value)
                     kind = value.get("type")
                     if kind in ("answer.published", "answer.preview"):
-                        kafka[value["block"]["candidate_id"]][kind.removeprefix("answer.")].append(now)
+                        candidate, hop = value["block"]["candidate_id"], kind.removeprefix("answer.")
+                        kafka[candidate][hop].append(now)
+                        self.arrivals.stamps[candidate][hop].append(record.timestamp)
                     else:
                         self.arrivals.other[kind] += 1
 
@@ -276,6 +306,7 @@ class Driver:
             "producer_max_lateness_ms": round(late * 1000, 1),
             "preview_ms": latency_summary(lat_pre),
             "published_ms": latency_summary(lat_pub),
+            "hops_ms": self.arrivals.hops(calls, scheduled, time.time() - time.perf_counter()),
             "window": window_result,
         }
         if unfinished or unfinished_preview:
