@@ -57,20 +57,25 @@ class Arrivals:
         stamps = sorted(self.stamps.get(candidate_of(call), {}).get(kind, ()))
         return stamps[BLOCKS_PER_PROPOSAL - 1] if len(stamps) >= BLOCKS_PER_PROPOSAL else None
 
-    def hops(self, calls: Iterable[str], scheduled: Mapping[str, float], epoch: float) -> dict[str, dict[str, Any]]:
-        """Where each proposal's latency went, from the Kafka ``CreateTime`` of what
-        Publication and its relay sent (one clock: every process runs on this machine):
-        scheduled send → Publication sent the preview (the inbound hop, the poll and the
-        decision); preview sent → seen here; preview sent → the relay sent the publication
-        (the commit and the relay); publication sent → seen here. ``epoch`` turns this
-        process's ``perf_counter`` into epoch seconds."""
-        hops: dict[str, list[float]] = {"to_preview_sent": [], "preview_sent_to_seen": [],
+    def hops(self, calls: Iterable[str], scheduled: Mapping[str, float], sent: Mapping[str, int], epoch: float) -> dict[str, dict[str, Any]]:
+        """Where each proposal's latency went, from the Kafka ``CreateTime`` of the proposal
+        (``sent``: this process's producer) and of what Publication and its relay sent (one
+        clock: every process runs on this machine): scheduled → the proposal sent (this
+        process's own lateness); proposal sent → Publication sent the preview (the inbound
+        hop, the wait for the poll before it, the poll and the decision); preview sent →
+        seen here; preview sent → the relay sent the publication (the commit and the relay);
+        publication sent → seen here. ``epoch`` turns this process's ``perf_counter`` into
+        epoch seconds."""
+        hops: dict[str, list[float]] = {"proposal_sent": [], "to_preview_sent": [], "preview_sent_to_seen": [],
                                         "preview_to_published_sent": [], "published_sent_to_seen": []}
         for call in calls:
             preview, published = self.stamped(call, "preview"), self.stamped(call)
             seen_preview, seen_published = self.done(call, "preview"), self.done(call)
-            if preview is not None and seen_preview is not None:
-                hops["to_preview_sent"].append(preview - (scheduled[call] + epoch) * 1000)
+            proposal = sent.get(call)
+            if proposal is not None:
+                hops["proposal_sent"].append(proposal - (scheduled[call] + epoch) * 1000)
+            if preview is not None and seen_preview is not None and proposal is not None:
+                hops["to_preview_sent"].append(preview - proposal)
                 hops["preview_sent_to_seen"].append((seen_preview + epoch) * 1000 - preview)
             if preview is not None and published is not None and seen_published is not None:
                 hops["preview_to_published_sent"].append(published - preview)
@@ -277,7 +282,7 @@ class Driver:
             key, value, headers = wire(typical_part(runs[i % len(runs)], call, sources))
             futures.append(await self.producer.send(self.runtime, value, key=key, headers=headers))
         last_due = start + (count - 1) / rate
-        await asyncio.gather(*futures)
+        sent = {call: metadata.timestamp for call, metadata in zip(calls, await asyncio.gather(*futures))}
         complete = await self.completed(calls, max(0.0, last_due + drain - time.perf_counter()))
         if clients:  # the streams' frames follow the Kafka events; give them the same deadline
             await self.streamed(calls, max(1.0, last_due + drain - time.perf_counter()))
@@ -306,7 +311,7 @@ class Driver:
             "producer_max_lateness_ms": round(late * 1000, 1),
             "preview_ms": latency_summary(lat_pre),
             "published_ms": latency_summary(lat_pub),
-            "hops_ms": self.arrivals.hops(calls, scheduled, time.time() - time.perf_counter()),
+            "hops_ms": self.arrivals.hops(calls, scheduled, sent, time.time() - time.perf_counter()),
             "window": window_result,
         }
         if unfinished or unfinished_preview:
