@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench import sse
+from bench.floors import READER_FETCH_WAIT_MS
 from bench.procs import Stack
 from bench.stats import latency_summary, slope
 from bench.workload import Sources, candidate_of, opening, typical_part, wire
@@ -107,7 +108,7 @@ class Driver:
                                          linger_ms=0, max_request_size=4 * 1024 * 1024)
         self.consumer = AIOKafkaConsumer(self.publication, bootstrap_servers=self.settings.kafka_bootstrap,
                                          group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
-                                         max_partition_fetch_bytes=8 * 1024 * 1024)
+                                         max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
         self.admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
         await self.producer.start()
         await self.consumer.start()

@@ -36,6 +36,14 @@ from services.common.settings import Settings
 # ------------------------------------------------------------------ transport floor
 
 
+READER_FETCH_WAIT_MS = FETCH_WAIT_MS
+"""The broker's longest hold of a fetch by every reader that times arrivals (here and in
+``bench.e2e``): the parts' own bound (``services.common.kafka.FETCH_WAIT_MS``). With
+aiokafka's default of 500 ms, a reader that fell behind by one poll could find its next
+fetch holding only quiet partitions, and an arrival then waited up to half a second on
+the instrument, not on the system measured."""
+
+
 async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...], seconds: float,
                           burst: int) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -43,7 +51,7 @@ async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...]
     value = proposal_bytes()
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                auto_offset_reset="latest", enable_auto_commit=False)
+                                auto_offset_reset="latest", enable_auto_commit=False, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
     await producer.start()
     await consumer.start()
     await consumer.seek_to_end()
@@ -237,7 +245,7 @@ async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rate
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
     reader = AIOKafkaConsumer(topic_out, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                              auto_offset_reset="latest", enable_auto_commit=False)
+                              auto_offset_reset="latest", enable_auto_commit=False, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
     await producer.start()
     await reader.start()
     await reader.seek_to_end()
