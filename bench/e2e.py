@@ -58,7 +58,8 @@ class Arrivals:
         stamps = sorted(self.stamps.get(candidate_of(call), {}).get(kind, ()))
         return stamps[BLOCKS_PER_PROPOSAL - 1] if len(stamps) >= BLOCKS_PER_PROPOSAL else None
 
-    def hops(self, calls: Iterable[str], scheduled: Mapping[str, float], sent: Mapping[str, int], epoch: float) -> dict[str, dict[str, Any]]:
+    def hops(self, calls: Iterable[str], scheduled: Mapping[str, float], sent: Mapping[str, int],
+             epoch: float) -> dict[str, dict[str, Any]]:
         """Where each proposal's latency went, from the Kafka ``CreateTime`` of the proposal
         (``sent``: this process's producer) and of what Publication and its relay sent (one
         clock: every process runs on this machine): scheduled → the proposal sent (this
@@ -108,7 +109,8 @@ class Driver:
                                          linger_ms=0, max_request_size=4 * 1024 * 1024)
         self.consumer = AIOKafkaConsumer(self.publication, bootstrap_servers=self.settings.kafka_bootstrap,
                                          group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
-                                         max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
+                                         max_partition_fetch_bytes=8 * 1024 * 1024,
+                                         fetch_max_wait_ms=READER_FETCH_WAIT_MS)
         self.admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
         await self.producer.start()
         await self.consumer.start()

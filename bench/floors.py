@@ -51,7 +51,8 @@ async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...]
     value = proposal_bytes()
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                auto_offset_reset="latest", enable_auto_commit=False, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
+                                auto_offset_reset="latest", enable_auto_commit=False,
+                                fetch_max_wait_ms=READER_FETCH_WAIT_MS)
     await producer.start()
     await consumer.start()
     await consumer.seek_to_end()
@@ -245,7 +246,8 @@ async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rate
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
     reader = AIOKafkaConsumer(topic_out, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                              auto_offset_reset="latest", enable_auto_commit=False, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
+                              auto_offset_reset="latest", enable_auto_commit=False,
+                              fetch_max_wait_ms=READER_FETCH_WAIT_MS)
     await producer.start()
     await reader.start()
     await reader.seek_to_end()

@@ -191,18 +191,20 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{trio(_get(floors, 'consumer', 'paced', rate))} | {trio(row.get('preview_ms'))} | "
                    f"{trio(row.get('published_ms'))} | {trio(row.get('sse_ms'))} | {_fmt(row.get('achieved_per_s'))} | "
                    f"{'yes' if row.get('keeps_up') else 'no'} (slope {row.get('latency_slope')}) |")
-    hopped = [(rate, row["hops_ms"]) for rate, row in sorted((e2e.get("paced") or {}).items(), key=lambda kv: float(kv[0]))
+    hopped = [(rate, row["hops_ms"])
+              for rate, row in sorted((e2e.get("paced") or {}).items(), key=lambda kv: float(kv[0]))
               if row.get("hops_ms")]
     if hopped:
-        out += ["", "Where the time went, from the Kafka `CreateTime` of each preview and publication "
+        out += ["", "Where the time went, from the Kafka `CreateTime` of each proposal, preview and publication "
                 "(p50 / p95 / p99 ms; one clock, every process on this machine):", "",
                 "| offered/s | scheduled → proposal sent (the bench's own lateness) | proposal sent → Publication "
                 "sent the preview | preview sent → seen | preview sent → relay sent `answer.published` (commit + relay) "
                 "| published sent → seen |",
                 "|---|---|---|---|---|---|"]
         for rate, hops in hopped:
-            out.append(f"| {rate} | {trio(hops.get('proposal_sent'))} | {trio(hops.get('to_preview_sent'))} | {trio(hops.get('preview_sent_to_seen'))} | "
-                       f"{trio(hops.get('preview_to_published_sent'))} | {trio(hops.get('published_sent_to_seen'))} |")
+            out.append(f"| {rate} | {trio(hops.get('proposal_sent'))} | {trio(hops.get('to_preview_sent'))} | "
+                       f"{trio(hops.get('preview_sent_to_seen'))} | {trio(hops.get('preview_to_published_sent'))} | "
+                       f"{trio(hops.get('published_sent_to_seen'))} |")
     out += ["", "## Cost growth (burst; CPU ms per proposal from /proc of each process)", "",
             "| case | proposals/s | publication | relay | journal | delivery | delivery caught up, proposals/s |",
             "|---|---|---|---|---|---|---|"]
