@@ -87,7 +87,8 @@ class HotAggregates(Cache[UUID, Any]):
     """The repository's cache of hot aggregates: least recently used out first, bounded by
     count (``AGGREGATE_CACHE_MAXSIZE``, as the library's ``LRUCache``) *and* by what the
     aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, 2,000
-    cached runs would hold ~380 MB at 25 proposals a run and gigabytes at a few hundred. An aggregate is weighed when it is put: when the repository first reads it
+    cached runs would hold ~380 MB at 25 proposals a run and gigabytes at a few hundred.
+    An aggregate is weighed when it is put: when the repository first reads it
     and after each save of it (the library puts every saved aggregate back), so a run
     growing in place is weighed again at its next commit. The aggregate put last is
     never the one evicted, however much it holds: the unit of work using it keeps it."""
