@@ -1,7 +1,8 @@
 """Kafka plumbing shared by the services, on FastStream (aiokafka underneath).
 
 * :class:`Outbox` publishes contract messages: key = run_id (sources: source_id),
-  header ``type``, idempotent producer (acks=all).
+  header ``type``, aiokafka's idempotent producer (acks=all). One mechanism for every
+  send: a part's previews, events and dead letters, and the relays' announcements.
 * :func:`subscribe_tracked` registers a batch subscriber with MANUAL
   acknowledgement. FastStream's default policy acknowledges whatever the handler
   does (at most once); here the offset is committed only after the store has
@@ -68,19 +69,43 @@ def topic_of(settings: Settings, name: str) -> Topic:
 
 
 class Outbox:
-    """Publishes contract messages to their topics on one broker."""
+    """Publishes contract messages to their topics, with its own aiokafka producer:
+    idempotent (``acks=all``), with a linger so the sends of a poll or a relay batch fill
+    large produce requests. Every message is keyed by its ``key`` (run_id; sources:
+    source_id) and carries a ``type`` header; per-partition order is the send order.
+    ``start`` before the first send, ``stop`` after the last.
 
-    def __init__(self, broker: KafkaBroker, settings: Settings) -> None:
-        self._broker = broker
+    FastStream still subscribes (:func:`subscribe_tracked`); sends go straight to aiokafka.
+    Through FastStream's ``KafkaBroker.publish`` a send of 1.5 KB cost 44–64 µs of CPU,
+    straight through aiokafka 31–44 µs (three rounds of 3,000 on this 2-core VM): ~20 µs
+    of every proposal's two previews."""
+
+    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 2) -> None:
         self._settings = settings
+        self._client_id = client_id
+        self._linger_ms = linger_ms
+        self._producer: Any = None
+        """Made by :meth:`start`: aiokafka binds a producer to the event loop it is made on."""
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self._producer = AIOKafkaProducer(
+            # "host:port,host:port" (a cluster) as a list of hosts, as make_broker hands it
+            bootstrap_servers=[host.strip() for host in self._settings.kafka_bootstrap.split(",") if host.strip()],
+            client_id=self._client_id,
+            acks="all",  # every in-sync replica (min.insync.replicas=2 on a 3-broker cluster)
+            enable_idempotence=True,  # a retried send is written once per partition
+            linger_ms=self._linger_ms, max_batch_size=512 * 1024, max_request_size=2 * 1024 * 1024,
+        )
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
 
     async def publish(self, topic: Topic, message: Message) -> None:
-        await self._broker.publish(
-            encode(message),
-            self._settings.topic(topic),
-            key=_key_of(message),
-            headers={"type": message.type},
-        )
+        await confirmed(await self.send_many([(topic, message)]))
 
     async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None:
         """Send in order, confirm together: one round of acknowledgements per batch."""
@@ -89,14 +114,12 @@ class Outbox:
     async def send_many(self, items: Iterable[tuple[Topic, Message]]) -> list[asyncio.Future[Any]]:
         """Send in order now; the broker's acknowledgements are the returned futures, for a
         caller with something better to do than wait for them (:func:`confirmed`)."""
+        if self._producer is None:
+            raise RuntimeError(f"outbox {self._client_id} sends before it was started")
+        send, topic_name = self._producer.send, self._settings.topic
         return [
-            await self._broker.publish(
-                encode(message),
-                self._settings.topic(topic),
-                key=_key_of(message),
-                headers={"type": message.type},
-                no_confirm=True,
-            )
+            await send(topic_name(topic), encode(message), key=_key_of(message),
+                       headers=[("type", message.type.encode())])
             for topic, message in items
         ]
 

@@ -63,10 +63,9 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Notification, ProcessRecorder, Recording, Tracking
 
 from imprint.contracts.base import Message
-from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
 from services.common.election import Election, NoElection
-from services.common.kafka import _key_of as key_of  # one keying rule for every producer
+from services.common.kafka import Outbox
 from services.common.observability import get_logger
 from services.common.recorders import COMMITTER
 from services.common.settings import Settings
@@ -78,38 +77,6 @@ Decode = Callable[[Sequence[Notification]], list[Any]]
 sealed opens them here, once per event, with one key lookup per batch)."""
 Batch = list[tuple[int, Sequence[tuple[Topic, Message]]]]
 log = get_logger(__name__)
-
-
-class RelayProducer:
-    """What a relay produces with: aiokafka's idempotent producer (``acks=all``) with a
-    linger, so a batch's sends fill large produce requests, and one wait for all of a
-    batch's acknowledgements. Same keys (run_id, sources: source_id) and ``type`` header
-    as :class:`~services.common.kafka.Outbox`; per-partition order is the send order."""
-
-    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 2) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        self._settings = settings
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap, client_id=client_id, enable_idempotence=True, acks="all",
-            linger_ms=linger_ms, max_batch_size=512 * 1024, max_request_size=2 * 1024 * 1024,
-        )
-
-    async def start(self) -> None:
-        await self._producer.start()
-
-    async def stop(self) -> None:
-        await self._producer.stop()
-
-    async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None:
-        send = self._producer.send
-        topic_name = self._settings.topic
-        futures = [
-            await send(topic_name(topic), encode(message), key=key_of(message), headers=[("type", message.type.encode())])
-            for topic, message in items
-        ]
-        if futures:
-            await asyncio.gather(*futures)
 
 
 UNRECORDED_SPAN = 10_000
@@ -231,14 +198,17 @@ class Relay:
         election: Election | None = None,
         topics: Sequence[str] = (),
         handoff: Handoff | None = None,
+        starts_outbox: bool = False,
     ) -> None:
+        """``starts_outbox``: ``outbox`` is this relay's own (an :class:`Outbox`), started and
+        stopped by :meth:`run`; otherwise its owner runs it."""
         assert isinstance(app.recorder, ProcessRecorder), "the relay records its position beside the log"
         self._app = app
         self._recorder: ProcessRecorder = app.recorder
         self._announce = announce
         self._decode: Decode = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
         self._outbox = outbox
-        self._producer = outbox if isinstance(outbox, RelayProducer) else None  # started and stopped by run()
+        self._producer = outbox if starts_outbox and isinstance(outbox, Outbox) else None
         self.name = name
         self._batch_size = batch_size
         self._idle_seconds = idle_seconds
@@ -426,6 +396,6 @@ def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, 
     from services.common.election import election_for
     from services.common.wakeups import wakeups_for
 
-    producer = RelayProducer(settings, f"imprint-relay-{app.name.lower()}")
-    return Relay(app, announce, producer, name=name, decode=decode, wakeups=wakeups_for(settings, app),
-                 election=election_for(settings, name), topics=topics, handoff=handoff)
+    outbox = Outbox(settings, f"imprint-relay-{app.name.lower()}")
+    return Relay(app, announce, outbox, name=name, decode=decode, wakeups=wakeups_for(settings, app),
+                 election=election_for(settings, name), topics=topics, handoff=handoff, starts_outbox=True)

@@ -38,7 +38,7 @@ async def serve(settings: Settings) -> None:
     # One member of the consumer group per instance, named so an operator (and the
     # multi-instance test) can tell which instance holds which partitions.
     broker = make_broker(settings, f"imprint-delivery-{os.getpid()}")
-    outbox = Outbox(broker, settings)
+    outbox = Outbox(settings, f"imprint-delivery-{os.getpid()}")
     notifier = Notifier(poll_interval=settings.sse_poll_seconds)
     notifier.bind(asyncio.get_running_loop())
     consumer.subscribe(broker, settings, outbox, store, notifier)
@@ -60,6 +60,7 @@ async def serve(settings: Settings) -> None:
         http="httptools",  # C parser and chunked writes: one SSE body per client per wake-up costs less
 
     ))
+    await outbox.start()
     await broker.start()
     settle_heap()
     started.set()
@@ -72,4 +73,5 @@ async def serve(settings: Settings) -> None:
                 await wakeups
         await notifier.close()
         await broker.stop()
+        await outbox.stop()
         store.close()

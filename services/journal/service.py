@@ -17,11 +17,13 @@ async def serve(settings: Settings) -> None:
     ensure_schema(settings)
     journal = open_journal(settings)
     broker = make_broker(settings, "imprint-journal")
-    outbox = Outbox(broker, settings)
+    outbox = Outbox(settings, "imprint-journal")
     consumer.subscribe(broker, settings, outbox, journal)
     relay = journal_relay(settings, journal)
+    await outbox.start()
     try:
         await run_until_stopped("journal", broker, relay.run(), sweep_forever(journal, outbox, settings))
     finally:
         relay.stop()
+        await outbox.stop()
         journal.close()

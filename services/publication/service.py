@@ -39,7 +39,7 @@ def open_log(settings: Settings) -> PublicationLog:
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
     broker = make_broker(settings, "imprint-publication")
-    outbox = Outbox(broker, settings)
+    outbox = Outbox(settings, "imprint-publication")
     loop = asyncio.get_running_loop()
 
     unconfirmed: list[asyncio.Future[Any]] = []
@@ -78,9 +78,11 @@ async def serve(settings: Settings) -> None:
 
         relay = publication_relay(settings, app, inline=True)
         work.append(relay.run())
+    await outbox.start()
     try:
         await run_until_stopped("publication", broker, *work)
     finally:
         if relay is not None:
             relay.stop()
+        await outbox.stop()
         app.close()

@@ -213,7 +213,8 @@ class Driver:
         self._thread.start()
         self.broker = make_broker(settings, "imprint-test-driver")
         self.call(self.broker.start())
-        self.outbox = Outbox(self.broker, settings)
+        self.outbox = Outbox(settings, "imprint-test-driver")
+        self.call(self.outbox.start())
         self.relay_ = Relay(self.app, announce_publication, self.outbox, name=RELAY_NAME)
         self.relay_.position = self.relay_.recorded_position()
         self.emitted: list[tuple[Topic, Message]] = []
@@ -299,6 +300,7 @@ class Driver:
         try:
             self.call(self.consumer.stop())
             self.call(self.broker.stop())
+            self.call(self.outbox.stop())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)

@@ -52,8 +52,10 @@ def test_the_committed_offset_is_the_applied_batch_not_the_next_poll(isolated: S
                 await never.wait()
 
         broker = make_broker(s, "offsets-test")
-        subscribe_tracked(broker, s, Outbox(broker, s), consumer="offsets", topics=[Topic.RUNTIME],
+        outbox = Outbox(s, "offsets-test")
+        subscribe_tracked(broker, s, outbox, consumer="offsets", topics=[Topic.RUNTIME],
                           handle=handle, max_records=3)
+        await outbox.start()
         await broker.start()
         try:
             await asyncio.wait_for(second_batch_held.wait(), timeout=30)
@@ -62,6 +64,7 @@ def test_the_committed_offset_is_the_applied_batch_not_the_next_poll(isolated: S
         finally:
             never.set()
             await broker.stop()
+            await outbox.stop()
 
     batches, committed = asyncio.run(scenario())
     first, second = batches[0], batches[1]
@@ -86,8 +89,10 @@ def test_a_gathering_consumer_polls_a_trickle_in_fewer_batches_and_loses_nothing
             batches.append([item.offset for item in inbound])
 
         broker = make_broker(s, "gather-test")
-        subscribe_tracked(broker, s, Outbox(broker, s), consumer=f"gather-{gather_ms}", topics=[Topic.RUNTIME],
+        outbox = Outbox(s, "gather-test")
+        subscribe_tracked(broker, s, outbox, consumer=f"gather-{gather_ms}", topics=[Topic.RUNTIME],
                           handle=handle, gather_ms=gather_ms)
+        await outbox.start()
         await broker.start()
         try:
             await asyncio.sleep(2.0)  # joined the group, polling an empty topic
@@ -108,6 +113,7 @@ def test_a_gathering_consumer_polls_a_trickle_in_fewer_batches_and_loses_nothing
             return batches
         finally:
             await broker.stop()
+            await outbox.stop()
 
     batches = asyncio.run(scenario())
     offsets = sorted(offset for batch in batches for offset in batch)
