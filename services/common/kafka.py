@@ -51,9 +51,7 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
         # "host:port,host:port" (a cluster) as a list: FastStream hands a plain string on as ONE host
         [host.strip() for host in settings.kafka_bootstrap.split(",") if host.strip()],
         client_id=client_id,
-        acks="all",  # every in-sync replica (min.insync.replicas=2 on a 3-broker cluster)
-        enable_idempotence=True,  # a retried send is written once per partition
-        linger_ms=2,
+        # The broker subscribes; nothing of a part is sent through it (see Outbox).
         # Handlers take the poll itself (see _the_poll), so FastStream's per-call dependency
         # injection (fast_depends: a signature solved and validated on every poll) is off.
         apply_types=False,
