@@ -33,15 +33,15 @@ from services.common.kafka import FETCH_WAIT_MS, IDLE_POLL_MS
 from services.common.settings import Settings
 
 
-# ------------------------------------------------------------------ transport floor
-
-
 READER_FETCH_WAIT_MS = FETCH_WAIT_MS
 """The broker's longest hold of a fetch by every reader that times arrivals (here and in
 ``bench.e2e``): the parts' own bound (``services.common.kafka.FETCH_WAIT_MS``). With
 aiokafka's default of 500 ms, a reader that fell behind by one poll could find its next
 fetch holding only quiet partitions, and an arrival then waited up to half a second on
 the instrument, not on the system measured."""
+
+
+# ------------------------------------------------------------------ transport floor
 
 
 async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...], seconds: float,
