@@ -46,10 +46,15 @@ log = get_logger(__name__)
 DEADLETTER_NAMESPACE = uuid.UUID("6f1d4b7e-3d0b-4c55-9f55-2d8f5c1e0a01")
 
 
+def bootstrap_hosts(settings: Settings) -> list[str]:
+    """``host:port,host:port`` (a cluster) as a list: FastStream hands a plain string on as
+    ONE host, and every client of a part takes the same list."""
+    return [host.strip() for host in settings.kafka_bootstrap.split(",") if host.strip()]
+
+
 def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
     return KafkaBroker(
-        # "host:port,host:port" (a cluster) as a list: FastStream hands a plain string on as ONE host
-        [host.strip() for host in settings.kafka_bootstrap.split(",") if host.strip()],
+        bootstrap_hosts(settings),
         client_id=client_id,
         # The broker subscribes; nothing of a part is sent through it (see Outbox).
         # Handlers take the poll itself (see _the_poll), so FastStream's per-call dependency
@@ -89,8 +94,7 @@ class Outbox:
         from aiokafka import AIOKafkaProducer
 
         self._producer = AIOKafkaProducer(
-            # "host:port,host:port" (a cluster) as a list of hosts, as make_broker hands it
-            bootstrap_servers=[host.strip() for host in self._settings.kafka_bootstrap.split(",") if host.strip()],
+            bootstrap_servers=bootstrap_hosts(self._settings),
             client_id=self._client_id,
             acks="all",  # every in-sync replica (min.insync.replicas=2 on a 3-broker cluster)
             enable_idempotence=True,  # a retried send is written once per partition

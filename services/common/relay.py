@@ -208,7 +208,10 @@ class Relay:
         self._announce = announce
         self._decode: Decode = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
         self._outbox = outbox
-        self._producer = outbox if starts_outbox and isinstance(outbox, Outbox) else None
+        self._producer: Outbox | None = None
+        if starts_outbox:
+            assert isinstance(outbox, Outbox), "a relay starts only an outbox of its own"
+            self._producer = outbox
         self.name = name
         self._batch_size = batch_size
         self._idle_seconds = idle_seconds
