@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from imprint.contracts.base import Message
@@ -42,29 +43,43 @@ async def serve(settings: Settings) -> None:
     outbox = Outbox(settings, "imprint-publication")
     loop = asyncio.get_running_loop()
 
-    unconfirmed: list[asyncio.Future[Any]] = []
-    """Acknowledgements of what this poll emitted, awaited once its commit is done."""
+    handed: list[Future[list[asyncio.Future[Any]]]] = []
+    """What this poll emitted, handed to the event loop in order: each hand-off resolves to
+    its sends' acknowledgements, awaited once the poll's commit is done."""
 
     def emit(items: Sequence[tuple[Topic, Message]]) -> None:
-        # Sent now, in order, before the poll commits (P14: a preview may go out before the
-        # commit, to cut first paint). Its acknowledgement need not hold the commit up: the
-        # broker's round trip and the database's overlap, and the poll waits for both.
+        # Handed to the loop now, in order, and sent as soon as the loop takes it, usually
+        # while the poll commits (P14: a preview may go out before the commit, to cut first
+        # paint; P13's quota behind a preview was made durable before it was emitted). The
+        # unit of work does not wait for the loop to take it: a blocking hand-off was a
+        # round trip between the two threads, GIL hand-overs included, between every
+        # poll's previews and its commit. Nor do the acknowledgements hold the commit up:
+        # the broker's round trip and the database's overlap, and the poll waits for both.
         # A preview confirmed after its block's commit changes nothing a viewer sees (P16:
         # for the same revision the committed receipt beats the preview).
-        unconfirmed.extend(asyncio.run_coroutine_threadsafe(outbox.send_many(items), loop).result(timeout=30))
+        handed.append(asyncio.run_coroutine_threadsafe(outbox.send_many(items), loop))
 
-    def taken() -> list[asyncio.Future[Any]]:
-        acknowledgements = list(unconfirmed)
-        unconfirmed.clear()
-        return acknowledgements
+    async def handed_over() -> tuple[list[asyncio.Future[Any]], BaseException | None]:
+        """The acknowledgements of everything the poll handed over, and the first refusal
+        of a hand-off (an outbox that cannot send), if any."""
+        taken = list(handed)
+        handed.clear()
+        results = await asyncio.gather(*(asyncio.wrap_future(sent) for sent in taken), return_exceptions=True)
+        acks = [ack for result in results if not isinstance(result, BaseException) for ack in result]
+        return acks, next((result for result in results if isinstance(result, BaseException)), None)
 
     async def handle(batch: list[Inbound]) -> None:
         try:
             await asyncio.to_thread(app.process, batch, emit)
         except BaseException:
-            await asyncio.gather(*taken(), return_exceptions=True)
+            acks, _ = await handed_over()
+            await asyncio.gather(*acks, return_exceptions=True)
             raise
-        await confirmed(taken())  # a failure redelivers the poll; what it committed is skipped
+        acks, refused = await handed_over()
+        if refused is not None:
+            await asyncio.gather(*acks, return_exceptions=True)
+            raise refused  # like a failed acknowledgement: the poll is redelivered, its commit skipped
+        await confirmed(acks)  # a failure redelivers the poll; what it committed is skipped
 
     async def revoked(tracking_names: list[str]) -> None:
         await asyncio.to_thread(app.revoked, tracking_names)
