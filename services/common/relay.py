@@ -233,19 +233,18 @@ class Relay:
     def recorded_position(self) -> int:
         return self._recorder.max_tracking_id(self.name) or 0
 
-    def _read(self, after: int) -> Batch:
-        """One batch, mapped to its announcements. Runs in a worker thread."""
+    def _read(self, after: int, *, handed_checked: bool = False) -> Batch:
+        """One batch, mapped to its announcements. Runs in a worker thread.
+        ``handed_checked``: the loop asked the hand-off already (:meth:`_from_handoff`)."""
         now = time.monotonic()
         if now - self._leading_checked >= LEADERSHIP_CHECK_SECONDS:
             if not self._election.still_leading():
                 raise LostLeadership(self.name)
             self._leading_checked = now
-        if self._handoff is not None and self._handoff.is_open:
-            handed = self._handoff.take(after, self._batch_size)
-            if handed:
+        if not handed_checked:
+            handed = self._from_handoff(after)
+            if handed is not None:
                 return handed
-            if handed is not None and not self._log_unread:
-                return []
         self._log_unread = False  # before the read: a commit heard from now on is read next time
         notifications = self._recorder.select_notifications(start=after + 1, limit=self._batch_size)
         if len(notifications) == self._batch_size:
@@ -255,13 +254,44 @@ class Relay:
         announced = dict(zip((n.id for n in wanted), map(self._announce, self._decode(wanted)), strict=True))
         return [(n.id, announced.get(n.id, ())) for n in notifications]
 
+    def _from_handoff(self, after: int) -> Batch | None:
+        """What the hand-off answers for the batch after ``after``: its entries, ``[]`` when
+        nothing is waiting and the log holds nothing unread, ``None`` when the log must be read."""
+        if self._handoff is None or not self._handoff.is_open:
+            return None
+        handed = self._handoff.take(after, self._batch_size)
+        if handed:
+            return handed
+        if handed is not None and not self._log_unread:
+            return []
+        return None
+
+    def _next(self, after: int) -> asyncio.Future[Batch]:
+        """The batch after ``after``. Taken on the loop when the hand-off has it and the lock
+        session was checked within :data:`LEADERSHIP_CHECK_SECONDS`: a trip to a worker
+        thread and back, twice per commit (the batch, then the read-ahead that finds
+        nothing), made three threads take turns at the GIL with the commits' own. A
+        database read — the log, or the lock session's check — goes to a worker thread."""
+        if time.monotonic() - self._leading_checked < LEADERSHIP_CHECK_SECONDS:
+            handed = self._from_handoff(after)
+            if handed is not None:
+                taken: asyncio.Future[Batch] = asyncio.get_running_loop().create_future()
+                taken.set_result(handed)
+                return taken
+            return asyncio.ensure_future(asyncio.to_thread(self._read, after, handed_checked=True))
+        return asyncio.ensure_future(asyncio.to_thread(self._read, after))
+
     def _heard(self, committer: str | None) -> None:
-        """A commit to the log (its committer's mark; ``None``: commits may have been missed).
-        This process's own commits were handed off already while the hand-off is open."""
-        handoff = self._handoff
-        if committer is None or handoff is None or not handoff.is_open or committer != handoff.token:
+        """A commit to the log (its committer's mark; ``None``: commits may have been missed)."""
+        if committer is None or not self._handed_off(committer):
             self._log_unread = True
             self._wake.set()
+
+    def _handed_off(self, committer: str) -> bool:
+        """Whether a commit by ``committer`` was handed to this relay already: this process's
+        own, while the hand-off is open (any thread may ask)."""
+        handoff = self._handoff
+        return handoff is not None and handoff.is_open and committer == handoff.token
 
     def _record(self, position: int) -> None:
         try:
@@ -299,7 +329,7 @@ class Relay:
             wake = self._wake
             self._handoff.open(lambda: loop.call_soon_threadsafe(wake.set))
         self._wake.clear()
-        pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
+        pending = self._next(self.position)
         recording: asyncio.Future[None] | None = None
         """The last record, written while the next batch is produced; records are written
         in order, and each one's failure (another relay recorded it: step down) surfaces
@@ -333,10 +363,10 @@ class Relay:
                         elif wait >= idle:
                             self._log_unread = True  # quiet for a while: look at the log itself
                     self._wake.clear()
-                    pending = asyncio.ensure_future(asyncio.to_thread(self._read, self.position))
+                    pending = self._next(self.position)
                     continue
                 self._wake.clear()
-                pending = asyncio.ensure_future(asyncio.to_thread(self._read, batch[-1][0]))
+                pending = self._next(batch[-1][0])
                 last = await self._send(batch)
                 self.position = last
                 owed = owed or any(items for _, items in batch)
@@ -360,7 +390,7 @@ class Relay:
         if self._producer is not None:
             await self._producer.start()
         if self._wakeups is not None:
-            self._wakeups.start(asyncio.get_running_loop(), self._heard)
+            self._wakeups.start(asyncio.get_running_loop(), self._heard, self._handed_off)
         try:
             while not self._stopping.is_set():
                 if not self.active:

@@ -40,10 +40,14 @@ class LogWakeups:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop, heard: Callable[[str | None], None]) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, heard: Callable[[str | None], None],
+              known: Callable[[str], bool] = lambda committer: False) -> None:
         """Call ``heard`` on ``loop`` for every commit to the log, with the committer's mark
         (the NOTIFY's payload: :data:`services.common.recorders.COMMITTER` of the process
-        that wrote it); ``None`` when commits may have been missed (on every (re)connect)."""
+        that wrote it); ``None`` when commits may have been missed (on every (re)connect).
+        A commit ``known`` already by its committer's mark (this process's own, handed to
+        its relay in memory) is dropped here, in the listening thread, without waking the
+        loop: one wake-up of the event loop less per commit."""
         def listen() -> None:
             while not self._stopping.is_set():
                 try:
@@ -53,7 +57,8 @@ class LogWakeups:
                             loop.call_soon_threadsafe(heard, None)  # anything committed while we were away
                             while not self._stopping.is_set():
                                 for notify in connection.notifies(timeout=1.0, stop_after=1):
-                                    loop.call_soon_threadsafe(heard, notify.payload)
+                                    if not known(notify.payload):
+                                        loop.call_soon_threadsafe(heard, notify.payload)
                         finally:
                             connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
                 except Exception as error:  # noqa: BLE001 — PersistenceError, OSError…: reconnect, poll meanwhile
