@@ -1,0 +1,67 @@
+"""A relay's wake-ups on PostgreSQL: every commit to the log NOTIFYs the log's channel
+with its committer's mark. The listening thread hands the event loop every commit it
+does not already know of — another process's, and any commit while this process's own
+hand-off is closed — and drops this process's own while its relay is handed them in
+memory, so nothing committed elsewhere goes unread and the loop is not woken for what it
+has."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from psycopg import sql
+
+from services.common.recorders import COMMITTER
+from services.common.settings import Settings
+from services.common.wakeups import wakeups_for
+from services.publication.service import open_log
+from services.common.inbound import Inbound
+from imprint.contracts.topics import Topic
+from tests.integration.publication.pubsupport import admitted
+
+pytestmark = pytest.mark.integration
+
+
+async def _heard_while(settings: Settings, known: bool, commit: object) -> list[str | None]:
+    log = open_log(settings)
+    wakeups = wakeups_for(settings, log)
+    assert wakeups is not None, "a log in PostgreSQL is listened to"
+    heard: list[str | None] = []
+    try:
+        wakeups.start(asyncio.get_running_loop(), heard.append,
+                      lambda committer: known and committer == COMMITTER)
+        deadline = time.monotonic() + 10
+        while None not in heard:  # listening (a (re)connect is heard as None)
+            assert time.monotonic() < deadline, "the listener never connected"
+            await asyncio.sleep(0.02)
+        heard.clear()
+        await asyncio.to_thread(commit, log)  # type: ignore[arg-type]
+        with log.recorder.datastore.get_connection() as connection:  # type: ignore[attr-defined]
+            connection.execute(sql.SQL("NOTIFY {}, 'another-process'").format(
+                sql.Identifier(log.recorder.channel_name)))  # type: ignore[attr-defined]
+            connection.commit()
+        while "another-process" not in heard:
+            assert time.monotonic() < deadline, f"another process's commit was not heard: {heard}"
+            await asyncio.sleep(0.02)
+        return heard
+    finally:
+        wakeups.stop()
+        log.close()
+
+
+@pytest.mark.rule("P14")
+@pytest.mark.parametrize("known", [True, False])
+def test_own_commits_known_to_the_hand_off_are_dropped_before_the_loop_others_always_reach_it(
+        isolated: Settings, known: bool) -> None:
+    def commit(log: object) -> None:  # one commit of this process's writer
+        log.process([Inbound(str(Topic.RUNTIME), 0, 0, admitted("run-w"), size=100)],  # type: ignore[attr-defined]
+                    lambda items: None)
+
+    heard = asyncio.run(_heard_while(isolated, known, commit))
+    assert "another-process" in heard
+    if known:
+        assert COMMITTER not in heard, "this process's own commit woke the loop although it was handed off"
+    else:
+        assert COMMITTER in heard, "a commit not handed off must wake the relay"
