@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -59,27 +59,21 @@ async def serve(settings: Settings) -> None:
         # for the same revision the committed receipt beats the preview).
         handed.append(asyncio.run_coroutine_threadsafe(outbox.send_many(items), loop))
 
-    async def handed_over() -> tuple[list[asyncio.Future[Any]], BaseException | None]:
-        """The acknowledgements of everything the poll handed over, and the first refusal
-        of a hand-off (an outbox that cannot send), if any."""
-        taken = list(handed)
+    async def acknowledged(handoff: Future[list[asyncio.Future[Any]]]) -> None:
+        await confirmed(await asyncio.wrap_future(handoff))  # a refused hand-off fails like an acknowledgement
+
+    def taken() -> list[Coroutine[Any, Any, None]]:
+        pending = [acknowledged(handoff) for handoff in handed]
         handed.clear()
-        results = await asyncio.gather(*(asyncio.wrap_future(sent) for sent in taken), return_exceptions=True)
-        acks = [ack for result in results if not isinstance(result, BaseException) for ack in result]
-        return acks, next((result for result in results if isinstance(result, BaseException)), None)
+        return pending
 
     async def handle(batch: list[Inbound]) -> None:
         try:
             await asyncio.to_thread(app.process, batch, emit)
         except BaseException:
-            acks, _ = await handed_over()
-            await asyncio.gather(*acks, return_exceptions=True)
+            await asyncio.gather(*taken(), return_exceptions=True)
             raise
-        acks, refused = await handed_over()
-        if refused is not None:
-            await asyncio.gather(*acks, return_exceptions=True)
-            raise refused  # like a failed acknowledgement: the poll is redelivered, its commit skipped
-        await confirmed(acks)  # a failure redelivers the poll; what it committed is skipped
+        await asyncio.gather(*taken())  # a failure redelivers the poll; what it committed is skipped
 
     async def revoked(tracking_names: list[str]) -> None:
         await asyncio.to_thread(app.revoked, tracking_names)
