@@ -40,6 +40,7 @@ import multiprocessing
 import os
 import sys
 from collections import deque
+from itertools import chain, islice
 from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Literal, TextIO
@@ -49,6 +50,7 @@ from imprint.contracts.topics import Topic
 from imprint.publication import EMPTY_STANDING
 from imprint.publication.candidate import Candidate, intake
 from imprint.recovery import (
+    Defect,
     Failure,
     Observation,
     ProtectedRead,
@@ -71,8 +73,11 @@ from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import (
     RUNS_PER_READ,
     aggregate_blocks,
+    current_bound,
+    in_pages,
     apply_reconciliations,
     iter_ledgers,
+    opened_runs,
     read_fold,
     read_ledger,
     run_index,
@@ -172,7 +177,7 @@ def _worker_fold(run_ids: list[str], output: Output, bodies: bool) -> list[dict[
     The view itself only travels back when the table shows bodies."""
     assert _worker_app is not None
     done: list[dict[str, Any] | None] = []
-    for ledger, _ in iter_ledgers(_worker_app, run_ids):
+    for ledger, _ in iter_ledgers(_worker_app, run_ids, audit=False):
         if ledger is None:
             done.append(None)
             continue
@@ -183,13 +188,14 @@ def _worker_fold(run_ids: list[str], output: Output, bodies: bool) -> list[dict[
     return done
 
 
-def _fanned_out(settings: Settings, run_ids: list[str], workers: int, output: Output, bodies: bool
+def _fanned_out(settings: Settings, run_ids: Iterable[str], workers: int, output: Output, bodies: bool
                 ) -> Iterator[dict[str, Any] | None]:
     """The runs folded by ``workers`` processes (spawned: each opens its own log), one page of
     runs per task, yielded in ``run_ids`` order with at most two pages per worker in flight.
-    A worker that cannot start or dies raises (``BrokenProcessPool``) instead of leaving
-    the replay waiting."""
-    pages = (run_ids[i:i + RUNS_PER_READ] for i in range(0, len(run_ids), RUNS_PER_READ))
+    ``run_ids`` is read as pages are handed out: the workers start folding while the rest
+    of the log's runs are still being listed. A worker that cannot start or dies raises
+    (``BrokenProcessPool``) instead of leaving the replay waiting."""
+    pages = in_pages(run_ids, RUNS_PER_READ)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_worker_start, initargs=(settings,)) as pool:
         in_flight: deque[Future[list[dict[str, Any] | None]]] = deque()
@@ -207,24 +213,31 @@ def _fanned_out(settings: Settings, run_ids: list[str], workers: int, output: Ou
 
 def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, err: TextIO,
             output: Output, bodies: bool, *, settings: Settings | None = None, workers: int = 1) -> int:
-    index = run_index(app)
-    run_ids = index.run_ids if run_id is None else [run_id]
+    bound = current_bound(app).notification_id
+    orphans: list[Defect] = []
+    found: Iterator[str] = iter([run_id]) if run_id is not None else opened_runs(app, bound, orphans)
+    head = list(islice(found, RUNS_PER_READ + 1))
     rows: list[dict[str, Any]] = []
     shown_bodies: dict[str, list[dict[str, Any]]] = {}
-    failures: list[Failure] = [Failure("?", None, None, d.log_position, d.reason, d.detail) for d in index.orphans]
+    failures: list[Failure] = []
     totals = {"blocks": 0, "blocks_verified": 0, "revisions": 0, "seals_opened": 0, "shredded": 0}
     mismatches: list[str] = []
     disagreements: list[dict[str, Any]] = []
     runs = 0
-    fan_out = settings is not None and workers > 1 and not verify and run_id is None and len(run_ids) > RUNS_PER_READ
+    fan_out = settings is not None and workers > 1 and not verify and run_id is None and len(head) > RUNS_PER_READ
     folded: Iterable[tuple[RunLedger | None, Any, dict[str, Any] | None]]
+    total: int | None
     if fan_out:
+        # the workers start on the first pages while the rest of the runs are listed here
         assert settings is not None
-        folded = ((None, None, done) for done in _fanned_out(settings, run_ids, workers, output, bodies))
+        folded = ((None, None, done) for done in _fanned_out(settings, chain(head, found), workers, output, bodies))
+        total = None
     else:
-        folded = ((ledger, bound, None if ledger is None else _replayed(ledger, output, bodies))
-                  for ledger, bound in iter_ledgers(app, run_ids))
-    for ledger, bound, done in render.tracked_pairs(folded, len(run_ids), err, "replaying"):
+        run_ids = [*head, *found]
+        folded = ((ledger, read_to, None if ledger is None else _replayed(ledger, output, bodies))
+                  for ledger, read_to in iter_ledgers(app, run_ids, audit=verify))
+        total = len(run_ids)
+    for ledger, read_to, done in render.tracked_pairs(folded, total, err, "replaying"):
         if done is None:
             if run_id is not None:
                 return _no_run(run_id, err)
@@ -237,7 +250,7 @@ def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, 
         if verify:
             assert ledger is not None
             view = done["view"]
-            again = read_fold(app, ledger.run_id, bound).ledger(ledger.run_id)
+            again = read_fold(app, ledger.run_id, read_to).ledger(ledger.run_id)
             replays_agree = again is not None and view_hash(answer_view(again)) == sha
             if not replays_agree:
                 mismatches.append(ledger.run_id)
@@ -259,7 +272,8 @@ def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, 
             if bodies:
                 shown_bodies[done["run_id"]] = done["view"]["blocks"]
     summary: dict[str, Any] | None = None
-    if verify:
+    if verify:  # never fanned out: every opening has been read
+        failures[:0] = [Failure("?", None, None, d.log_position, d.reason, d.detail) for d in orphans]
         verified = not mismatches and not disagreements and not failures
         summary = {
             "verified": verified,
@@ -272,7 +286,7 @@ def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, 
             "failures": [f.to_json() for f in failures],
             "failed_runs": sorted({f.run_id for f in failures}),
             **totals,
-            "bound": index.bound if run_id is None else None,
+            "bound": bound if run_id is None else None,
         }
     if output == "json":
         if summary is not None:

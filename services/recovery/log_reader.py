@@ -7,11 +7,11 @@ event that cannot be decoded is handed to the fold as a defect of its run, so
 one bad record is withheld alone (R4). Each commit is handed over with what the
 reader saw of its sealed body (X8: opened, shredded, unopenable).
 
-Streaming: :func:`run_index` lists the runs from their opening events (a page of
-the notification log at a time) and :func:`iter_ledgers` reads the streams of a page
-of runs (:data:`RUNS_PER_READ`) in one query and folds them one run at a time, in
-the order asked for, so a whole-log replay holds one page of runs in memory, not
-the log.
+Streaming: :func:`opened_runs` lists the runs from their opening events (a page of
+the notification log at a time, as they are asked for) and :func:`iter_ledgers` reads
+the streams of a page of runs (:data:`RUNS_PER_READ`) in one query and folds them one
+run at a time, in the order asked for, so a whole-log replay holds one page of runs in
+memory, not the log.
 
 Decoding: every read goes through the relay's :class:`BatchOpener` (the application's
 own mapper, with one key-table read per page instead of one per body); a page that
@@ -123,9 +123,9 @@ def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | Non
     return fold
 
 
-def _read_run(app: PublicationLog, run_id: str, lte: int | None) -> LogFold:
+def _read_run(app: PublicationLog, run_id: str, lte: int | None, *, audit: bool = True) -> LogFold:
     """One run's stream a page at a time, up to version ``lte`` (``None``: all of it)."""
-    fold = LogFold(owns_events=True)
+    fold = LogFold(owns_events=True, audit=audit)
     opener = _opener(app)
     originator_id = PublicationRun.id_for(run_id)
     after: int | None = None
@@ -149,35 +149,44 @@ class RunIndex:
 
 def run_index(app: PublicationLog) -> RunIndex:
     bound = app.recorder.max_notification_id()  # type: ignore[attr-defined]
-    run_ids: list[str] = []
     orphans: list[Defect] = []
+    return RunIndex(list(opened_runs(app, bound, orphans)), bound, orphans)
+
+
+def opened_runs(app: PublicationLog, bound: int | None, orphans: list[Defect]) -> Iterator[str]:
+    """The ids of the runs opened up to notification ``bound``, in the order they were
+    opened, read a page of the log's openings at a time as they are asked for; an opening
+    that cannot be decoded is added to ``orphans`` (its run id is unknown)."""
     start = 1
     while bound is not None and start <= bound:
         page = app.recorder.select_notifications(  # type: ignore[attr-defined]
             start=start, limit=PAGE, stop=bound, topics=[RUN_OPENED])
         for notification in page:
             try:
-                run_ids.append(app.mapper.to_domain_event(notification).run_id)  # type: ignore[attr-defined]
+                run_id = app.mapper.to_domain_event(notification).run_id  # type: ignore[attr-defined]
             except Exception as error:  # noqa: BLE001
                 orphans.append(Defect(notification.originator_version, "undecodable_event",
                                       f"opening of run {notification.originator_id}: {type(error).__name__}"))
+                continue
+            yield run_id
         if len(page) < PAGE:
             break
         start = page[-1].id + 1
-    return RunIndex(run_ids, bound, orphans)
 
 
-def iter_ledgers(app: PublicationLog, run_ids: Iterable[str]) -> Iterable[tuple[RunLedger | None, Bound]]:
+def iter_ledgers(app: PublicationLog, run_ids: Iterable[str], *, audit: bool = True
+                 ) -> Iterable[tuple[RunLedger | None, Bound]]:
     """One run at a time, in the order given: its ledger (``None`` if the run has no
     readable events) and the bound read. The streams of :data:`RUNS_PER_READ` runs are
-    read in one query (a recorder without :meth:`select_events_of` reads run by run)."""
+    read in one query (a recorder without :meth:`select_events_of` reads run by run).
+    ``audit=False``: ledgers for answer views only (see :class:`LogFold`)."""
     select_many = getattr(app.recorder, "select_events_of", None)
     if select_many is None:
         for run_id in run_ids:
-            yield _bounded(_read_run(app, run_id, None).ledger(run_id))
+            yield _bounded(_read_run(app, run_id, None, audit=audit).ledger(run_id))
         return
     opener = _opener(app)
-    for chunk in _pages(run_ids, RUNS_PER_READ):
+    for chunk in in_pages(run_ids, RUNS_PER_READ):
         ids = {run_id: PublicationRun.id_for(run_id) for run_id in chunk}
         streams: dict[uuid.UUID, list[StoredEvent]] = {}
         for stored in select_many(sorted(set(ids.values()))):
@@ -188,7 +197,7 @@ def iter_ledgers(app: PublicationLog, run_ids: Iterable[str]) -> Iterable[tuple[
             decoded.setdefault(item[0].originator_id, []).append(item)
         del streams
         for run_id in chunk:
-            fold = LogFold(owns_events=True)
+            fold = LogFold(owns_events=True, audit=audit)
             _fold_decoded(fold, decoded.get(ids[run_id], ()))
             yield _bounded(fold.ledger(run_id))
 
@@ -209,7 +218,8 @@ def _bounded(ledger: RunLedger | None) -> tuple[RunLedger | None, Bound]:
     return ledger, Bound(version=ledger.version if ledger is not None else None)
 
 
-def _pages(items: Iterable[str], size: int) -> Iterator[list[str]]:
+def in_pages(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    """``items`` in lists of ``size`` (the last one shorter), read as each list is asked for."""
     it = iter(items)
     while chunk := list(islice(it, size)):
         yield chunk

@@ -284,8 +284,8 @@ def inspect_table(out: TextIO, document: Mapping[str, Any]) -> None:
                  style="bold red" if count else "bold green"))
 
 
-def tracked_pairs(items: Iterable[T], total: int, err: TextIO, label: str) -> Iterator[T]:
-    """Iterate ``items`` (``total`` of them) with a progress bar on ``err``."""
+def tracked_pairs(items: Iterable[T], total: int | None, err: TextIO, label: str) -> Iterator[T]:
+    """Iterate ``items`` (``total`` of them, ``None``: not known yet) with a progress bar on ``err``."""
     with progress(err, label, total) as advance:
         for item in items:
             yield item

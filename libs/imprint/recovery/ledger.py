@@ -148,10 +148,16 @@ class LogFold:
     ``owns_events``: the caller hands over events nothing else holds (a reader that
     has just decoded them and drops them after), so the fold keeps their values as
     its private copies instead of copying them. Otherwise every value the fold keeps
-    is copied, and later changes to the events never reach a ledger."""
+    is copied, and later changes to the events never reach a ledger.
 
-    def __init__(self, *, owns_events: bool = False) -> None:
+    ``audit``: keep each run's audit trail and each candidate's settlements (what
+    ``export``, ``inspect``, ``recover`` and ``--verify`` read). A fold for answer views
+    only (``imprint replay``) leaves them out: a view reads neither, and they were a
+    fifth of the fold's cost per event. Everything a view reads is folded either way."""
+
+    def __init__(self, *, owns_events: bool = False, audit: bool = True) -> None:
         self._copy = _owned if owns_events else _json_copy
+        self._audit = audit
         self.runs: dict[str, RunLedger] = {}
         self._by_originator: dict[uuid.UUID, RunLedger] = {}
         self.orphans: list[Defect] = []
@@ -187,8 +193,9 @@ class LogFold:
             block_id = _block_id_of(event)
             ledger.defects.append(Defect(position, "unreadable_event", f"{type(event).__name__}: {type(error).__name__}",
                                          block_id))
-            ledger.trail.append({"log_position": position, "at": _at(event), "type": type(event).__name__,
-                                 "block_id": block_id, "defect": "unreadable_event"})
+            if self._audit:
+                ledger.trail.append({"log_position": position, "at": _at(event), "type": type(event).__name__,
+                                     "block_id": block_id, "defect": "unreadable_event"})
 
     def note_undecodable(self, originator_id: uuid.UUID, log_position: int | None, detail: str) -> None:
         """A stored event that could not even be decoded (the reader's report)."""
@@ -222,7 +229,9 @@ class LogFold:
         at = _at(event)
         entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
         run = PublicationRun
-        if isinstance(event, run.Opened):
+        if isinstance(event, run.BlockRevisionCommitted):  # most of a log: tested first
+            self._commit(ledger, event, position, entry, seal)
+        elif isinstance(event, run.Opened):
             pass
         elif isinstance(event, run.Admitted):
             ledger.account_id = event.account_id
@@ -250,8 +259,6 @@ class LogFold:
                     "block_index": event.block_index, "block_id": event.block_id, "quota_key": event.quota_key}
             ledger.preview_quota.append(fact)
             entry.update(candidate_id=event.candidate_id, block_index=event.block_index, block_id=event.block_id)
-        elif isinstance(event, run.BlockRevisionCommitted):
-            self._commit(ledger, event, position, entry, seal)
         elif isinstance(event, run.CandidateUnchanged):
             receipt = self._copy(event.receipt)
             self._settle(ledger, event.candidate_id, event.block_index, "unchanged", event.block_id,
@@ -291,7 +298,8 @@ class LogFold:
                          revision=event.revision, detail=event.detail)
         else:
             entry["note"] = "event type unknown to recovery"
-        ledger.trail.append(entry)
+        if self._audit:
+            ledger.trail.append(entry)
 
     def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any],
                 seal: SealStatus | None = None) -> None:
@@ -325,11 +333,12 @@ class LogFold:
         entry.update(candidate_id=revision.candidate_id, block_index=revision.block_index,
                      block_id=block_id, revision=number, receipt=receipt)
 
-    @staticmethod
     def _settle(
-        ledger: RunLedger, candidate_id: str, block_index: int | None, kind: str, block_id: str | None,
+        self, ledger: RunLedger, candidate_id: str, block_index: int | None, kind: str, block_id: str | None,
         revision: int | None, reason: str | None, position: int | None, receipt: Mapping[str, Any] | None = None,
     ) -> None:
+        if not self._audit:
+            return
         ledger.settlements.setdefault(candidate_id, []).append({
             "block_index": block_index, "kind": kind, "block_id": block_id, "revision": revision,
             "reason": reason, "log_position": position if position is not None else -1,

@@ -14,7 +14,8 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 
 from services.publication.service import RUN_OPENED, open_log
-from services.recovery.log_reader import run_index
+from services.recovery import log_reader
+from services.recovery.log_reader import opened_runs, run_index
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
 from tests.support.runs import admitted, opened
@@ -48,6 +49,34 @@ def test_the_run_index_reads_the_indexed_openings_and_lists_every_run_in_opening
         assert run_index(app).run_ids == runs
     with closing(open_log(backend.settings)) as again:  # opening an existing store keeps the index, once
         assert run_index(again).run_ids == runs
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_the_runs_are_listed_a_page_at_a_time_as_they_are_asked_for(backend: Backend,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole-log replay hands its first runs to the workers while the rest are still
+    being listed: the openings are read one page at a time, when the next run is asked for."""
+    runs = [f"run-{n}" for n in range(5)]
+    monkeypatch.setattr(log_reader, "PAGE", 2)
+    with closing(open_log(backend.settings)) as app:
+        feed = Feeder(lambda batch: app.process(batch, lambda _: None))
+        for run_id in runs:
+            feed.send(*opened(admitted(run_id, account_id="acct-1", question="q?")))
+        pages: list[int] = []
+        select = app.recorder.select_notifications
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            page = select(*args, **kwargs)
+            pages.append(len(page))
+            return page
+
+        monkeypatch.setattr(app.recorder, "select_notifications", counted)
+        orphans: list[Any] = []
+        found = opened_runs(app, app.recorder.max_notification_id(), orphans)
+        assert [next(found), next(found)] == runs[:2] and pages == [2]
+        assert next(found) == runs[2] and pages == [2, 2]
+        assert list(found) == runs[3:] and pages == [2, 2, 1] and orphans == []
 
 
 @pytest.mark.rule("R1")

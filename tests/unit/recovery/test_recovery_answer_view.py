@@ -12,7 +12,7 @@ from recovery_helpers import HANDLE, PUBLIC, Log, candidate, cite, num, ref, tam
 
 from imprint.contracts.publication import CommittedBlock
 from imprint.publication import PublicationRun
-from imprint.recovery import LogFold, answer_view, canonical_json, replay, view_hash
+from imprint.recovery import LogFold, answer_view, answer_views, canonical_json, replay, view_hash
 
 
 def live_views(run: PublicationRun) -> list[dict]:
@@ -199,3 +199,33 @@ def test_runs_are_folded_apart_and_other_aggregates_are_ignored() -> None:
     assert [b["block_id"] for b in views["run-one"]["blocks"]] == [x.block_id]
     assert [b["block_id"] for b in views["run-two"]["blocks"]] == [y.block_id]
     assert replay(interleaved, "run-two") == {"run-two": replay(two.events)["run-two"]}
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.rule("R4")
+def test_a_fold_for_views_only_gives_every_view_and_hash_of_the_full_fold_and_keeps_no_audit() -> None:
+    """``imprint replay`` folds without the audit trail and settlements (a view reads
+    neither): revisions, withdrawals, ordinals and defects must all still be folded."""
+    log = Log()
+    a = log.commit(f"A cites {cite(PUBLIC)}")
+    b, c, d = (log.commit(f"{name} stands alone") for name in "BCD")
+    log.settle(candidate(markdown="B, revised", replaces=b.block_id))
+    log.run.withdraw_for_source(PUBLIC)  # withdraws A
+    log.flush()
+    events = list(log.events)
+    events[commit_of(events, c.block_id)] = tampered(events[commit_of(events, c.block_id)], body_sha256="0" * 64)
+    events[commit_of(events, d.block_id)] = tampered(events[commit_of(events, d.block_id)], block_id=None)
+    full = LogFold.of(events)
+    lean = LogFold(audit=False)
+    for event in events:
+        lean.apply(event)
+    views = answer_views(full)
+    assert answer_views(lean) == views
+    assert {r: view_hash(v) for r, v in answer_views(lean).items()} == {r: view_hash(v) for r, v in views.items()}
+    view = views[log.run_id]
+    assert [(x["block_id"], x["revision"]) for x in view["blocks"]] == [(b.block_id, 2)]
+    assert sorted(w["reason"] for w in view["withheld"]) == ["corrupt_body", "malformed_record"]
+    ledger, kept = lean.ledger(log.run_id), full.ledger(log.run_id)
+    assert ledger is not None and kept is not None
+    assert ledger.trail == [] and ledger.settlements == {}
+    assert kept.trail and kept.settlements
