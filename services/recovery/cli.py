@@ -40,9 +40,9 @@ import multiprocessing
 import os
 import sys
 from collections import deque
-from itertools import chain, islice
 from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from itertools import chain, islice
 from typing import Any, Literal, TextIO
 
 from imprint.canonical import canonical_json
@@ -73,9 +73,9 @@ from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import (
     RUNS_PER_READ,
     aggregate_blocks,
+    apply_reconciliations,
     current_bound,
     in_pages,
-    apply_reconciliations,
     iter_ledgers,
     opened_runs,
     read_fold,
@@ -215,7 +215,11 @@ def _replay(app: PublicationLog, run_id: str | None, verify: bool, out: TextIO, 
             output: Output, bodies: bool, *, settings: Settings | None = None, workers: int = 1) -> int:
     bound = current_bound(app).notification_id
     orphans: list[Defect] = []
-    found: Iterator[str] = iter([run_id]) if run_id is not None else opened_runs(app, bound, orphans)
+    found = opened_runs(app, bound, orphans)  # read as the runs are asked for
+    if run_id is not None:
+        if verify:  # an opening that cannot be decoded may be this run's: it fails the check
+            deque(found, maxlen=0)
+        found = iter([run_id])
     head = list(islice(found, RUNS_PER_READ + 1))
     rows: list[dict[str, Any]] = []
     shown_bodies: dict[str, list[dict[str, Any]]] = {}

@@ -147,3 +147,26 @@ def test_a_worker_that_cannot_open_the_log_fails_the_replay_instead_of_hanging(i
     nowhere = isolated.model_copy(update={"database_url": "postgresql://imprint:imprint@127.0.0.1:9/imprint"})
     with pytest.raises(BrokenProcessPool):
         list(cli._fanned_out(nowhere, list(RUNS), 2, "json", False))
+
+
+@pytest.mark.rule("R1")
+@pytest.mark.rule("R4")
+def test_an_undecodable_opening_while_the_runs_are_streamed_to_workers(isolated: Settings,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers take pages of runs while the openings are still being read: a run whose
+    opening cannot be decoded is left out of the listing there too, every other run is
+    replayed as one process replays it, and ``--verify`` (which reads every opening
+    first) names the opening it could not read."""
+    write_runs(isolated)
+    overwrite_state(isolated, "run-4", 1, b"\x00not json")
+    monkeypatch.setattr(cli, "RUNS_PER_READ", 2)
+    monkeypatch.setattr(log_reader, "PAGE", 2)  # the openings are listed two at a time
+    code, alone, _ = run_cli(cli.replay, isolated, workers=1)
+    assert code == 0
+    code, fanned, _ = run_cli(cli.replay, isolated, workers=2)
+    assert code == 0 and fanned == alone
+    assert [line["run_id"] for line in map(json.loads, fanned.splitlines())] == ["run-1", "run-2", "run-3", "run-5"]
+    code, checked = replay_lines(isolated, verify=True)
+    assert code == 1
+    (failure,) = checked[-1]["verify"]["failures"]
+    assert failure["reason"] == "undecodable_event" and failure["run_id"] == "?"
