@@ -152,8 +152,8 @@ class LogFold:
 
     ``audit``: keep each run's audit trail and each candidate's settlements (what
     ``export``, ``inspect``, ``recover`` and ``--verify`` read). A fold for answer views
-    only (``imprint replay``) leaves them out: a view reads neither, and they were a
-    fifth of the fold's cost per event. Everything a view reads is folded either way."""
+    only (``imprint replay``) leaves them out: a view reads neither, and they were about
+    an eighth of the fold's cost per event. Everything a view reads is folded either way."""
 
     def __init__(self, *, owns_events: bool = False, audit: bool = True) -> None:
         self._copy = _owned if owns_events else _json_copy
