@@ -6,7 +6,11 @@ The library's transcoder parses with the standard library's ``json`` and an
 of a committed block holds a dozen), to find the ``{"_type_": …, "_data_": …}`` objects
 its transcodings wrote. pydantic-core's parser (already a dependency) builds the same
 values in about half the time, and the hook's work is done only where the stored bytes
-show a ``"_type_"`` key: in an event, usually just its ``timestamp``, at the top.
+show a ``"_type_"`` key: in an event, usually just its ``timestamp``, at the top. It
+caches the keys' strings only (``cache_strings="keys"``): values rarely repeat, and
+looking each one up cost a quarter of the parse (a stored commit of ~1.5 KB: 2.2 µs
+against 2.9). orjson parses it in 1.6 µs but reads an integer beyond 64 bits as a
+float, where this must read what the library reads.
 
 What is written does not change (encoding is the library's), and neither does what is
 read: the same transcodings decode the same objects, bottom up, and a document the fast
@@ -34,7 +38,7 @@ TIMESTAMP = "timestamp"
 class JSONTranscoder(LibraryTranscoder):
     def decode(self, data: bytes) -> Any:
         try:
-            value = from_json(data)
+            value = from_json(data, cache_strings="keys")
         except ValueError:
             return super().decode(data)
         marks = data.count(MARK)
