@@ -12,7 +12,11 @@
   psycopg transaction per poll (one ``INSERT`` per record, in a worker thread),
   one produce per record (idempotent, acks=all), the acknowledgements awaited — at
   paced loads: its CPU per message and its produce → produced latency, the price of
-  the plumbing alone, against which a part's CPU at the same offered load is read."""
+  the plumbing alone, against which a part's CPU at the same offered load is read.
+
+The commit floor and the naive peer also record what they cost the whole machine per
+proposal (busy core-seconds from /proc/stat, every process and the kernel), the figure
+imprint's burst is read against per unit of CPU (``report.machine_cpu_section``)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.procs import machine_cpu_seconds
 from bench.stats import latency_summary
 from bench.workload import proposal_bytes
 from services.common.kafka import FETCH_WAIT_MS, IDLE_POLL_MS
@@ -136,14 +141,16 @@ def commit_floor(settings: Settings, count: int) -> dict[str, Any]:
         for i in range(20):
             connection.execute(insert, ("warm", value))
             connection.commit()
-        started = time.perf_counter()
+        started, machine = time.perf_counter(), machine_cpu_seconds()
         for i in range(count):
             connection.execute(insert, (f"run-{i // 25}", value), prepare=True)
             connection.commit()
         seconds = time.perf_counter() - started
+        machine = machine_cpu_seconds() - machine
         paced = _paced_commits(connection, insert, value, PACED_COMMIT_RATE, PACED_COMMIT_SECONDS)
     return {"proposals": count, "seconds": round(seconds, 3), "per_s": round(count / seconds),
             "ms_per_commit": round(seconds * 1000 / count, 3), "server": settings_row,
+            "machine_cpu_ms_per_proposal": round(machine * 1000 / count, 3),
             "paced": {"offered_per_s": PACED_COMMIT_RATE, **latency_summary(paced)}}
 
 
@@ -206,7 +213,7 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
                 aggregate = NaiveRun(f"naive-{size}-{r}")
                 app.save(aggregate)
                 ids.append(aggregate.id)
-            started = time.perf_counter()
+            started, machine = time.perf_counter(), machine_cpu_seconds()
             cpu = time.process_time()
             for r, aggregate_id in enumerate(ids):
                 for p in range(size):
@@ -217,7 +224,8 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
             done = runs * size
             results["per_run_size"][str(size)] = {
                 "proposals": done, "seconds": round(seconds, 3), "per_s": round(done / seconds),
-                "client_cpu_ms_per_proposal": round((time.process_time() - cpu) * 1000 / done, 3)}
+                "client_cpu_ms_per_proposal": round((time.process_time() - cpu) * 1000 / done, 3),
+                "machine_cpu_ms_per_proposal": round((machine_cpu_seconds() - machine) * 1000 / done, 3)}
     finally:
         app.close()
     return results

@@ -66,6 +66,11 @@ def machine_busy() -> tuple[float, float]:
     return total - idle, total
 
 
+def machine_cpu_seconds() -> float:
+    """Core-seconds the whole machine has been busy (every process, kernel included)."""
+    return machine_busy()[0] / TICKS
+
+
 @dataclass
 class Window:
     """CPU used per process (and by the whole machine) between two instants."""

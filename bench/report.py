@@ -178,6 +178,7 @@ def markdown(results: dict[str, Any]) -> str:
     out.append(f"| **imprint sustained paced** | **{_fmt(sus.get('achieved_per_s'))}** | highest offered load that "
                f"kept up: {_fmt(sus.get('offered_per_s'))}/s; first that did not: "
                f"{_fmt(sus.get('first_failing_offered_per_s'))}/s |")
+    out += machine_cpu_section(floors, sat)
     out += ["", "## Latency at offered load (open loop, from the scheduled send)", "",
             "| offered/s | transport p50/p95/p99 ms | consumer floor p50/p95/p99 ms | produce→preview p50/p95/p99 ms "
             "| produce→published p50/p95/p99 ms | produce→SSE p50/p95/p99 ms | achieved/s | keeps up |",
@@ -372,3 +373,44 @@ if __name__ == "__main__":
 
     for argument in sys.argv[1:]:
         rerender(Path(argument))
+
+
+def machine_cpu_per_proposal(window: dict[str, Any] | None, proposals: Any) -> float | None:
+    """Core-milliseconds the whole machine was busy per proposal over a stack window."""
+    if not window or not proposals or window.get("machine_busy_cores") is None:
+        return None
+    return round(window["machine_busy_cores"] * window["seconds"] * 1000 / proposals, 3)
+
+
+def machine_cpu_section(floors: dict[str, Any], saturation: dict[str, Any]) -> list[str]:
+    """The same throughputs per unit of the machine's CPU: what each costs the whole machine
+    (every process, kernel included, from /proc/stat) per proposal, so a reader can tell a
+    figure bound by CPU from one bound by a wait, on this machine or one with more cores."""
+    rows = [
+        ("commit floor", _get(floors, "commit", "per_s"), _get(floors, "commit", "machine_cpu_ms_per_proposal"),
+         "one connection: the client and its server backend, waiting on each fsync"),
+        ("naive peer, 25/run", _get(floors, "naive", "per_run_size", "25", "per_s"),
+         _get(floors, "naive", "per_run_size", "25", "machine_cpu_ms_per_proposal"),
+         "one Python thread and its server backends"),
+        ("imprint burst, to the last `answer.published`", saturation.get("per_s"),
+         machine_cpu_per_proposal(saturation.get("publication_window"), saturation.get("proposals")),
+         "Kafka, PostgreSQL, Publication, the Journal, Delivery and the bench's driver"),
+        ("imprint burst, until Delivery caught up", saturation.get("delivery_per_s"),
+         machine_cpu_per_proposal(saturation.get("delivery_window"), saturation.get("proposals")),
+         "the same, with every frame stored for SSE"),
+    ]
+    if all(cpu is None for _, _, cpu, _ in rows):
+        return []
+    out = ["", "## Machine CPU per proposal (every process, from /proc/stat)", "",
+           "| measure | proposals/s | machine CPU ms/proposal | busy cores | what runs |", "|---|---|---|---|---|"]
+    for name, per_s, cpu, what in rows:
+        cores = round(per_s * cpu / 1000, 2) if per_s and cpu else None
+        out.append(f"| {name} | {_fmt(per_s)} | {_fmt(cpu, 2)} | {_fmt(cores, 2)} | {what} |")
+    imprint, commit, naive = rows[2][2], rows[0][2], rows[1][2]
+    if imprint:
+        out += ["", "Per core-second of the machine, imprint's burst does "
+                f"{_fmt(_ratio(naive, imprint), 2)} × the naive peer's proposals and "
+                f"{_fmt(_ratio(commit, imprint), 2)} × the commit floor's. The floors are one connection and one "
+                "thread each, waiting on their server; imprint's processes run side by side, so its "
+                "throughput ratios above depend on how many cores the machine has (docs/scaling.md)."]
+    return out
