@@ -172,8 +172,10 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"| imprint burst, {count} Publication instance(s) in one consumer group | {_fmt(row.get('per_s'))} "
                    f"| cpu ms/proposal {row.get('cpu_ms_per_proposal')} |")
     sat = e2e.get("saturation", {})
+    spread = " / ".join(_fmt(r.get("per_s")) for r in sat.get("rounds", []))
     out.append(f"| **imprint burst saturation** ({sat.get('per_run')}/run, {sat.get('proposals')} proposals) | "
-               f"**{_fmt(sat.get('per_s'))}** | produce → last `answer.published` |")
+               f"**{_fmt(sat.get('per_s'))}** | produce → last `answer.published`; the median of rounds "
+               f"{spread or '—'} (the machine's spread) |")
     sus = e2e.get("sustained", {})
     out.append(f"| **imprint sustained paced** | **{_fmt(sus.get('achieved_per_s'))}** | highest offered load that "
                f"kept up: {_fmt(sus.get('offered_per_s'))}/s; first that did not: "
