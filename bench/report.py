@@ -370,13 +370,6 @@ def plots(results: dict[str, Any], prefix: Path) -> list[str]:
     return written
 
 
-if __name__ == "__main__":
-    import sys
-
-    for argument in sys.argv[1:]:
-        rerender(Path(argument))
-
-
 def machine_cpu_per_proposal(window: dict[str, Any] | None, proposals: Any) -> float | None:
     """Core-milliseconds the whole machine was busy per proposal over a stack window."""
     if not window or not proposals or window.get("machine_busy_cores") is None:
@@ -416,3 +409,10 @@ def machine_cpu_section(floors: dict[str, Any], saturation: dict[str, Any]) -> l
                 "thread each, waiting on their server; imprint's processes run side by side, so its "
                 "throughput ratios above depend on how many cores the machine has (docs/scaling.md)."]
     return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    for argument in sys.argv[1:]:
+        rerender(Path(argument))
