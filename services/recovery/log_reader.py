@@ -14,9 +14,10 @@ run at a time, in the order asked for, so a whole-log replay holds one page of r
 memory, not the log.
 
 Decoding: every read goes through the relay's :class:`BatchOpener` (the application's
-own mapper, with one key-table read per page instead of one per body); a page that
-does not decode is decoded again record by record with the application's mapper, so
-the record that fails is the only one withheld (R4).
+own mapper, with one key-table read per page instead of one per body). A page of runs
+is decoded one run at a time, each run folded right after its events are decoded; a
+run (or a page of the log) that does not decode is decoded again record by record with
+the application's mapper, so the record that fails is the only one withheld (R4).
 
 Writes: :func:`apply_reconciliations` appends ``PublicationRun.Reconciled``
 facts through the repository (optimistic concurrency, retried on a conflict)."""
@@ -38,6 +39,7 @@ from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
+from services.publication.sealing import Decode
 from services.publication.service import REMOVED, RUN_OPENED, SEAL_MARK, UNREADABLE, BatchOpener, PublicationLog
 
 log = get_logger(__name__)
@@ -83,11 +85,11 @@ def _opener(app: PublicationLog) -> BatchOpener:
     return BatchOpener(app.mapper, app.keyring)
 
 
-def _decoded(app: PublicationLog, opener: BatchOpener, page: Sequence[StoredEvent]
+def _decoded(app: PublicationLog, decode: Decode, page: Sequence[StoredEvent]
              ) -> list[tuple[StoredEvent, object | None, Exception | None]]:
     """Each stored event with its domain event, or with the error that kept it from decoding."""
     try:
-        return [(stored, event, None) for stored, event in zip(page, opener(page), strict=True)]
+        return [(stored, event, None) for stored, event in zip(page, decode(page), strict=True)]
     except Exception:  # noqa: BLE001 — find the records that fail, one by one
         pass
     decoded: list[tuple[StoredEvent, object | None, Exception | None]] = []
@@ -99,8 +101,8 @@ def _decoded(app: PublicationLog, opener: BatchOpener, page: Sequence[StoredEven
     return decoded
 
 
-def _fold_page(app: PublicationLog, opener: BatchOpener, fold: LogFold, page: Sequence[StoredEvent]) -> None:
-    _fold_decoded(fold, _decoded(app, opener, page))
+def _fold_page(app: PublicationLog, decode: Decode, fold: LogFold, page: Sequence[StoredEvent]) -> None:
+    _fold_decoded(fold, _decoded(app, decode, page))
 
 
 def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | None = None) -> LogFold:
@@ -191,14 +193,12 @@ def iter_ledgers(app: PublicationLog, run_ids: Iterable[str], *, audit: bool = T
         streams: dict[uuid.UUID, list[StoredEvent]] = {}
         for stored in select_many(sorted(set(ids.values()))):
             streams.setdefault(stored.originator_id, []).append(stored)
-        # one decode (one key-table read) for the page; what fails is found record by record
-        decoded: dict[uuid.UUID, list[tuple[StoredEvent, object | None, Exception | None]]] = {}
-        for item in _decoded(app, opener, [s for stream in streams.values() for s in stream]):
-            decoded.setdefault(item[0].originator_id, []).append(item)
-        del streams
+        # one key-table read for the page; each run decoded and folded in turn, while its
+        # events are still in the processor's caches; what fails is found record by record
+        decode = opener.for_batch([s for stream in streams.values() for s in stream])
         for run_id in chunk:
             fold = LogFold(owns_events=True, audit=audit)
-            _fold_decoded(fold, decoded.get(ids[run_id], ()))
+            _fold_decoded(fold, _decoded(app, decode, streams.get(ids[run_id], ())))
             yield _bounded(fold.ledger(run_id))
 
 
