@@ -57,6 +57,36 @@ def read_rss_kb(pid: int) -> int | None:
         return None
 
 
+def tree_rss_kb(pid: int) -> int | None:
+    """RSS of a process and of every process under it, summed (pages two of them share are
+    counted twice: an upper bound), from /proc; ``None`` once the process is gone."""
+    total: int | None = None
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        rss = read_rss_kb(current)
+        if rss is None:
+            continue
+        total = (total or 0) + rss
+        pending.extend(_children(current))
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                children.extend(int(child) for child in handle.read().split())
+        except OSError:
+            continue
+    return children
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy, total) jiffies of the whole machine, from /proc/stat."""
     with open("/proc/stat") as handle:
