@@ -73,18 +73,34 @@ def tree_rss_kb(pid: int) -> int | None:
 
 
 def _children(pid: int) -> list[int]:
-    children: list[int] = []
+    """The processes ``pid`` started: its threads' ``children`` lists, or, on a kernel
+    without them, every process whose parent it is."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return children
+        return []
+    children: list[int] = []
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
                 children.extend(int(child) for child in handle.read().split())
+        except FileNotFoundError:
+            return [p for p in _all_pids() if _parent(p) == pid]
         except OSError:
             continue
     return children
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def machine_busy() -> tuple[float, float]:
