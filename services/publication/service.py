@@ -18,10 +18,10 @@ from services.common.keyring import open_keyring
 from services.common.kafka import Outbox, confirmed, make_broker, subscribe_tracked
 from services.common.lifecycle import run_until_stopped
 from services.publication.application import RUN_OPENED, PublicationLog
-from services.publication.sealing import REMOVED, SEAL_MARK, SEALED, UNREADABLE, BatchOpener
+from services.publication.sealing import REMOVED, SEAL_MARK, SEALED, UNREADABLE, BatchOpener, Decode
 
-__all__ = ["REMOVED", "RUN_OPENED", "SEAL_MARK", "SEALED", "UNREADABLE", "BatchOpener", "PublicationLog", "open_log",
-           "serve"]
+__all__ = ["REMOVED", "RUN_OPENED", "SEAL_MARK", "SEALED", "UNREADABLE", "BatchOpener", "Decode", "PublicationLog",
+           "open_log", "serve"]
 """The Publication part as other parts and the operator tools see it: how its log is opened."""
 
 

@@ -39,8 +39,8 @@ from services.common.unit_of_work import stored
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.publication.sealing import Decode
-from services.publication.service import REMOVED, RUN_OPENED, SEAL_MARK, UNREADABLE, BatchOpener, PublicationLog
+from services.publication.service import (REMOVED, RUN_OPENED, SEAL_MARK, UNREADABLE, BatchOpener, Decode,
+                                          PublicationLog)
 
 log = get_logger(__name__)
 PAGE = 500
