@@ -517,11 +517,10 @@ class ViewStore:
         """The account of a live ticket for ``run_id``; each use extends its life by ``ttl``."""
         r = self.recorder
         with r.transaction(commit=True) as c:
-            c.execute(r.q("UPDATE {tickets} SET expires_at = ? WHERE digest = ? AND run_id = ? AND expires_at > ?"),
-                      (now + ttl, digest, run_id, now))
-            if c.rowcount != 1:
-                return None
-            c.execute(r.q("SELECT account_id FROM {tickets} WHERE digest = ?"), (digest,))
+            # One statement that both extends the ticket and names its account: the cursors
+            # of both backends return rows, and neither need expose a row count.
+            c.execute(r.q("UPDATE {tickets} SET expires_at = ? WHERE digest = ? AND run_id = ? AND expires_at > ? "
+                          "RETURNING account_id"), (now + ttl, digest, run_id, now))
             row = c.fetchone()
         return None if row is None else row["account_id"]
 

@@ -373,3 +373,14 @@ def test_a_poll_whose_position_another_writer_recorded_meanwhile_fails_whole(sto
     monkeypatch.undo()
     assert held(store) == before
     assert len(store.hot) == 0
+
+
+@each_backend
+@pytest.mark.rule("D6")
+def test_a_stream_ticket_names_its_account_for_its_run_only_until_it_expires(store: ViewStore) -> None:
+    store.issue_ticket("digest-1", "acct-a", RUN, expires_at=1_000.0)
+    assert store.use_ticket("digest-1", RUN, now=900.0, ttl=60.0) == "acct-a"
+    assert store.use_ticket("digest-1", "another-run", now=900.0, ttl=60.0) is None
+    assert store.use_ticket("digest-1", RUN, now=955.0, ttl=60.0) == "acct-a", "a use extends its life by the ttl"
+    assert store.use_ticket("digest-1", RUN, now=1_016.0, ttl=60.0) is None, "expired a ttl after its last use"
+    assert store.use_ticket("unknown", RUN, now=900.0, ttl=60.0) is None
