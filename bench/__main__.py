@@ -1,4 +1,7 @@
-"""``python -m bench [--quick] [--label before] [--only …]``: see ``bench/README.md``."""
+"""``python -m bench [--quick] [--label NAME] [--only …]``: see ``bench/README.md``.
+
+A run writes ``bench/results/latest.{json,md}`` and ``latest-*.png`` (overwritten) and, when it
+finishes, appends one line to ``bench/results/history.jsonl``."""
 
 from __future__ import annotations
 
@@ -400,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes: the whole run in under 3 minutes")
     parser.add_argument("--only", choices=("floors", "e2e", "replay"), action="append")
     parser.add_argument("--label", default=None,
-                        help="also write bench/results/<label>-<date>.* (e.g. before, after)")
+                        help="a name for this run, kept in latest.json and its history line (e.g. before, after)")
     parser.add_argument("--profile", action="store_true", help="py-spy every part at saturation (top five costs)")
     parser.add_argument("--partitions", type=int, default=int(os.environ.get("KAFKA_TOPIC_PARTITIONS", "3")),
                         help="partitions per topic (deploy/local default: 3)")
@@ -438,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = bench_settings(tag)
     started = time.monotonic()
     results: dict[str, Any] = {
-        "label": args.label or "latest", "mode": "quick" if args.quick else "full",
+        "label": args.label, "mode": "quick" if args.quick else "full",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
         "versions": versions(settings), "code": code(), "plan": plan.__dict__, "plan_overrides": overrides,
         "partitions": args.partitions,
@@ -454,9 +457,9 @@ def main(argv: list[str] | None = None) -> int:
             results["errors"] = errors
         results["targets"] = report.targets(results)
         results["samples"] = {k: [round(v, 3) for v in vs] for k, vs in samples.items()}
-        write(results, args.out, args.label, quiet=True)
+        write(results, args.out, quiet=True)
 
-    profile_dir = (args.out / "profiles" / (args.label or "latest")) if args.profile else None
+    profile_dir = (args.out / "profiles" / "latest") if args.profile else None
     from services.common.eventstore import ensure_schema
 
     ensure_schema(settings)
@@ -511,28 +514,30 @@ def main(argv: list[str] | None = None) -> int:
         results["errors"] = errors
     results["targets"] = report.targets(results)
     results["samples"] = {k: [round(v, 3) for v in vs] for k, vs in samples.items()}
-    write(results, args.out, args.label)
+    write(results, args.out, final=True)
     print(report.markdown(results))
     return 1 if errors else 0
 
 
-def write(results: dict[str, Any], out: Path, label: str | None, quiet: bool = False) -> None:
+def write(results: dict[str, Any], out: Path, *, final: bool = False, quiet: bool = False) -> None:
+    """Overwrite ``latest.json``, ``latest.md`` and the ``latest-*.png`` plots; a finished run
+    (``final``) also appends its line to the history file. A checkpoint only overwrites, so a
+    run stopped half-way leaves what it measured in ``latest.*`` and no history line."""
     from bench import report
 
     out.mkdir(parents=True, exist_ok=True)
-    names = ["latest"]
-    if label:
-        names.append(f"{label}-{results['started_at'][:10]}")
-    for name in names:
-        prefix = out / name
-        prefix.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-        prefix.with_suffix(".md").write_text(report.markdown({**results, "label": name}))
-        try:
-            report.plots({**results, "label": name}, prefix)
-        except Exception as error:  # noqa: BLE001 — plots are a convenience; the JSON is the record
-            say(f"plots failed: {type(error).__name__}: {error}")
+    prefix = out / "latest"
+    prefix.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    prefix.with_suffix(".md").write_text(report.markdown(results))
+    try:
+        report.plots(results, prefix)
+    except Exception as error:  # noqa: BLE001 — plots are a convenience; the JSON is the record
+        say(f"plots failed: {type(error).__name__}: {error}")
+    if final:
+        report.append_history(results, out)
     if not quiet:
-        say(f"results written to {out}/{names[-1]}.{{json,md}} and *.png")
+        say(f"results written to {prefix}.{{json,md}} and {prefix}-*.png"
+            + (f"; one line appended to {out / report.HISTORY}" if final else ""))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The summary: every figure, the issue-9 ratios and PASS/MISS against each target;
-Markdown and PNG plots next to the JSON."""
+Markdown and PNG plots next to the JSON, and the run's one line of the history file."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def sustained(paced: dict[str, Any]) -> dict[str, Any]:
 
 def rerender(path: Path) -> None:
     """Recompute the derived figures (keeps-up, sustained, targets) of a results JSON
-    with the current rules and write its Markdown and plots again."""
+    (``latest.json``) with the current rules and write its Markdown and plots again. The
+    history file keeps the line the run appended."""
     import json
 
     from bench.e2e import keeps_up
@@ -65,76 +66,140 @@ def rerender(path: Path) -> None:
         results["e2e"]["sustained"] = sustained(paced)
     results["targets"] = targets(results)
     path.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    name = path.stem
-    path.with_suffix(".md").write_text(markdown({**results, "label": name}))
-    plots({**results, "label": name}, path.with_suffix(""))
+    path.with_suffix(".md").write_text(markdown(results))
+    plots(results, path.with_suffix(""))
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 9's targets, each with the measured value, the bound and PASS/MISS."""
+    """Issue 9's targets, each with a short ``key`` (the history line's field), the measured
+    value, the bound and PASS/MISS."""
     e2e = results.get("e2e", {})
     floors = results.get("floors", {})
     rows: list[dict[str, Any]] = []
 
-    def add(name: str, value: Any, bound: float, better: str, unit: str = "×") -> None:
+    def add(key: str, name: str, value: Any, bound: float, better: str, unit: str = "×") -> None:
         status = "n/a" if value is None else (
             "PASS" if (value >= bound if better == "higher" else value <= bound) else "MISS")
-        rows.append({"target": name, "value": value, "bound": bound, "better": better, "unit": unit,
+        rows.append({"key": key, "target": name, "value": value, "bound": bound, "better": better, "unit": unit,
                      "status": status})
 
     saturation = _get(e2e, "saturation", "per_s")
-    add("end-to-end saturation ÷ commit floor", _ratio(saturation, _get(floors, "commit", "per_s")), 1.0, "higher")
-    add("end-to-end saturation ÷ naive peer (25/run)",
+    add("burst_vs_commit_floor", "end-to-end saturation ÷ commit floor",
+        _ratio(saturation, _get(floors, "commit", "per_s")), 1.0, "higher")
+    add("burst_vs_naive_peer", "end-to-end saturation ÷ naive peer (25/run)",
         _ratio(saturation, _get(floors, "naive", "per_run_size", "25", "per_s")), 4.0, "higher")
     growth = e2e.get("run_size", {})
     for part in ("publication", "delivery"):
         small = _get(growth, "25", "cpu_ms_per_proposal", part)
         large = _get(growth, "400", "cpu_ms_per_proposal", part)
-        add(f"{part} CPU per proposal, 400/run ÷ 25/run", _ratio(large, small), 1.2, "lower")
+        add(f"{part}_cpu_400_vs_25", f"{part} CPU per proposal, 400/run ÷ 25/run", _ratio(large, small), 1.2, "lower")
     aged = e2e.get("source_age", {})
-    add("publication CPU per proposal, source cited by N earlier runs ÷ fresh source",
+    add("publication_cpu_aged_vs_fresh",
+        "publication CPU per proposal, source cited by N earlier runs ÷ fresh source",
         _ratio(_get(aged, "aged", "cpu_ms_per_proposal", "publication"),
                _get(aged, "fresh", "cpu_ms_per_proposal", "publication")), 1.2, "lower")
     sustained = _get(e2e, "sustained", "achieved_per_s")
     if sustained is None and e2e.get("paced"):
         lowest = min(float(r) for r in e2e["paced"])
-        rows.append({"target": "sustained paced throughput ÷ burst saturation", "bound": 0.8, "better": "higher",
-                     "unit": "×", "status": "MISS",
+        rows.append({"key": "sustained_vs_burst", "target": "sustained paced throughput ÷ burst saturation",
+                     "bound": 0.8, "better": "higher", "unit": "×", "status": "MISS",
                      "value": f"< {_ratio(lowest, saturation)} (no step kept up, not even {lowest:.0f}/s)"})
     else:
-        add("sustained paced throughput ÷ burst saturation", _ratio(sustained, saturation), 0.8, "higher")
+        add("sustained_vs_burst", "sustained paced throughput ÷ burst saturation", _ratio(sustained, saturation),
+            0.8, "higher")
     paced = e2e.get("paced", {})
     transport_p99 = _get(floors, "transport", "paced", "300", "p99")
-    add("offered 300/s: produce→preview p99 ÷ transport p99",
+    add("preview_p99_300_vs_transport", "offered 300/s: produce→preview p99 ÷ transport p99",
         _ratio(_get(paced, "300", "preview_ms", "p99"), transport_p99), 5.0, "lower")
-    add("offered 300/s: produce→published p99", _get(paced, "300", "published_ms", "p99"), 50.0, "lower", "ms")
+    add("published_p99_300_ms", "offered 300/s: produce→published p99", _get(paced, "300", "published_ms", "p99"),
+        50.0, "lower", "ms")
     keeps = _get(paced, "1000", "keeps_up")
-    rows.append({"target": "offered 1000/s: keeps up (no growing backlog)", "value": keeps, "bound": True,
-                 "better": "true", "unit": "", "status": "n/a" if keeps is None else ("PASS" if keeps else "MISS")})
-    add("offered 1000/s: produce→published p99", _get(paced, "1000", "published_ms", "p99"), 250.0, "lower", "ms")
+    rows.append({"key": "keeps_up_1000", "target": "offered 1000/s: keeps up (no growing backlog)", "value": keeps,
+                 "bound": True, "better": "true", "unit": "",
+                 "status": "n/a" if keeps is None else ("PASS" if keeps else "MISS")})
+    add("published_p99_1000_ms", "offered 1000/s: produce→published p99", _get(paced, "1000", "published_ms", "p99"),
+        250.0, "lower", "ms")
     replay = results.get("replay", {}).get("sizes", {})
     if replay:
         largest = max(replay, key=int)
         smallest = min(replay, key=int)
         big = replay[largest]
-        add(f"replay rate ÷ raw notification-log read ({int(largest):,} events)",
+        add("replay_vs_raw_read", f"replay rate ÷ raw notification-log read ({int(largest):,} events)",
             _ratio(_get(big, "replay", "events_per_s"), _get(big, "raw", "events_per_s")), 0.5, "higher")
-        add(f"replay rate ({int(largest):,} events)", _get(big, "replay", "events_per_s"), 50_000, "higher", "events/s")
-        add(f"replay peak RSS, {int(largest):,} ÷ {int(smallest):,} events (streaming: ≈1)",
+        add("replay_events_per_s", f"replay rate ({int(largest):,} events)", _get(big, "replay", "events_per_s"),
+            50_000, "higher", "events/s")
+        add("replay_rss_growth", f"replay peak RSS, {int(largest):,} ÷ {int(smallest):,} events (streaming: ≈1)",
             _ratio(_get(big, "replay", "peak_rss_mb"), _get(replay[smallest], "replay", "peak_rss_mb")), 1.2, "lower")
     fan = e2e.get("fanout", {})
     clients = fan.get("clients")
-    add(f"Delivery, {clients} SSE clients: published→client p99", _get(fan, "published_to_client_ms", "p99"), 250.0,
-        "lower", "ms")
-    add(f"Delivery, {clients} SSE clients: RSS", _get(fan, "window", "peak_rss_mb", "delivery"), 300.0, "lower", "MB")
+    add("fanout_p99_ms", f"Delivery, {clients} SSE clients: published→client p99",
+        _get(fan, "published_to_client_ms", "p99"), 250.0, "lower", "ms")
+    add("fanout_rss_mb", f"Delivery, {clients} SSE clients: RSS", _get(fan, "window", "peak_rss_mb", "delivery"),
+        300.0, "lower", "MB")
     return rows
+
+
+HISTORY = "history.jsonl"
+"""One JSON object per run, appended by every ``python -m bench`` that finishes (``history_line``)."""
+
+
+def history_line(results: dict[str, Any]) -> dict[str, Any]:
+    """One run in one line: when, which code, on what, what was measured, and every target's
+    value by its key (``targets``) with how many passed. Figures a run did not measure
+    (``--only``, a failed section) are left out."""
+    code = results.get("code") or {}
+    machine = results.get("machine") or {}
+    floors = results.get("floors") or {}
+    e2e = results.get("e2e") or {}
+    replay = (results.get("replay") or {}).get("sizes") or {}
+    rows = results.get("targets") or targets(results)
+    measured = [row for row in rows if row.get("status") != "n/a"]
+    rates = {
+        "burst_per_s": _get(e2e, "saturation", "per_s"),
+        "commit_floor_per_s": _get(floors, "commit", "per_s"),
+        "naive_peer_per_s": _get(floors, "naive", "per_run_size", "25", "per_s"),
+        "sustained_per_s": _get(e2e, "sustained", "achieved_per_s"),
+        "replay_events_per_s": _get(replay, max(replay, key=int), "replay", "events_per_s") if replay else None,
+    }
+    line: dict[str, Any] = {
+        "date": results.get("started_at"),
+        "label": results.get("label"),
+        "mode": results.get("mode"),
+        "commit": code.get("commit"),
+        "system_commit": (code.get("system_commit") or "").split(" ", 1)[0] or None,
+        "dirty": code.get("dirty") or None,
+        "cpu": f"{machine.get('cpu_model')} ×{machine.get('cpus')}" if machine.get("cpu_model") else None,
+        "load": [_load(machine.get("loadavg_before")), _load(machine.get("loadavg_after"))],
+        "plan_overrides": results.get("plan_overrides") or None,
+        "rates": {k: v for k, v in rates.items() if v is not None},
+        "targets": {row.get("key") or row["target"]: row["value"] for row in measured},
+        "passed": f"{sum(row['status'] == 'PASS' for row in measured)}/{len(measured)}",
+        "errors": sorted(results.get("errors") or {}) or None,
+    }
+    return {k: v for k, v in line.items() if v is not None}
+
+
+def _load(text: Any) -> float | None:
+    """The 1-minute load average of a ``/proc/loadavg`` excerpt."""
+    try:
+        return float(str(text).split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def append_history(results: dict[str, Any], out: Path) -> None:
+    import json
+
+    with (out / HISTORY).open("a", encoding="utf-8") as history:
+        history.write(json.dumps(history_line(results), ensure_ascii=False) + "\n")
 
 
 def markdown(results: dict[str, Any]) -> str:
     e2e = results.get("e2e", {})
     floors = results.get("floors", {})
     machine = results.get("machine", {})
-    out = [f"# imprint benchmark — {results.get('label', '')} ({results.get('mode')})", ""]
+    label = f" — {results['label']}" if results.get("label") else ""
+    out = [f"# imprint benchmark{label} ({results.get('mode')})", ""]
     out.append(f"Run {results.get('started_at')} on `{machine.get('cpu_model')}`, {machine.get('cpus')} cores, "
                f"{machine.get('memory_gb')} GB; code `{results.get('code', {}).get('commit')}` (libs/services at "
                f"`{results.get('code', {}).get('system_commit')}`)"
@@ -305,7 +370,7 @@ def plots(results: dict[str, Any], prefix: Path) -> list[str]:
     written = []
     e2e = results.get("e2e", {})
     floors = results.get("floors", {})
-    label = results.get("label", "")
+    label = results.get("label") or "latest"
     samples = results.get("samples", {})
     # 1. latency CDF
     fig, ax = plt.subplots(figsize=(7, 4.5))
