@@ -229,8 +229,8 @@ def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[st
 
     ``wait4``'s ``ru_maxrss`` is kept as ``ru_maxrss_mb`` but is not the replay's memory: the
     child is forked from this bench process, and until it executes the replay its resident
-    set is the bench's own (AFTER-37's full run: 300 MB, where the same replay started from
-    a small bench process measured 92–102 MB)."""
+    set is the bench's own (~300 MB in a full run, where the same replay started from a
+    small bench process measures ~100 MB)."""
     env = environment(settings, log_level="WARNING")
     started = time.perf_counter()
     with open(os.devnull, "wb") as devnull:
