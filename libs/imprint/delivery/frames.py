@@ -100,8 +100,8 @@ class Frame:
         return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-def seal(event: str, payload: dict[str, Any], *, key: str | None = None,
-         body_sha256: str | None = None) -> FrameDraft:
+def draft(event: str, payload: dict[str, Any], *, key: str | None = None,
+          body_sha256: str | None = None) -> FrameDraft:
     """A draft whose data carries its own ``body_sha256`` (fixed now, forever)."""
     sha = body_sha256 if body_sha256 is not None else payload_sha256(payload)
     return FrameDraft(event=event, data={**payload, "body_sha256": sha}, body_sha256=sha, key=key)
@@ -207,13 +207,13 @@ def _transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step
     p.state, p.previous, p.sequence = message.state, message.previous, message.sequence
     p.reason = message.reason if message.state in TERMINAL_STATES else None
     if not p.terminal:
-        out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
+        out.drafts.append(draft(RUN_STATUS, p.status(), key=RUN_STATUS))
     return out
 
 
 def _progress(p: RunProjection, message: RunProgress, out: Step) -> Step:
     if _adopt_identity(p, message.account_id) and not p.terminal:
-        out.drafts.append(seal(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
+        out.drafts.append(draft(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
     return out
 
 
@@ -226,7 +226,7 @@ def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
     p.answer_text = message.answer_text
     p.evidence = [i.model_dump(mode="json") for i in message.evidence]
     p.snapshot_id, p.knowledge_version = message.snapshot_id, message.knowledge_version
-    out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
+    out.drafts.append(draft(RUN_STATUS, p.status(), key=RUN_STATUS))
     return _finish(p, out)
 
 
@@ -244,15 +244,15 @@ def _finish(p: RunProjection, out: Step) -> Step:
         return out
     if p.state == "completed" and p.answer_text:
         for seq, chunk in enumerate(chunk_text(p.answer_text)):
-            out.drafts.append(seal(CONTENT, {"seq": seq, "text": chunk}))
+            out.drafts.append(draft(CONTENT, {"seq": seq, "text": chunk}))
     if p.state == "completed" and p.outcome != "generation_unavailable":  # X6
         items = [
             {"source_id": i["source_id"], "title": "" if i.get("redacted") else i.get("title", ""),
              "redacted": bool(i.get("redacted"))}
             for i in p.evidence
         ]
-        out.drafts.append(seal(EVIDENCE, {"items": items, "snapshot_id": p.snapshot_id,
-                                          "knowledge_version": p.knowledge_version}))
+        out.drafts.append(draft(EVIDENCE, {"items": items, "snapshot_id": p.snapshot_id,
+                                           "knowledge_version": p.knowledge_version}))
     p.terminal = True
     out.terminal = True
     return out
@@ -266,8 +266,9 @@ class _Publication:
 
     event: str
     fields: Callable[[dict[str, Any], Any, str], str | None]
-    """Writes the message's own fields about ``block_id`` into a frame's payload; returns
-    the body hash the frame is sealed with when the message carries that block's body."""
+    """Writes the message's own fields about ``block_id`` into a frame's payload. Returns
+    the block's body hash when the message carries that body (the frame's hash is then the
+    body's), else ``None`` (the frame's hash is its payload's)."""
 
     def __call__(self, p: RunProjection, message: Any, out: Step) -> Step:
         # Only the blocks this message can touch: the cost of a message never grows with the run.
@@ -294,15 +295,15 @@ class _Publication:
             sha = self.fields(payload, message, block_id)
             if rejected_here:
                 payload.update(_rejection(result.rejection))  # type: ignore[arg-type]
-            out.drafts.append(seal(self.event, payload, key=f"block:{block_id}", body_sha256=sha))
+            out.drafts.append(draft(self.event, payload, key=f"block:{block_id}", body_sha256=sha))
             if conflict is not None:
-                out.drafts.append(seal(ERROR, {
+                out.drafts.append(draft(ERROR, {
                     "code": "protocol_conflict", "block_id": block_id, "revision": conflict.revision,
                     "first": {"kind": conflict.first_kind, "body_sha256": conflict.first_sha256},
                     "second": {"kind": conflict.second_kind, "body_sha256": conflict.second_sha256},
                 }))
         if result.rejection is not None and result.rejection.block_id not in result.touched:
-            out.drafts.append(seal(REJECTED, _rejection(result.rejection)))
+            out.drafts.append(draft(REJECTED, _rejection(result.rejection)))
         return out
 
 
