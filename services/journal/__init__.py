@@ -1,3 +1,3 @@
 """The runtime journal service: ``application`` (RuntimeJournal), ``queries`` (read side),
-``announcements`` (imprint.runs.v1 mapping), ``message_index`` (mutable lookup table).
-Kafka wiring lives in ``consumer`` and ``__main__``."""
+``relay`` (announces the log on imprint.runs.v1, mapped by ``imprint.journal.announcements``),
+``message_index`` (mutable lookup table). Kafka wiring lives in ``consumer`` and ``__main__``."""

@@ -40,6 +40,7 @@ from eventsourcing.utils import get_topic
 
 from imprint.contracts.runs import RunsMessage
 from imprint.journal import ids
+from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
@@ -49,7 +50,6 @@ from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.recorders import tracking_many
 from services.common.unit_of_work import ConflictsExhausted, HotCacheApplication, StoredWorkspace, TrackedUnitOfWork, stored
-from services.journal.announcements import announce
 
 A = TypeVar("A", bound=Aggregate)
 

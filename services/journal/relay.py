@@ -13,12 +13,12 @@ from eventsourcing.persistence import Notification
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
+from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
 from services.common.eventstore import ensure_schema
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
-from services.journal.announcements import ANNOUNCED_TOPICS, announce
 from services.journal.application import RuntimeJournal, open_journal
 
 RELAY_NAME = "relay→imprint.runs.v1"

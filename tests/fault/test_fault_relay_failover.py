@@ -33,9 +33,9 @@ from imprint.contracts.registry import encode
 from imprint.contracts.runtime import (EvidenceSet, QuestionConditionSet, RunAdmitted, RunCompleted, RunQueued,
                                        RunStarted)
 from imprint.contracts.topics import Topic
+from imprint.journal.announcements import announce as journal_announce
 from imprint.publication import announce
 from services.common.settings import Settings
-from services.journal.announcements import announce as journal_announce
 from services.journal.application import open_journal
 from services.journal.relay import RELAY_NAME as JOURNAL_RELAY
 from services.publication.relay import RELAY_NAME

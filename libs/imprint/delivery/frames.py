@@ -23,6 +23,7 @@ they are only produced by ``run.closed`` — the closed execution record was per
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from imprint.contracts.publication import (
     AnswerSettled,
     AnswerUnchanged,
     AnswerWithdrawn,
+    BlockView,
 )
 from imprint.contracts.runs import TERMINAL_STATES, ConversationDeleted, RunClosed, RunProgress, RunTransitioned
 from imprint.delivery import merge
@@ -98,8 +100,8 @@ class Frame:
         return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-def seal(event: str, payload: dict[str, Any], *, key: str | None = None,
-         body_sha256: str | None = None) -> FrameDraft:
+def draft(event: str, payload: dict[str, Any], *, key: str | None = None,
+          body_sha256: str | None = None) -> FrameDraft:
     """A draft whose data carries its own ``body_sha256`` (fixed now, forever)."""
     sha = body_sha256 if body_sha256 is not None else payload_sha256(payload)
     return FrameDraft(event=event, data={**payload, "body_sha256": sha}, body_sha256=sha, key=key)
@@ -184,31 +186,35 @@ def _adopt_identity(p: RunProjection, account_id: str, conversation_id: str | No
 
 def step(p: RunProjection, message: Any) -> Step:
     """Fold one inbound message (publication or runs topic) into ``p`` and say which
-    frames it appends. ``p`` is changed in place."""
+    frames it appends. ``p`` is changed in place. The handler of the message's type
+    (:data:`HANDLERS`) does the work; any other type appends nothing."""
     out = Step()
-    if isinstance(message, ConversationDeleted):
-        if _adopt_identity(p, message.account_id, message.conversation_id):
-            out.purge_conversation = message.conversation_id
+    handler = HANDLERS.get(type(message))
+    if handler is None or (p.deleted and handler is not _deleted):
+        return out  # a deleted run's projection takes nothing but its deletion (again)
+    return handler(p, message, out)
+
+
+def _deleted(p: RunProjection, message: ConversationDeleted, out: Step) -> Step:
+    if _adopt_identity(p, message.account_id, message.conversation_id):
+        out.purge_conversation = message.conversation_id
+    return out
+
+
+def _transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step:
+    if not _adopt_identity(p, message.account_id, message.conversation_id) or message.sequence <= p.sequence:
         return out
-    if p.deleted:
-        return out
-    if isinstance(message, RunTransitioned):
-        if not _adopt_identity(p, message.account_id, message.conversation_id) or message.sequence <= p.sequence:
-            return out
-        p.state, p.previous, p.sequence = message.state, message.previous, message.sequence
-        p.reason = message.reason if message.state in TERMINAL_STATES else None
-        if not p.terminal:
-            out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
-        return out
-    if isinstance(message, RunProgress):
-        if _adopt_identity(p, message.account_id) and not p.terminal:
-            out.drafts.append(seal(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
-        return out
-    if isinstance(message, RunClosed):
-        return _closed(p, message, out)
-    if isinstance(message, AnswerSettled):
-        return _settled(p, out)
-    return _publication(p, message, out)
+    p.state, p.previous, p.sequence = message.state, message.previous, message.sequence
+    p.reason = message.reason if message.state in TERMINAL_STATES else None
+    if not p.terminal:
+        out.drafts.append(draft(RUN_STATUS, p.status(), key=RUN_STATUS))
+    return out
+
+
+def _progress(p: RunProjection, message: RunProgress, out: Step) -> Step:
+    if _adopt_identity(p, message.account_id) and not p.terminal:
+        out.drafts.append(draft(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
+    return out
 
 
 def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
@@ -220,11 +226,11 @@ def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
     p.answer_text = message.answer_text
     p.evidence = [i.model_dump(mode="json") for i in message.evidence]
     p.snapshot_id, p.knowledge_version = message.snapshot_id, message.knowledge_version
-    out.drafts.append(seal(RUN_STATUS, p.status(), key=RUN_STATUS))
+    out.drafts.append(draft(RUN_STATUS, p.status(), key=RUN_STATUS))
     return _finish(p, out)
 
 
-def _settled(p: RunProjection, out: Step) -> Step:
+def _settled(p: RunProjection, message: AnswerSettled, out: Step) -> Step:
     """Publication has nothing more for this run before its end (``answer.settled``)."""
     p.publication_settled = True
     return _finish(p, out)
@@ -238,86 +244,130 @@ def _finish(p: RunProjection, out: Step) -> Step:
         return out
     if p.state == "completed" and p.answer_text:
         for seq, chunk in enumerate(chunk_text(p.answer_text)):
-            out.drafts.append(seal(CONTENT, {"seq": seq, "text": chunk}))
+            out.drafts.append(draft(CONTENT, {"seq": seq, "text": chunk}))
     if p.state == "completed" and p.outcome != "generation_unavailable":  # X6
         items = [
             {"source_id": i["source_id"], "title": "" if i.get("redacted") else i.get("title", ""),
              "redacted": bool(i.get("redacted"))}
             for i in p.evidence
         ]
-        out.drafts.append(seal(EVIDENCE, {"items": items, "snapshot_id": p.snapshot_id,
-                                          "knowledge_version": p.knowledge_version}))
+        out.drafts.append(draft(EVIDENCE, {"items": items, "snapshot_id": p.snapshot_id,
+                                           "knowledge_version": p.knowledge_version}))
     p.terminal = True
     out.terminal = True
     return out
 
 
-_EVENT_OF = {
-    AnswerPreview: PREVIEW,
-    AnswerPublished: PUBLICATION,
-    AnswerUnchanged: PUBLICATION,
-    AnswerWithdrawn: WITHDRAWN,
-    AnswerRejected: REJECTED,
-    AnswerRevisionRejected: REJECTED,
-    AnswerSaveUnknown: PREVIEW,
-    AnswerSaveFailed: PREVIEW,
-}
+@dataclass(frozen=True, slots=True)
+class _Publication:
+    """The handler of one ``imprint.publication.v1`` message class: merged into the
+    answer state (:data:`imprint.delivery.merge.HANDLERS`), then one ``event`` frame per
+    block whose display it changed, with what ``fields`` adds about that block."""
 
+    event: str
+    fields: Callable[[dict[str, Any], Any, str], str | None]
+    """Writes the message's own fields about ``block_id`` into a frame's payload. Returns
+    the block's body hash when the message carries that body (the frame's hash is then the
+    body's), else ``None`` (the frame's hash is its payload's)."""
 
-def _publication(p: RunProjection, message: Any, out: Step) -> Step:
-    event = _EVENT_OF.get(type(message))
-    if event is None:
+    def __call__(self, p: RunProjection, message: Any, out: Step) -> Step:
+        # Only the blocks this message can touch: the cost of a message never grows with the run.
+        names = merge.named_blocks(message)
+        held = p.answer.blocks if names is None else {b: p.answer.blocks[b] for b in names if b in p.answer.blocks}
+        before = {b: merge.display(state) for b, state in held.items()}
+        result = merge.apply(p.answer, message)
+        out.conflicts.extend(result.conflicts)
+        if p.terminal:
+            # Nothing is appended after done (D3); a block hidden now loses its bodies.
+            out.hidden_after_terminal = [
+                b for b in dict.fromkeys(result.touched)
+                if before.get(b) is not None and merge.display(p.answer.blocks[b]) is None
+            ]
+            return out
+
+        for block_id in dict.fromkeys(result.touched):
+            after = merge.display(p.answer.blocks[block_id])
+            conflict = next((c for c in result.conflicts if c.block_id == block_id), None)
+            rejected_here = result.rejection is not None and result.rejection.block_id == block_id
+            if after == before.get(block_id) and conflict is None and not rejected_here:
+                continue
+            payload: dict[str, Any] = {"block_id": block_id, "block": after}
+            sha = self.fields(payload, message, block_id)
+            if rejected_here:
+                payload.update(_rejection(result.rejection))  # type: ignore[arg-type]
+            out.drafts.append(draft(self.event, payload, key=f"block:{block_id}", body_sha256=sha))
+            if conflict is not None:
+                out.drafts.append(draft(ERROR, {
+                    "code": "protocol_conflict", "block_id": block_id, "revision": conflict.revision,
+                    "first": {"kind": conflict.first_kind, "body_sha256": conflict.first_sha256},
+                    "second": {"kind": conflict.second_kind, "body_sha256": conflict.second_sha256},
+                }))
+        if result.rejection is not None and result.rejection.block_id not in result.touched:
+            out.drafts.append(draft(REJECTED, _rejection(result.rejection)))
         return out
-    # Only the blocks this message can touch: the cost of a message never grows with the run.
-    names = merge.named_blocks(message)
-    held = p.answer.blocks if names is None else {b: p.answer.blocks[b] for b in names if b in p.answer.blocks}
-    before = {b: merge.display(state) for b, state in held.items()}
-    result = merge.apply(p.answer, message)
-    out.conflicts.extend(result.conflicts)
-    if p.terminal:
-        # Nothing is appended after done (D3); a block hidden now loses its bodies.
-        out.hidden_after_terminal = [
-            b for b in dict.fromkeys(result.touched)
-            if before.get(b) is not None and merge.display(p.answer.blocks[b]) is None
-        ]
-        return out
 
-    body = getattr(message, "block", None)
-    for block_id in dict.fromkeys(result.touched):
-        after = merge.display(p.answer.blocks[block_id])
-        conflict = next((c for c in result.conflicts if c.block_id == block_id), None)
-        rejected_here = result.rejection is not None and result.rejection.block_id == block_id
-        if after == before.get(block_id) and conflict is None and not rejected_here:
-            continue
-        payload: dict[str, Any] = {"block_id": block_id, "block": after}
-        sha: str | None = None
-        if body is not None and body.block_id == block_id:
-            payload["revision"] = body.revision
-            payload["status"] = "unsaved" if event == PREVIEW else "saved"
-            sha = body.body_sha256
-        elif isinstance(message, AnswerWithdrawn):
-            payload["revision"] = message.revision
-            payload["cause"] = message.cause  # never the source id (D6)
-        elif isinstance(message, AnswerSaveUnknown | AnswerSaveFailed):
-            payload["status"] = "save_unknown" if isinstance(message, AnswerSaveUnknown) else "save_failed"
-            payload["candidate_id"] = message.candidate_id
-        elif isinstance(message, AnswerUnchanged):
-            payload["revision"] = message.revision
-            payload["status"] = "unchanged"
-        if rejected_here:
-            payload.update(_rejection(result.rejection))  # type: ignore[arg-type]
-        out.drafts.append(seal(event, payload, key=f"block:{block_id}", body_sha256=sha))
-        if conflict is not None:
-            out.drafts.append(seal(ERROR, {
-                "code": "protocol_conflict", "block_id": block_id, "revision": conflict.revision,
-                "first": {"kind": conflict.first_kind, "body_sha256": conflict.first_sha256},
-                "second": {"kind": conflict.second_kind, "body_sha256": conflict.second_sha256},
-            }))
-    if result.rejection is not None and result.rejection.block_id not in result.touched:
-        out.drafts.append(seal(REJECTED, _rejection(result.rejection)))
-    return out
+
+def _body_fields(payload: dict[str, Any], body: BlockView, block_id: str, status: str) -> str | None:
+    if body.block_id != block_id:
+        return None
+    payload["revision"] = body.revision
+    payload["status"] = status
+    return body.body_sha256
+
+
+def _preview_fields(payload: dict[str, Any], message: AnswerPreview, block_id: str) -> str | None:
+    return _body_fields(payload, message.block, block_id, "unsaved")
+
+
+def _published_fields(payload: dict[str, Any], message: AnswerPublished, block_id: str) -> str | None:
+    return _body_fields(payload, message.block, block_id, "saved")
+
+
+def _unchanged_fields(payload: dict[str, Any], message: AnswerUnchanged, block_id: str) -> None:
+    payload["revision"] = message.revision
+    payload["status"] = "unchanged"
+
+
+def _withdrawn_fields(payload: dict[str, Any], message: AnswerWithdrawn, block_id: str) -> None:
+    payload["revision"] = message.revision
+    payload["cause"] = message.cause  # never the source id (D6)
+
+
+def _save_unknown_fields(payload: dict[str, Any], message: AnswerSaveUnknown, block_id: str) -> None:
+    payload["status"] = "save_unknown"
+    payload["candidate_id"] = message.candidate_id
+
+
+def _save_failed_fields(payload: dict[str, Any], message: AnswerSaveFailed, block_id: str) -> None:
+    payload["status"] = "save_failed"
+    payload["candidate_id"] = message.candidate_id
+
+
+def _no_fields(payload: dict[str, Any], message: Any, block_id: str) -> None:
+    """A rejection: what a client may learn of it is added from the merge's client-safe rejection."""
 
 
 def _rejection(r: merge.Rejection) -> dict[str, Any]:
     return {"candidate_id": r.candidate_id, "block_index": r.block_index, "reason": r.reason,
             "rejection": r.kind, **({"block_id": r.block_id} if r.block_id else {})}
+
+
+Handler = Callable[[RunProjection, Any, Step], Step]
+
+HANDLERS: dict[type, Handler] = {
+    ConversationDeleted: _deleted,
+    RunTransitioned: _transitioned,
+    RunProgress: _progress,
+    RunClosed: _closed,
+    AnswerSettled: _settled,
+    AnswerPreview: _Publication(PREVIEW, _preview_fields),
+    AnswerPublished: _Publication(PUBLICATION, _published_fields),
+    AnswerUnchanged: _Publication(PUBLICATION, _unchanged_fields),
+    AnswerWithdrawn: _Publication(WITHDRAWN, _withdrawn_fields),
+    AnswerRejected: _Publication(REJECTED, _no_fields),
+    AnswerRevisionRejected: _Publication(REJECTED, _no_fields),
+    AnswerSaveUnknown: _Publication(PREVIEW, _save_unknown_fields),
+    AnswerSaveFailed: _Publication(PREVIEW, _save_failed_fields),
+}
+"""One table: a reader finds what happens to a message by its type here (and, for a
+publication message, in :data:`imprint.delivery.merge.HANDLERS`)."""

@@ -23,10 +23,14 @@ computes the one entry a viewer shows for the block (or nothing):
 * a preview whose save failed is no longer shown as pending: the view falls back to
   the committed revision, or the block disappears if nothing was ever committed.
   A failed preview is never shown as saved.
+
+What each message class names and does is one row of :data:`HANDLERS`, at the end;
+:func:`named_blocks` and :func:`apply` dispatch through it by the message's type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,6 +43,7 @@ from imprint.contracts.publication import (
     AnswerRejected,
     AnswerRevisionRejected,
     AnswerSaveFailed,
+    AnswerSaveUnknown,
     AnswerUnchanged,
     AnswerWithdrawn,
     BlockView,
@@ -219,6 +224,23 @@ def view(state: AnswerState) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- merge
 
 
+def named_blocks(message: Any) -> tuple[str, ...] | None:
+    """The blocks :func:`apply` may read or change for ``message``: ``()`` for none,
+    ``None`` for every block of the run (a save outcome naming no block). A store
+    needs to hold only these blocks of ``state`` when it applies the message."""
+    handler = HANDLERS.get(type(message))
+    return handler.blocks(message) if handler is not None else ()
+
+
+def apply(state: AnswerState, message: Any) -> MergeResult:
+    """Fold one ``imprint.publication.v1`` message into ``state`` (in place)."""
+    result = MergeResult()
+    handler = HANDLERS.get(type(message))
+    if handler is not None:
+        handler.merge(state, message, result)
+    return result
+
+
 def _check(state: AnswerState, block: BlockState, revision: int, sha: str, kind: BodyKind,
            candidate_id: str) -> Conflict | None:
     """Record the first body seen for (block, revision); a different one is a conflict."""
@@ -269,86 +291,31 @@ def _previewed_as(message: AnswerRejected) -> str:
     return issue_block_id(message.run_id, message.candidate_id, message.block_index)
 
 
-def named_blocks(message: Any) -> tuple[str, ...] | None:
-    """The blocks :func:`apply` may read or change for ``message``: ``()`` for none,
-    ``None`` for every block of the run (a save outcome naming no block). A store
-    needs to hold only these blocks of ``state`` when it applies the message."""
-    if isinstance(message, AnswerPreview | AnswerPublished):
-        return (message.block.block_id,)
-    if isinstance(message, AnswerUnchanged | AnswerWithdrawn):
-        return (message.block_id,)
-    if isinstance(message, AnswerRejected):
-        return (message.block_id,) if message.block_id is not None else (_previewed_as(message),)
-    if isinstance(message, AnswerRevisionRejected):
-        return (message.target_block_id,)
-    if isinstance(message, SaveOutcome):
-        return tuple(message.block_ids) if message.block_ids else None
-    return ()
+# --------------------------------------------------------------------------- per message class
 
 
-def apply(state: AnswerState, message: Any) -> MergeResult:
-    """Fold one ``imprint.publication.v1`` message into ``state`` (in place)."""
-    result = MergeResult()
-    if isinstance(message, AnswerPreview):
-        _on_preview(state, message.block, result)
-    elif isinstance(message, AnswerPublished):
-        _on_published(state, message.block, result)
-    elif isinstance(message, AnswerUnchanged):
-        block = state.blocks.get(message.block_id)
-        if block is not None and _drop_preview(block, message.candidate_id):
-            # An exact duplicate reuses the original receipt (P11): the preview settles
-            # onto the committed revision, nothing new is published.
-            result.touched.append(block.block_id)
-    elif isinstance(message, AnswerRejected):
-        result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
-                                     reason=client_reason(message.reason), kind="block")
-        if message.block_id is not None:
-            block = state.block(message.block_id)
-            result.rejection.block_id = message.block_id
-            block.settled_candidates.append(message.candidate_id)
-            if message.reason == "unauthorized_source":
-                _hide(block, 0, "source_rejected")
-            else:
-                _drop_preview(block, message.candidate_id)
-            result.touched.append(block.block_id)
-        else:
-            # A new block refused (e.g. on the retry after a failed save, once its source was
-            # revoked): its preview, if one was shown, carried the id the Host issues for
-            # (run, candidate, index). That preview will never be committed: drop it.
-            block = state.blocks.get(_previewed_as(message))
-            if block is not None and _drop_preview(block, message.candidate_id):
-                block.settled_candidates.append(message.candidate_id)
-                result.touched.append(block.block_id)
-    elif isinstance(message, AnswerRevisionRejected):
-        result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
-                                     reason=client_reason(message.reason), kind="revision")
-        block = state.blocks.get(message.target_block_id)
-        if block is not None:  # only a block of this run is named back to the client
-            result.rejection.block_id = block.block_id
-            block.settled_candidates.append(message.candidate_id)
-            _drop_preview(block, message.candidate_id)
-            result.touched.append(block.block_id)
-    elif isinstance(message, AnswerWithdrawn):
-        block = state.block(message.block_id)
-        _hide(block, message.revision, message.cause)
-        result.touched.append(block.block_id)
-    elif isinstance(message, SaveOutcome):
-        failed = isinstance(message, AnswerSaveFailed)
-        names = message.block_ids or [b for b in state.blocks]
-        for block_id in names:
-            block = state.blocks.get(block_id)
-            if block is None or block.preview is None or block.preview.candidate_id != message.candidate_id:
-                continue
-            if failed:
-                _drop_preview(block, message.candidate_id)  # never shown as saved, no longer pending
-                block.settled_candidates.append(message.candidate_id)
-            else:
-                block.preview_status = "save_unknown"
-            result.touched.append(block_id)
-    return result
+def _body_block(message: AnswerPreview | AnswerPublished) -> tuple[str, ...]:
+    return (message.block.block_id,)
 
 
-def _on_preview(state: AnswerState, preview: BlockView, result: MergeResult) -> None:
+def _named_block(message: AnswerUnchanged | AnswerWithdrawn) -> tuple[str, ...]:
+    return (message.block_id,)
+
+
+def _rejected_block(message: AnswerRejected) -> tuple[str, ...]:
+    return (message.block_id,) if message.block_id is not None else (_previewed_as(message),)
+
+
+def _target_block(message: AnswerRevisionRejected) -> tuple[str, ...]:
+    return (message.target_block_id,)
+
+
+def _outcome_blocks(message: SaveOutcome) -> tuple[str, ...] | None:
+    return tuple(message.block_ids) if message.block_ids else None
+
+
+def _on_preview(state: AnswerState, message: AnswerPreview, result: MergeResult) -> None:
+    preview = message.block
     block = state.block(preview.block_id)
     if preview.candidate_id in block.settled_candidates or preview.revision <= block.hidden_through:
         return
@@ -374,7 +341,8 @@ def _on_preview(state: AnswerState, preview: BlockView, result: MergeResult) -> 
     result.touched.append(block.block_id)
 
 
-def _on_published(state: AnswerState, committed: CommittedBlock, result: MergeResult) -> None:
+def _on_published(state: AnswerState, message: AnswerPublished, result: MergeResult) -> None:
+    committed = message.block
     block = state.block(committed.block_id)
     conflict = _check(state, block, committed.revision, committed.body_sha256, "published",
                       committed.candidate_id)
@@ -393,3 +361,101 @@ def _on_published(state: AnswerState, committed: CommittedBlock, result: MergeRe
     if block.preview is not None and block.preview.revision <= committed.revision:
         block.preview = None
     result.touched.append(block.block_id)
+
+
+def _on_unchanged(state: AnswerState, message: AnswerUnchanged, result: MergeResult) -> None:
+    block = state.blocks.get(message.block_id)
+    if block is not None and _drop_preview(block, message.candidate_id):
+        # An exact duplicate reuses the original receipt (P11): the preview settles
+        # onto the committed revision, nothing new is published.
+        result.touched.append(block.block_id)
+
+
+def _on_rejected(state: AnswerState, message: AnswerRejected, result: MergeResult) -> None:
+    result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
+                                 reason=client_reason(message.reason), kind="block")
+    if message.block_id is not None:
+        block = state.block(message.block_id)
+        result.rejection.block_id = message.block_id
+        block.settled_candidates.append(message.candidate_id)
+        if message.reason == "unauthorized_source":
+            _hide(block, 0, "source_rejected")
+        else:
+            _drop_preview(block, message.candidate_id)
+        result.touched.append(block.block_id)
+    else:
+        # A new block refused (e.g. on the retry after a failed save, once its source was
+        # revoked): its preview, if one was shown, carried the id the Host issues for
+        # (run, candidate, index). That preview will never be committed: drop it.
+        block = state.blocks.get(_previewed_as(message))
+        if block is not None and _drop_preview(block, message.candidate_id):
+            block.settled_candidates.append(message.candidate_id)
+            result.touched.append(block.block_id)
+
+
+def _on_revision_rejected(state: AnswerState, message: AnswerRevisionRejected, result: MergeResult) -> None:
+    result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
+                                 reason=client_reason(message.reason), kind="revision")
+    block = state.blocks.get(message.target_block_id)
+    if block is not None:  # only a block of this run is named back to the client
+        result.rejection.block_id = block.block_id
+        block.settled_candidates.append(message.candidate_id)
+        _drop_preview(block, message.candidate_id)
+        result.touched.append(block.block_id)
+
+
+def _on_withdrawn(state: AnswerState, message: AnswerWithdrawn, result: MergeResult) -> None:
+    block = state.block(message.block_id)
+    _hide(block, message.revision, message.cause)
+    result.touched.append(block.block_id)
+
+
+def _on_save_unknown(state: AnswerState, message: AnswerSaveUnknown, result: MergeResult) -> None:
+    _on_save_outcome(state, message, result, failed=False)
+
+
+def _on_save_failed(state: AnswerState, message: AnswerSaveFailed, result: MergeResult) -> None:
+    _on_save_outcome(state, message, result, failed=True)
+
+
+def _on_save_outcome(state: AnswerState, message: SaveOutcome, result: MergeResult, *, failed: bool) -> None:
+    """The blocks the outcome names (none named: every block of the run) that still show
+    this candidate's preview: a failed save drops it, an unknown one marks it so."""
+    names = message.block_ids or [b for b in state.blocks]
+    for block_id in names:
+        block = state.blocks.get(block_id)
+        if block is None or block.preview is None or block.preview.candidate_id != message.candidate_id:
+            continue
+        if failed:
+            _drop_preview(block, message.candidate_id)  # never shown as saved, no longer pending
+            block.settled_candidates.append(message.candidate_id)
+        else:
+            block.preview_status = "save_unknown"
+        result.touched.append(block_id)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """What one ``imprint.publication.v1`` message class does to a run's answer state."""
+
+    blocks: Callable[[Any], tuple[str, ...] | None]
+    """The blocks it may read or change (``None``: every block of the run): :func:`named_blocks`."""
+    merge: Callable[[AnswerState, Any, MergeResult], None]
+    """The fold itself, in place: :func:`apply`."""
+
+
+HANDLERS: dict[type, Handler] = {
+    AnswerPreview: Handler(_body_block, _on_preview),
+    AnswerPublished: Handler(_body_block, _on_published),
+    AnswerUnchanged: Handler(_named_block, _on_unchanged),
+    AnswerRejected: Handler(_rejected_block, _on_rejected),
+    AnswerRevisionRejected: Handler(_target_block, _on_revision_rejected),
+    AnswerWithdrawn: Handler(_named_block, _on_withdrawn),
+    AnswerSaveUnknown: Handler(_outcome_blocks, _on_save_unknown),
+    AnswerSaveFailed: Handler(_outcome_blocks, _on_save_failed),
+}
+"""One table: a reader finds what happens to a message by its type here. Every other
+type names no block and changes nothing."""

@@ -11,6 +11,7 @@ One home per rule:
 ``redaction``      X7 — source tombstones, redaction serialized with completion
 ``diagnostics``    X9 — bounded traces of codes, ids, counts and timings
 ``intake``         which message touches which aggregate (storage-agnostic)
+``announcements``  committed events → ``imprint.runs.v1`` messages (X4, X6)
 ``views``          read models returned by ``services.journal.queries``
 =================  =====================================================================
 

@@ -25,8 +25,10 @@ Which message touches what:
 ``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
 =========================  ===========================================================
 
-Every other type is not the journal's business and is ignored (its offset is
-still tracked).
+The table is :data:`HANDLERS`, at the end: one handler per message class, dispatched
+by the message's type. Every other type is not the journal's business and is ignored
+(its offset is still tracked); :data:`APPLIED_TYPES`, read off the table, lets the
+consumer leave those undecoded.
 """
 
 from __future__ import annotations
@@ -45,8 +47,12 @@ from imprint.contracts.runtime import (
     RunAdmitted,
     RunCompleted,
     RunFailed,
+    RunQueued,
     RunRejected,
     RunStage,
+    RunStarted,
+    RunStopped,
+    RunThrottled,
     ToolReceipt,
 )
 from imprint.contracts.sources import SourceTombstoned
@@ -77,16 +83,6 @@ from imprint.workspace import MemoryWorkspace, Workspace
 
 F_FINGERPRINT = "completion.fingerprint"
 
-APPLIED_TYPES: frozenset[str] = frozenset({
-    "run.admitted", "run.completed", *MESSAGE_TARGETS, "run.stage", "evidence.granted", "tool.receipt",
-    "answer.published", "answer.unchanged", "source.tombstoned", "conversation.delete_requested",
-})
-"""Every message type :meth:`Intake.apply` acts on. Any other message of the journal's
-topics (a proposal, a preview, a refusal…) changes nothing here, so its consumer may
-acknowledge it without decoding it (the Publication and Delivery consumers, which apply
-them, refuse what is malformed)."""
-
-
 @dataclass(frozen=True)
 class IndexIntent:
     kind: Literal["point", "drop"]
@@ -108,28 +104,11 @@ class Intake:
     # -- dispatch -------------------------------------------------------------------------------
 
     def apply(self, ws: Workspace, message: Any) -> list[IndexIntent]:
-        kind = getattr(message, "type", None)
-        if kind not in APPLIED_TYPES:
+        """Run the handler of ``message``'s type (:data:`HANDLERS`); any other type changes nothing."""
+        handler = HANDLERS.get(type(message))
+        if handler is None:
             return []
-        if kind == "run.admitted":
-            return self.admit(ws, message)
-        if kind == "run.completed":
-            self.complete(ws, message)
-        elif kind in MESSAGE_TARGETS:
-            self.transition(ws, message)
-        elif kind == "run.stage":
-            self.stage(ws, message)
-        elif kind == "evidence.granted":
-            self.grant(ws, message)
-        elif kind == "tool.receipt":
-            self.receipt(ws, message)
-        elif kind in ("answer.published", "answer.unchanged"):
-            self.effect(ws, message)
-        elif kind == "source.tombstoned":
-            self.tombstone(ws, message)
-        elif kind == "conversation.delete_requested":
-            return self.delete_requested(ws, message)
-        return []
+        return handler(self, ws, message) or []
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -331,14 +310,16 @@ class Intake:
         assert ex is not None
         ex.record_receipt(str(m.event_id), m.tool_call_id, m.status)
 
-    def effect(self, ws: Workspace, m: AnswerPublished | AnswerUnchanged) -> None:
+    def published(self, ws: Workspace, m: AnswerPublished) -> None:
         ex = self._execution(ws, m.run_id)
         assert ex is not None
-        if isinstance(m, AnswerPublished):
-            b = m.block
-            ex.observe_effect(str(m.event_id), "published", b.candidate_id, b.block_id, b.revision, b.body_sha256, b.receipt.receipt_id, b.receipt.log_position)
-        else:
-            ex.observe_effect(str(m.event_id), "unchanged", m.candidate_id, m.block_id, m.revision, None, m.receipt.receipt_id, m.receipt.log_position)
+        b = m.block
+        ex.observe_effect(str(m.event_id), "published", b.candidate_id, b.block_id, b.revision, b.body_sha256, b.receipt.receipt_id, b.receipt.log_position)
+
+    def unchanged(self, ws: Workspace, m: AnswerUnchanged) -> None:
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        ex.observe_effect(str(m.event_id), "unchanged", m.candidate_id, m.block_id, m.revision, None, m.receipt.receipt_id, m.receipt.log_position)
 
     # -- X7: tombstones -------------------------------------------------------------------------
 
@@ -380,6 +361,36 @@ class Intake:
             if ex is not None:
                 ex.erase(event_id, reason)
         return [IndexIntent("drop", conversation_id)]
+
+
+Handler = Callable[[Intake, Workspace, Any], list[IndexIntent] | None]
+"""An :class:`Intake` method for one message class: it triggers events on the workspace's
+aggregates and returns the index updates to make after the commit (``None``: none)."""
+
+HANDLERS: dict[type, Handler] = {
+    RunAdmitted: Intake.admit,
+    RunQueued: Intake.transition,
+    RunStarted: Intake.transition,
+    RunStopped: Intake.transition,
+    RunFailed: Intake.transition,
+    RunThrottled: Intake.transition,
+    RunRejected: Intake.transition,
+    RunCompleted: Intake.complete,
+    RunStage: Intake.stage,
+    EvidenceGranted: Intake.grant,
+    ToolReceipt: Intake.receipt,
+    AnswerPublished: Intake.published,
+    AnswerUnchanged: Intake.unchanged,
+    SourceTombstoned: Intake.tombstone,
+    ConversationDeleteRequested: Intake.delete_requested,
+}
+"""One table: a reader finds what happens to a message by its type here."""
+
+APPLIED_TYPES: frozenset[str] = frozenset(message_class.model_fields["type"].default for message_class in HANDLERS)
+"""Every message type :meth:`Intake.apply` acts on. Any other message of the journal's
+topics (a proposal, a preview, a refusal…) changes nothing here, so its consumer may
+acknowledge it without decoding it (the Publication and Delivery consumers, which apply
+them, refuse what is malformed)."""
 
 
 def retention_event_id(conversation_id: str, last_activity_iso: str) -> str:

@@ -18,12 +18,12 @@ from eventsourcing.utils import _topic_cache, get_topic, resolve_topic
 
 from imprint.contracts.runtime import AnswerPart, QuestionConditionSet, RunAdmitted
 from imprint.contracts.topics import Topic
+from imprint.journal import announcements as journal_announcements
 from imprint.publication import announcements as publication_announcements
 from services.common import relay as relay_module
 from services.common.inbound import Inbound
 from services.common.relay import Relay
 from services.common.settings import Settings
-from services.journal import announcements as journal_announcements
 from services.journal.relay import RELAY_NAME as JOURNAL_RELAY, BatchAnnouncer
 from services.publication.relay import RELAY_NAME, announce_publication
 from services.publication.sealing import BatchOpener

@@ -49,12 +49,12 @@ def test_batch_over_several_partitions_tracks_each(journal) -> None:
 def test_failure_in_one_partition_leaves_no_partial_state(journal, monkeypatch) -> None:
     ok = Inbound(str(Topic.RUNTIME), 0, 0, admitted("r1"))
     bad = [Inbound(str(Topic.RUNTIME), 1, 0, admitted("r2", message_id="m2")), Inbound(str(Topic.RUNTIME), 1, 1, RunQueued(run_id="r2"))]
-    from imprint.journal.intake import Intake
+    from imprint.journal.intake import HANDLERS
 
     def explode(self, ws, m):
         raise RuntimeError("crash while applying")
 
-    monkeypatch.setattr(Intake, "transition", explode)
+    monkeypatch.setitem(HANDLERS, RunQueued, explode)
     with pytest.raises(RuntimeError):
         journal.process([ok, *bad])
     assert journal.execution("r1").admitted  # partition 0 committed with its tracking

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from journal_helpers import admitted, completed, to_running
 
 from imprint.contracts.runtime import RunFailed, RunQueued, RunRejected, RunStage, RunStarted, RunStopped, RunThrottled, ToolReceipt
-from imprint.journal.lifecycle import OUTCOMES, TERMINAL, TRANSITIONS, State, check_transition
+from imprint.journal.intake import APPLIED_TYPES
+from imprint.journal.lifecycle import MESSAGE_TARGETS, OUTCOMES, TERMINAL, TRANSITIONS, State, check_transition
 from imprint.journal.refusals import Refusal, RefusalCode
 
 ALL = [None, *State]
@@ -30,6 +31,12 @@ def test_every_pair_is_either_a_table_edge_or_a_typed_refusal(current: State | N
             assert refused.value.code is RefusalCode.NOT_ADMITTED
         elif current in TERMINAL:
             assert refused.value.code in (RefusalCode.ALREADY_TERMINAL, RefusalCode.DUPLICATE_ADMISSION)
+
+
+@pytest.mark.rule("X2")
+def test_every_type_that_asks_for_a_state_has_a_handler() -> None:
+    # The intake's table is keyed by message class, this one by type: neither may leave the other behind.
+    assert set(MESSAGE_TARGETS) <= APPLIED_TYPES, sorted(set(MESSAGE_TARGETS) - APPLIED_TYPES)
 
 
 @pytest.mark.rule("X2")

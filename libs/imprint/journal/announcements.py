@@ -45,15 +45,6 @@ from imprint.journal.execution import (
 from imprint.shredding import FieldSealer, Keyring
 
 
-def _sealer(keyring_or_sealer: Keyring | FieldSealer) -> FieldSealer:
-    return keyring_or_sealer if isinstance(keyring_or_sealer, FieldSealer) else FieldSealer(keyring_or_sealer)
-
-
-def _open(sealer: FieldSealer, conversation_id: str, run_id: str, field: str, sealed: str | None) -> str | None:
-    value = sealer.open(conversation_id, run_id, field, sealed)
-    return value if isinstance(value, str) else None
-
-
 def announce(domain_event: Any, keyring: Keyring | FieldSealer) -> RunsMessage | None:
     """Map one committed journal event to its ``imprint.runs.v1`` message (or ``None``)."""
     make = _ANNOUNCERS.get(type(domain_event))
@@ -153,6 +144,15 @@ _ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], RunsMessage
 }
 ANNOUNCED_TOPICS = tuple(get_topic(event_class) for event_class in _ANNOUNCERS)
 """The stored topics of the events that announce something: the relay reads only these."""
+
+
+def _sealer(keyring_or_sealer: Keyring | FieldSealer) -> FieldSealer:
+    return keyring_or_sealer if isinstance(keyring_or_sealer, FieldSealer) else FieldSealer(keyring_or_sealer)
+
+
+def _open(sealer: FieldSealer, conversation_id: str, run_id: str, field: str, sealed: str | None) -> str | None:
+    value = sealer.open(conversation_id, run_id, field, sealed)
+    return value if isinstance(value, str) else None
 
 
 def _run_id(domain_event: Any) -> str:
