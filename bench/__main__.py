@@ -460,9 +460,9 @@ def main(argv: list[str] | None = None) -> int:
         write(results, args.out, quiet=True)
 
     profile_dir = (args.out / "profiles" / "latest") if args.profile else None
-    from services.common.eventstore import ensure_schema
+    from services.common.backends import backend_for
 
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     asyncio.run(create_topics(settings, args.partitions))
     try:
         if "floors" in parts:

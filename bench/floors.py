@@ -184,7 +184,7 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
     from eventsourcing.application import Application
     from eventsourcing.domain import Aggregate, event
 
-    from services.common.eventstore import store_environment
+    from services.common.backends import backend_for
 
     class NaiveRun(Aggregate):
         @event("Admitted")
@@ -201,7 +201,7 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
 
     payload = proposal_bytes().decode()
     half = len(payload) // 2
-    env = store_environment(settings, "naive")
+    env = backend_for(settings).environment("naive")
     env.pop("ORIGINATOR_ID_TYPE", None)
     app = NaiveLog(env)
     results: dict[str, Any] = {"proposals_per_size": proposals, "per_run_size": {}}

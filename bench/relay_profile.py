@@ -69,7 +69,7 @@ def fill(settings: Settings, runs: int, per_run: int) -> int:
         messages += [inbound(typical_part(r, f"c-{j}")) for j in range(per_run) for r in ids]
         for start in range(0, len(messages), 500):
             app.process(messages[start:start + 500], lambda items: None)
-        return app.process_recorder.max_notification_id() or 0
+        return app.recorder.max_notification_id() or 0
     finally:
         app.close()
 

@@ -32,7 +32,7 @@ from services.common.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITER_CODE = ("libs/imprint/publication", "libs/imprint/shredding.py", "libs/imprint/contracts",
-               "services/publication", "services/common/eventstore.py", "services/common/keyring.py")
+               "services/publication", "services/common/keyring.py")
 PROPOSALS_PER_RUN = 25
 
 
@@ -149,9 +149,9 @@ def build_log(settings: Settings, sizes: list[int], checkpoint: Callable[[int, i
     and tracking partition), since one writer mostly waits on its commits."""
     import multiprocessing
 
-    from services.common.eventstore import ensure_schema
+    from services.common.backends import backend_for
 
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     context = multiprocessing.get_context("spawn")
     for phase, target in enumerate(sorted(sizes)):
         processes = [context.Process(target=_write_until, args=(settings, target, phase * workers + w),

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from services.common.backends import backend_for
 from services.common.observability import configure_logging
 from services.common.settings import get_settings
 
@@ -96,12 +97,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def preflight() -> None:
     """One plain connection first, so a database that does not answer is one clear line within
     seconds (the stores' connection pools would wait and retry for half a minute)."""
-    settings = get_settings()
-    if settings.uses_postgres:
-        import psycopg
-
-        assert settings.database_url is not None
-        psycopg.connect(settings.database_url, connect_timeout=5).close()
+    backend_for(get_settings()).check_reachable()
 
 
 def _output(args: argparse.Namespace) -> str:

@@ -12,6 +12,7 @@ import asyncio
 import signal
 import time
 
+from services.common.backends import backend_for
 from services.common.launcher import PARTS, Launcher
 from services.common.observability import get_logger
 from services.common.settings import Settings
@@ -60,7 +61,7 @@ class Supervisor:
 def run_stack(settings: Settings, *, demo: bool, exit_after_demo: bool) -> int:
     if settings.uses_development_secret:
         log.warning("IMPRINT_AUTH_SECRET is the development default; set it before exposing the gateway")
-    log.info("store", backend="postgresql" if settings.uses_postgres else f"sqlite in {settings.state_dir}/data")
+    log.info("store", backend=backend_for(settings).describe())
     supervisor = Supervisor(settings)
     stopping = False
 

@@ -69,7 +69,7 @@ def several_partitions() -> int:
 def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_partitions: int) -> Iterator[Settings]:
     """Settings for one test: its own topics (prefix, ``topic_partitions`` each), schema
     and HTTP port on 127.0.0.1."""
-    from services.common.eventstore import ensure_schema
+    from services.common.backends import backend_for
     from tests.support.kafka import create_topics
 
     tag = uuid.uuid4().hex[:10]
@@ -84,7 +84,7 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_part
         http_port=free_port(),
         topic_partitions=topic_partitions,
     )
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     create_topics(settings)
     yield settings
     from tests.support.postgres import drop_schema
@@ -95,18 +95,18 @@ def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_part
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
     """Runs the test once per store backend (see ``tests/support/backends.py``)."""
-    from tests.support.backends import BACKENDS, Backend
+    from services.common.backends import backend_for
+    from tests.support.backends import backend_settings
 
     name = request.param
-    assert name in BACKENDS, name
     if name != "postgres":
-        yield Backend(name, Settings(state_dir=tmp_path / "state", database_url=None, database_schema=None))
+        yield backend_for(backend_settings(name, tmp_path / "state"))
         return
-    from services.common.eventstore import ensure_schema
     from tests.support.postgres import drop_schema
 
-    settings = Settings(state_dir=tmp_path / "state", database_url=request.getfixturevalue("database_url"),
-                        database_schema=f"t_{uuid.uuid4().hex[:10]}")
-    ensure_schema(settings)
-    yield Backend(name, settings)
+    settings = backend_settings(name, tmp_path / "state", request.getfixturevalue("database_url"),
+                                f"t_{uuid.uuid4().hex[:10]}")
+    backend = backend_for(settings)
+    backend.prepare()
+    yield backend
     drop_schema(settings)

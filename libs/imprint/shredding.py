@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
@@ -60,6 +62,41 @@ class Keyring(Protocol):
     def destroy(self, conversation_id: str) -> None: ...
 
     def is_destroyed(self, conversation_id: str) -> bool: ...
+
+
+class InMemoryKeyring:
+    """A keyring held in a dict (the memory backend, and tests of one process). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, bytes | None] = {}
+        self._lock = threading.Lock()
+
+    def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
+        with self._lock:
+            if conversation_id in self._keys:
+                key = self._keys[conversation_id]
+                if key is None and create:
+                    raise KeyDestroyed(conversation_id)
+                return key
+            if not create:
+                return None
+            key = self._keys[conversation_id] = new_data_key()
+            return key
+
+    def destroy(self, conversation_id: str) -> None:
+        with self._lock:
+            self._keys[conversation_id] = None
+
+    def is_destroyed(self, conversation_id: str) -> bool:
+        with self._lock:
+            return conversation_id in self._keys and self._keys[conversation_id] is None
+
+    def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]:
+        with self._lock:
+            return {c: self._keys.get(c) for c in set(conversation_ids)}
+
+    def close(self) -> None:
+        pass
 
 
 class ScopedKeyring:

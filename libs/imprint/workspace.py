@@ -4,7 +4,9 @@ consumer's pure message policy and its store.
 A policy (``imprint.journal.intake``, ``imprint.publication.handling``) asks a
 :class:`Workspace` for aggregates by id and adds the ones it creates; it never
 saves. Whoever runs the policy records every pending event of the workspace in
-one transaction with the Kafka position (``services.common.unit_of_work``).
+one transaction with the Kafka position (``services.common.unit_of_work``); a
+policy may only ask for what is pending so far to be made durable first
+(:meth:`Workspace.flush`, P13).
 :class:`MemoryWorkspace` is the same protocol over a dict: pure tests run the
 policies with it, without a database."""
 
@@ -25,6 +27,11 @@ class Workspace(Protocol):
 
     def add(self, aggregate: Aggregate) -> None: ...
 
+    def flush(self) -> None:
+        """Make what is pending so far durable before the unit goes on (its position is
+        still recorded only with the rest)."""
+        ...
+
 
 class MemoryWorkspace:
     """A workspace over a plain dict (pure tests; also the base of the stored workspace)."""
@@ -40,6 +47,9 @@ class MemoryWorkspace:
 
     def add(self, aggregate: Aggregate) -> None:
         self.store[aggregate.id] = aggregate
+
+    def flush(self) -> None:
+        """Nothing is durable in memory: the pending events stay pending."""
 
     def aggregates(self) -> list[Aggregate]:
         return list(self.store.values())

@@ -11,6 +11,9 @@ No coordinator of our own: the database is already the source of truth.
   session; a session that fails means the lock may be gone.
 * SQLite (one machine) — :class:`FileLockElection`: ``flock`` on a file beside the
   database, released by the kernel when the holder dies.
+* In memory (one process) — :class:`InProcessElection`: a lock of the process.
+
+The deployment's backend (:mod:`services.common.backends`) chooses which.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from services.common.observability import get_logger
-from services.common.settings import Settings
 
 log = get_logger(__name__)
 
@@ -53,6 +55,35 @@ class NoElection:
 
     def resign(self) -> None:
         pass
+
+
+class InProcessElection:
+    """Relays of one process (the memory backend): a lock per log, held by one of them."""
+
+    _locks: dict[str, threading.Lock] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, name: str, *, retry_seconds: float = 0.05) -> None:
+        with self._guard:
+            self._lock = self._locks.setdefault(name, threading.Lock())
+        self._retry_seconds = retry_seconds
+        self._held = False
+
+    def campaign(self, stopping: threading.Event) -> bool:
+        while not stopping.is_set():
+            if self._lock.acquire(blocking=False):
+                self._held = True
+                return True
+            stopping.wait(self._retry_seconds)
+        return False
+
+    def still_leading(self) -> bool:
+        return self._held
+
+    def resign(self) -> None:
+        if self._held:
+            self._held = False
+            self._lock.release()
 
 
 def lock_id(*parts: str) -> int:
@@ -152,12 +183,3 @@ class FileLockElection:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor releases the flock
-
-
-def election_for(settings: Settings, relay_name: str) -> Election:
-    """The election of ``relay_name``'s relays in this deployment (schema-scoped on PostgreSQL)."""
-    if settings.uses_postgres:
-        assert settings.database_url is not None
-        return AdvisoryLockElection(settings.database_url, lock_id(settings.database_schema or "", relay_name))
-    safe = "".join(c if c.isalnum() else "_" for c in relay_name)
-    return FileLockElection(Path(settings.state_dir) / "data" / f"{safe}.lock")

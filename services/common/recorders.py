@@ -1,4 +1,4 @@
-"""eventsourcing process recorders that commit one poll of several partitions in ONE
+"""eventsourcing recorders that commit one poll of several partitions in ONE
 transaction: the events, plus the tracking record of each partition's last message.
 
 eventsourcing's process recorders take one ``tracking`` per transaction; a consumer
@@ -10,23 +10,32 @@ fails the whole transaction with ``IntegrityError``, as a single tracking would.
 PostgreSQL the events go to the server in binary (see :func:`_binary_events`).
 
 They also read the streams of many aggregates in one query (:meth:`select_events_of`,
-what a whole-log replay reads a page of runs with, instead of one query per run), and
-keep an index of one topic's notifications where an application reads that topic alone
-(:meth:`index_topic`).
+what a whole-log replay reads a page of runs with, instead of one query per run), say
+which of many aggregates are stored (:meth:`stored_ids`) and keep an index of one
+topic's notifications where an application reads that topic alone
+(:meth:`index_topic`). Every backend's poll recorder has all of them
+(:class:`PollRecorder`), so no caller asks which one it holds.
 
-Selected by configuration (``PROCESS_RECORDER_TOPIC``, see :func:`tracking_many`),
-never by ``if sqlite … else postgres`` in the callers."""
+The ``*Positions`` recorders are the same tracking machinery for a store that is not an
+event log (Delivery's view tables): many partitions' positions read and recorded in one
+statement each.
+
+Each backend of :mod:`services.common.backends` names its recorders in the eventsourcing
+environment it builds (``PROCESS_RECORDER_TOPIC``, ``TRACKING_RECORDER_TOPIC``), never an
+``if sqlite … else postgres`` in the callers."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from abc import abstractmethod
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from eventsourcing.persistence import IntegrityError, ProgrammingError, StoredEvent, Tracking
-from eventsourcing.postgres import PostgresAggregateRecorder, PostgresProcessRecorder
-from eventsourcing.sqlite import SQLiteProcessRecorder
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, ProgrammingError, StoredEvent, Tracking
+from eventsourcing.popo import POPOFactory, POPOProcessRecorder
+from eventsourcing.postgres import PostgresAggregateRecorder, PostgresProcessRecorder, PostgresTrackingRecorder
+from eventsourcing.sqlite import SQLiteProcessRecorder, SQLiteTrackingRecorder
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
@@ -66,9 +75,38 @@ for (:class:`services.common.relay.Handoff`)."""
 _VERSION = itemgetter(1)
 
 
+class PollRecorder(ProcessRecorder):
+    """What every backend's process recorder does beside the library's own methods."""
+
+    @abstractmethod
+    def index_topic(self, name: str, topic: str) -> None:
+        """Keep an index of ``topic``'s notifications (created if missing)."""
+
+    @abstractmethod
+    def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
+        """Every stored event of these aggregates: each one's events together, in version order."""
+
+    @abstractmethod
+    def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
+        """Which of these aggregates have stored events."""
+
+
+class Positions(Protocol):
+    """Several partitions' tracking positions, read and recorded inside a caller's transaction."""
+
+    def positions(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
+        """Each partition's recorded position (``None``: nothing recorded yet)."""
+        ...
+
+    def record_positions(self, curs: Any, trackings: Sequence[Tracking]) -> None:
+        """Move these partitions' positions forward; one that does not move forward fails
+        the transaction with ``IntegrityError``."""
+        ...
+
+
 class PostgresTrackings:
     """A PostgreSQL tracking recorder's positions of several partitions, each in ONE
-    statement: read (:meth:`_max_tracking_ids`) and recorded (:meth:`_insert_trackings`).
+    statement: read (:meth:`positions`) and recorded (:meth:`record_positions`).
     In a pipelined transaction (psycopg's pipeline mode) each costs one round trip to the
     server, where the library's per-partition statements cost one per partition. Mixed
     into a tracking recorder of the library; one whose tracking table keeps a row per
@@ -91,7 +129,7 @@ class PostgresTrackings:
             "SELECT application_name, max(notification_id) AS max FROM {0}.{1} "
             "WHERE application_name = ANY(%s) GROUP BY application_name").format(*table))
 
-    def _max_tracking_ids(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
+    def positions(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
         """Each partition's recorded position (``None``: nothing recorded yet)."""
         if not self.datastore.single_row_tracking:
             return {name: self._max_tracking_id(name, curs) for name in names}
@@ -99,7 +137,7 @@ class PostgresTrackings:
         found = {row["application_name"]: row["max"] for row in curs.fetchall()}
         return {name: found.get(name) for name in names}
 
-    def _insert_trackings(self, curs: Any, trackings: Sequence[Tracking]) -> None:
+    def record_positions(self, curs: Any, trackings: Sequence[Tracking]) -> None:
         """The tracking records in ONE statement — the library's upsert over arrays,
         with its guard: a position moves forward only, and one that does not (already
         recorded, here or by another consumer) fails the whole transaction with
@@ -124,9 +162,15 @@ class PostgresTrackings:
                 f"{tracking.application_name} {tracking.notification_id}" for tracking in missing))
 
 
-class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
-    records_many_trackings = True
+class PostgresPositions(PostgresTrackings, PostgresTrackingRecorder):
+    """A tracking recorder of many partitions' positions, for a store that is not an event log."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._prepare_trackings()
+
+
+class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecorder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.datastore.enable_db_functions:
@@ -148,7 +192,7 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
         curs.execute(self._notify_statement)
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        self._insert_trackings(curs, kwargs.pop("trackings", ()))
+        self.record_positions(curs, kwargs.pop("trackings", ()))
         return super()._insert_events(curs, stored_events, **kwargs)
 
     def index_topic(self, name: str, topic: str) -> None:
@@ -203,14 +247,29 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder):
             return curs.fetchall()
 
 
-class SQLitePollRecorder(SQLiteProcessRecorder):
-    records_many_trackings = True
+class SQLiteTrackings:
+    """The SQLite tracking recorder's positions of several partitions (one statement each:
+    the file has one writer at a time, so there is no round trip to save)."""
 
+    # _max_tracking_id and _insert_tracking: the library recorder's own (later in the MRO).
+
+    def positions(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
+        return {name: self._max_tracking_id(name, curs) for name in names}  # type: ignore[attr-defined]
+
+    def record_positions(self, curs: Any, trackings: Sequence[Tracking]) -> None:
+        for tracking in trackings:
+            self._insert_tracking(curs, tracking)  # type: ignore[attr-defined]
+
+
+class SQLitePositions(SQLiteTrackings, SQLiteTrackingRecorder):
+    """A tracking recorder of many partitions' positions, for a store that is not an event log."""
+
+
+class SQLitePollRecorder(SQLiteTrackings, SQLiteProcessRecorder, PollRecorder):
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         trackings = kwargs.pop("trackings", ())
         returning = super()._insert_events(c, stored_events, **kwargs)
-        for tracking in trackings:
-            self._insert_tracking(c, tracking)
+        self.record_positions(c, trackings)
         return returning
 
     def index_topic(self, name: str, topic: str) -> None:
@@ -248,16 +307,40 @@ class SQLitePollRecorder(SQLiteProcessRecorder):
         return rows
 
 
-_RECORDERS = {
-    "eventsourcing.postgres": f"{__name__}:PostgresPollRecorder",
-    "eventsourcing.sqlite": f"{__name__}:SQLitePollRecorder",
-}
+class MemoryPollRecorder(POPOProcessRecorder, PollRecorder):
+    """The in-memory process recorder (eventsourcing's POPO) with the poll recorder's methods."""
+
+    def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        super()._assert_uniqueness(stored_events, **kwargs)
+        for tracking in kwargs.get("trackings", ()):
+            self._assert_tracking_uniqueness(tracking)
+
+    def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        notification_ids = super()._update_table(stored_events, **kwargs)
+        for tracking in kwargs.get("trackings", ()):
+            self._insert_tracking(tracking)
+        return notification_ids
+
+    def index_topic(self, name: str, topic: str) -> None:
+        """Nothing to index: the notifications are a list in memory."""
+
+    def select_events_of(self, originator_ids: Sequence[UUID]) -> list[StoredEvent]:
+        events: list[StoredEvent] = []
+        for originator_id in dict.fromkeys(originator_ids):
+            events.extend(self.select_events(originator_id))
+        return events
+
+    def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
+        with self._database_lock:
+            index = self._stored_events_index
+            return {originator_id for originator_id in originator_ids if index.get(str(originator_id))}
 
 
-def tracking_many(env: dict[str, str] | None) -> dict[str, str]:
-    """``env`` with the poll recorder of its persistence module (unchanged for others, e.g. in-memory)."""
-    env = dict(env or {})
-    topic = _RECORDERS.get(env.get("PERSISTENCE_MODULE", ""))
-    if topic is not None:
-        env.setdefault("PROCESS_RECORDER_TOPIC", topic)
-    return env
+class MemoryFactory(POPOFactory):
+    """eventsourcing's in-memory persistence with :class:`MemoryPollRecorder` as its process recorder."""
+
+    def process_recorder(self) -> ProcessRecorder:
+        return MemoryPollRecorder()
+
+    def env_create_table(self) -> bool:
+        return True  # nothing to create, as for the library's own in-memory recorders

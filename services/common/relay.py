@@ -64,12 +64,13 @@ from eventsourcing.persistence import IntegrityError, Notification, ProcessRecor
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
+from services.common.backends import backend_for
 from services.common.election import Election, NoElection
 from services.common.kafka import Outbox
 from services.common.observability import get_logger
 from services.common.recorders import COMMITTER
 from services.common.settings import Settings
-from services.common.wakeups import LogWakeups
+from services.common.wakeups import ChannelListener
 
 Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
 Decode = Callable[[Sequence[Notification]], list[Any]]
@@ -194,7 +195,7 @@ class Relay:
         decode: Decode | None = None,
         batch_size: int = 1000,
         idle_seconds: float = 0.05,
-        wakeups: LogWakeups | None = None,
+        wakeups: ChannelListener | None = None,
         election: Election | None = None,
         topics: Sequence[str] = (),
         handoff: Handoff | None = None,
@@ -424,11 +425,9 @@ class Relay:
 
 def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
               decode: Decode | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None) -> Relay:
-    """The relay of one log in this deployment, with its own producer: NOTIFY wake-ups
-    and an advisory-lock election on PostgreSQL; polling and a file lock on SQLite."""
-    from services.common.election import election_for
-    from services.common.wakeups import wakeups_for
-
+    """The relay of one log in this deployment, with its own producer, its backend's
+    wake-ups and election (:mod:`services.common.backends`)."""
+    backend = backend_for(settings)
     outbox = Outbox(settings, f"imprint-relay-{app.name.lower()}")
-    return Relay(app, announce, outbox, name=name, decode=decode, wakeups=wakeups_for(settings, app),
-                 election=election_for(settings, name), topics=topics, handoff=handoff, starts_outbox=True)
+    return Relay(app, announce, outbox, name=name, decode=decode, wakeups=backend.log_wakeups(app.recorder),
+                 election=backend.election(name), topics=topics, handoff=handoff, starts_outbox=True)

@@ -22,7 +22,8 @@ class Settings(BaseSettings):
 
     kafka_bootstrap: str = "127.0.0.1:9092"
     database_url: str | None = None
-    """``postgresql://…`` selects PostgreSQL; unset selects embedded SQLite under ``state_dir``."""
+    """The store backend (:mod:`services.common.backends`): unset selects the embedded SQLite
+    under ``state_dir``, ``postgresql://…`` PostgreSQL, ``memory://`` this process's memory."""
     database_schema: str | None = None
     """PostgreSQL schema for every store of this deployment (tests use one per test)."""
     state_dir: Path = Field(default_factory=_default_state_dir)
@@ -69,10 +70,6 @@ class Settings(BaseSettings):
     retention_seconds: float = 30 * 24 * 3600
     """X8: a conversation idle for longer than this is deleted by the retention sweeper."""
     retention_sweep_seconds: float = 3600
-
-    @property
-    def uses_postgres(self) -> bool:
-        return bool(self.database_url) and self.database_url.startswith(("postgresql://", "postgres://"))
 
     @property
     def uses_development_secret(self) -> bool:

@@ -16,7 +16,7 @@ What is written does not change (encoding is the library's), and neither does wh
 read: the same transcodings decode the same objects, bottom up, and a document the fast
 parser refuses (invalid UTF-8, a lone surrogate escape, anything else) is read by the
 library's own decoder, with its own result or its own error. Selected with the library's
-extension point, ``TRANSCODER_TOPIC`` (see :func:`services.common.eventstore.store_environment`)."""
+extension point, ``TRANSCODER_TOPIC`` (see :meth:`services.common.backends.Backend.environment`)."""
 
 from __future__ import annotations
 

@@ -1,425 +1,215 @@
-"""One tracked unit of work, for every consumer that keeps an eventsourcing log.
+"""The tracked unit of work: one for every consumer, whatever its store.
 
-A consumer's poll is split by partition (``<topic>#<partition>``, the name of
-its eventsourcing tracking record). For each partition, :meth:`TrackedUnitOfWork.run`
+A consumer's poll is applied in ONE unit: :meth:`TrackedUnitOfWork.run` takes the
+poll, the consumer's :class:`Policy` and its :class:`Sink` (an event log,
+:class:`services.common.event_log.EventLog`, or Delivery's view tables) and
 
-1. skips every message at or below the partition's recorded position (a
-   redelivery is a no-op);
-2. runs the consumer's pure policy over a :class:`StoredWorkspace`;
-3. records every pending event of the workspace together with the tracking
-   record of the last message, in ONE transaction (eventsourcing
-   ``ProcessingEvent`` on a ``ProcessRecorder``);
-4. on an ``IntegrityError`` — another process wrote the same position or one of
-   the same aggregate versions (optimistic concurrency) — drops what it holds,
-   re-reads the position and, unless the consumer's ``on_conflict`` says the
-   conflict is final, runs the policy again on fresh state.
+1. skips every message at or below its partition's recorded position (a redelivery
+   changes nothing);
+2. runs the policy over the sink's workspace;
+3. records what the policy decided together with each partition's position (the
+   eventsourcing tracking record ``<topic>#<partition>`` → offset) in ONE transaction;
+4. tells how it ended, as a typed :data:`Outcome`.
 
-Hot aggregates stay in the application's repository cache, changed in place
-(``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see
-:data:`HOT_CACHE`), so a message costs what it changes, not what its run or source
-has accumulated. The cache is trustworthy because every way it can go stale is
-caught: a unit that fails is evicted; a write based on a stale copy loses on its
-aggregate version and is evicted and redone; a revoked partition is evicted
-(:meth:`TrackedUnitOfWork.forget_partitions`)."""
+A sink refuses a position that another consumer recorded first, and an aggregate
+version another writer took (optimistic concurrency), with ``IntegrityError``. The unit
+then re-reads the positions: if every one was recorded meanwhile the poll is
+:class:`Redelivered`; if some were, the rest is redone; otherwise it lost a race and is
+redone on fresh state — unless the policy showed something outside the store before the
+commit (P14: a preview), which only the consumer can answer for: :class:`Conflict`.
+A commit whose outcome cannot be confirmed (the connection lost around ``COMMIT``) is
+:class:`Unconfirmed`; one the store refused outright is :class:`Refused`. What each
+means for the consumer's facts is the consumer's to say (P15 for Publication:
+:mod:`imprint.publication.saving`)."""
 
 from __future__ import annotations
 
 import random
-import sys
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
-from uuid import UUID
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
-from eventsourcing.application import AggregateNotFoundError, Application, Cache, LRUCache, ProcessingEvent, Repository
-from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, ProcessRecorder, Tracking
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, PersistenceError, Tracking
 
-from imprint.workspace import MemoryWorkspace
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 
 log = get_logger(__name__)
 
-A = TypeVar("A", bound=Aggregate)
+W = TypeVar("W")
+W_contra = TypeVar("W_contra", contravariant=True)
 R = TypeVar("R")
-
-HOT_CACHE = {
-    # Enough for every run in flight on one instance; a larger heap makes each of the
-    # process's garbage collections slower (least recently used aggregates go first).
-    "AGGREGATE_CACHE_MAXSIZE": "2000",
-    "AGGREGATE_CACHE_FASTFORWARD": "n",
-    "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
-}
-"""eventsourcing settings of an application whose aggregates only its units of work change
-(with :class:`HotAggregates` as its repository's cache: :class:`HotCacheApplication`)."""
-
-HOT_ENTRIES = "AGGREGATE_CACHE_MAXENTRIES"
-"""The setting (environment, like the library's ``AGGREGATE_CACHE_MAXSIZE``) that bounds
-what the hot aggregates hold together, in :func:`entries`."""
-DEFAULT_HOT_ENTRIES = 150_000
-"""~220 MB of hot aggregates (tracemalloc): a Publication run holds ~2.6 entries and
-~3.8 KB per block (its record, its fingerprint, its candidate's outcome; runs of 25 and
-of 400 proposals of two blocks), so the bound keeps ~1,150 runs of 25 proposals or ~70
-of 400, where the count bound alone (2,000 aggregates) would let runs of 400 hold ~6 GB."""
+R_co = TypeVar("R_co", covariant=True)
 
 
-def entries(aggregate: object) -> int:
-    """What an aggregate holds, for the cache's bound: one, plus the entries of every
-    collection among its attributes (a run's blocks, fingerprints, candidates…). Counted,
-    not measured: a length per attribute, each time the aggregate is put in the cache."""
-    held = 1
-    for value in getattr(aggregate, "__dict__", {}).values():
-        if isinstance(value, _COLLECTIONS):
-            held += len(value)
-    return held
+# ---------------------------------------------------------------------- outcomes
 
 
-_COLLECTIONS = (dict, list, set)
-"""What :func:`entries` counts. A tuple: ``dict | list | set`` written in the loop built a
-union object per attribute and checked against it more slowly (3.9 µs to weigh an
-aggregate of 28 attributes, against 1.5)."""
+@dataclass(frozen=True)
+class Committed(Generic[R]):
+    """The policy's effects and the positions are recorded."""
+
+    result: R
 
 
-class HotAggregates(Cache[UUID, Any]):
-    """The repository's cache of hot aggregates: least recently used out first, bounded by
-    count (``AGGREGATE_CACHE_MAXSIZE``, as the library's ``LRUCache``) *and* by what the
-    aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, 2,000
-    cached runs would hold ~380 MB at 25 proposals a run and gigabytes at a few hundred.
-    An aggregate is weighed when it is put: when the repository first reads it
-    and after each save of it (the library puts every saved aggregate back), so a run
-    growing in place is weighed again at its next commit. The aggregate put last is
-    never the one evicted, however much it holds: the unit of work using it keeps it."""
-
-    def __init__(self, maxsize: int, max_entries: int) -> None:
-        super().__init__()
-        self.cache: OrderedDict[UUID, Any] = OrderedDict()  # least recently used first
-        self.maxsize = maxsize
-        self.max_entries = max_entries
-        self.held = 0
-        """Entries held by the cached aggregates, as weighed when each was put."""
-        self._weights: dict[UUID, int] = {}
-        self._lock = threading.Lock()  # the units of work run in a worker thread, queries elsewhere
-
-    def get(self, key: UUID, *, evict: bool = False) -> Any:
-        with self._lock:
-            value = self.cache[key]  # KeyError: not cached (what the repository expects)
-            if evict:
-                del self.cache[key]
-                self.held -= self._weights.pop(key)
-            else:
-                self.cache.move_to_end(key)
-            return value
-
-    def put(self, key: UUID, value: Any | None) -> None:
-        if value is None:
-            return
-        weight = entries(value)
-        with self._lock:
-            if key in self.cache:
-                self.cache.move_to_end(key)
-                self.held -= self._weights[key]
-            self.cache[key] = value
-            self._weights[key] = weight
-            self.held += weight
-            while len(self.cache) > 1 and (len(self.cache) > self.maxsize or self.held > self.max_entries):
-                oldest, _ = self.cache.popitem(last=False)
-                self.held -= self._weights.pop(oldest)
-
-    def __bool__(self) -> bool:
-        return True  # the repository asks ``if self.cache``: an empty cache is still the cache
+@dataclass(frozen=True)
+class Redelivered:
+    """Every message was at or below its recorded position: nothing was done."""
 
 
-class HotCacheApplication(Application[UUID]):
-    """An application whose repository caches its hot aggregates in :class:`HotAggregates`
-    (the library's ``construct_repository`` hook; its ``LRUCache`` is replaced)."""
+@dataclass(frozen=True)
+class Conflict(Generic[R]):
+    """Lost an optimistic-concurrency race after showing something outside the store;
+    nothing was recorded, and the unit was not redone."""
 
-    env = dict(HOT_CACHE)
-
-    def construct_repository(self) -> Repository[UUID]:
-        repository = super().construct_repository()
-        if isinstance(repository.cache, LRUCache):
-            repository.cache = HotAggregates(repository.cache.maxsize,
-                                             int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES))
-        return repository
+    result: R
+    error: IntegrityError
 
 
-LATEST_VERSION = sys.maxsize
-"""A version no aggregate reaches: asked for it, the repository rebuilds what is stored
-(from the latest snapshot on) and leaves the hot cache alone."""
+@dataclass(frozen=True)
+class Unconfirmed(Generic[R]):
+    """The commit was sent and its outcome could not be confirmed."""
+
+    result: R
+    error: PersistenceError
 
 
-def stored(app: Application[UUID], aggregate_id: UUID) -> Any:
-    """An aggregate as it is stored now, for a query. The hot cache is the units of work's:
-    only this process's own writes keep it current (another instance's writes reach a unit
-    as a version conflict, never a reader), so a reader — a status page, an operator's
-    tool, a test waiting for a commit — reads the store. Raises ``AggregateNotFoundError``."""
-    return app.repository.get(aggregate_id, version=LATEST_VERSION)
+@dataclass(frozen=True)
+class Refused(Generic[R]):
+    """The store refused the commit outright: nothing was recorded."""
+
+    result: R
+    error: PersistenceError
+
+
+Outcome = Committed[R] | Redelivered | Conflict[R] | Unconfirmed[R] | Refused[R]
 
 
 class ConflictsExhausted(RuntimeError):
-    """A unit of work kept losing optimistic-concurrency races; the poll is not acknowledged."""
+    """A unit kept losing optimistic-concurrency races; the poll is not acknowledged."""
 
 
-class StoredWorkspace(MemoryWorkspace):
-    """The aggregates of one unit of work, read through the application's repository once."""
-
-    def __init__(self, app: Application[UUID]) -> None:
-        super().__init__()
-        self.app = app
-        self._missing: set[UUID] = set()
-
-    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        if aggregate_id in self.store:
-            return super().get(cls, aggregate_id)
-        if aggregate_id in self._missing:
-            return None
-        try:
-            aggregate = self.app.repository.get(aggregate_id)
-        except AggregateNotFoundError:
-            self._missing.add(aggregate_id)
-            return None
-        self.store[aggregate_id] = aggregate
-        return super().get(cls, aggregate_id)
-
-    def add(self, aggregate: Aggregate) -> None:
-        self._missing.discard(aggregate.id)
-        super().add(aggregate)
-
-    def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
-        """Find out in one query which of these aggregates are stored (those neither held
-        here nor in the repository's cache); ``get`` then answers ``None`` for the others
-        without a read each (a new run cost two reads of its events and two of its
-        snapshots, one pair per aggregate). Another instance creating one meanwhile is
-        the usual lost race: the save conflicts and the unit is redone. A recorder without
-        ``stored_ids`` leaves every lookup to ``get``."""
-        stored_ids = getattr(self.app.recorder, "stored_ids", None)
-        if stored_ids is None:
-            return
-        cache = self.app.repository.cache
-        wanted = []
-        for aggregate_id in dict.fromkeys(aggregate_ids):
-            if aggregate_id in self.store or aggregate_id in self._missing:
-                continue
-            if cache is not None:
-                try:
-                    cache.get(aggregate_id)
-                    continue
-                except KeyError:
-                    pass
-            wanted.append(aggregate_id)
-        if wanted:
-            found = stored_ids(wanted)
-            self._missing.update(aggregate_id for aggregate_id in wanted if aggregate_id not in found)
-
-    def record(self, tracking: Tracking | Sequence[Tracking] | None = None) -> ProcessingEvent[UUID]:
-        """Record every pending event (and the tracking records) in one transaction, then
-        take the snapshots that are due and tell the application (``_notify``), in the
-        order of eventsourcing's ``Application.save``. Without tracking: a flush inside the unit (P13).
-        Several tracking records (one per partition of a poll) need a recorder that takes
-        them (:mod:`services.common.recorders`)."""
-        trackings = [] if tracking is None else [tracking] if isinstance(tracking, Tracking) else list(tracking)
-        processing: ProcessingEvent[UUID] = ProcessingEvent(tracking=trackings[0] if len(trackings) == 1 else None)
-        if len(trackings) > 1:
-            processing.saved_kwargs["trackings"] = trackings
-        for aggregate in self.store.values():  # what ProcessingEvent.collect_events does for an
-            # aggregate, without its two runtime-protocol isinstance checks per object (~40 µs
-            # each time; the store holds aggregates only)
-            processing.events.extend(aggregate.collect_events())
-            processing.aggregates[aggregate.id] = aggregate
-        if processing.events or trackings:
-            recordings = self.app._record(processing)
-            self.app._take_snapshots(processing)
-            self.app._notify(recordings)  # the library's hook after a save (a relay's hand-off)
-        return processing
-
-    def forget(self) -> None:
-        """Evict everything this unit touched from the repository cache: it may hold unsaved state."""
-        evict(self.app, self.store)
-        self.store.clear()
-        self._missing.clear()
+# ---------------------------------------------------------------------- the two seams
 
 
-def evict(app: Application[UUID], aggregate_ids: Iterable[UUID]) -> None:
-    cache = app.repository.cache
-    if cache is None:
-        return
-    for aggregate_id in list(aggregate_ids):
-        try:
-            cache.get(aggregate_id, evict=True)
-        except KeyError:
-            pass
+class Policy(Protocol[W_contra, R_co]):
+    """What a consumer does with the messages of a poll, over its sink's workspace."""
+
+    def apply(self, workspace: W_contra, fresh: Sequence[Inbound]) -> R_co:
+        """Decide, reading and changing the workspace only (never saving)."""
+        ...
+
+    def shown(self, result: R_co) -> bool:  # type: ignore[misc]
+        """Whether the unit showed anything outside the store before its commit."""
+        ...
 
 
-def by_partition(batch: Sequence[Inbound]) -> list[list[Inbound]]:
-    """The poll's messages per partition, in offset order, each offset once."""
-    groups: dict[str, dict[int, Inbound]] = {}
-    for item in batch:
-        groups.setdefault(item.tracking.application_name, {}).setdefault(item.offset, item)
-    return [sorted(group.values(), key=lambda i: i.offset) for group in groups.values()]
+class Unit(Protocol[W]):
+    """One unit of work on a sink."""
+
+    @property
+    def positions(self) -> dict[str, int] | Sequence[int] | object:
+        ...
+
+    @property
+    def workspace(self) -> W:
+        ...
+
+    def record(self, trackings: Sequence[Tracking]) -> None:
+        """Record the workspace's changes with these positions (committed when the unit ends)."""
+        ...
 
 
-Work = Callable[[StoredWorkspace, list[Inbound]], R]
-Commit = Callable[[StoredWorkspace, list[Tracking], R], None]
-OnConflict = Callable[[IntegrityError, "R | None"], None]
+class Sink(Protocol[W]):
+    """Where a consumer's decisions are recorded: an event log or view tables."""
+
+    def unit(self, names: Sequence[str]) -> AbstractContextManager[Unit[W]]:
+        """A unit over these partitions: their recorded positions (``positions[name]``, -1
+        for none) and a workspace; committed when the context ends without an error."""
+        ...
+
+    def recorded(self, tracking: Tracking) -> bool:
+        """Whether ``tracking`` is at or below its partition's recorded position (read again)."""
+        ...
 
 
-class TrackedUnitOfWork(Generic[R]):
-    """Runs a consumer's policy over one partition's messages and records the result with its position."""
+# ---------------------------------------------------------------------- the unit of work
 
-    def __init__(self, app: Application[UUID], *, max_attempts: int = 50) -> None:
-        self.app = app
+
+class TrackedUnitOfWork:
+    """Runs a consumer's policy over a poll and records the result with its positions."""
+
+    def __init__(self, *, max_attempts: int = 50) -> None:
         self.max_attempts = max_attempts
         self.conflicts = 0
-        """Units of work re-run after losing a concurrency race (a metric)."""
-        self._positions: dict[str, int] = {}
-        self._touched: dict[str, set[UUID]] = {}
-        """Per tracking name (partition): the aggregates its units loaded, for eviction on revoke."""
+        """Units redone after losing a concurrency race (a metric)."""
 
-    @property
-    def recorder(self) -> ProcessRecorder:
-        recorder = self.app.recorder
-        assert isinstance(recorder, ProcessRecorder)
-        return recorder
-
-    def position(self, tracking_name: str) -> int:
-        """The last offset of ``<topic>#<partition>`` committed with its effects (-1: none)."""
-        if tracking_name not in self._positions:
-            recorded = self.recorder.max_tracking_id(tracking_name)
-            self._positions[tracking_name] = -1 if recorded is None else recorded
-        return self._positions[tracking_name]
-
-    @property
-    def one_transaction_per_poll(self) -> bool:
-        return bool(getattr(self.recorder, "records_many_trackings", False))
-
-    def run_poll(
-        self,
-        batch: Sequence[Inbound],
-        work: Work[R],
-        *,
-        commit: Commit[R] | None = None,
-        on_conflict: OnConflict[R] | None = None,
-    ) -> list[R]:
-        """A whole poll: ONE unit of work and one transaction for all its partitions where
-        the recorder takes several tracking records, else one per partition. Returns the
-        result of each unit that recorded something."""
-        units = [list(batch)] if self.one_transaction_per_poll else by_partition(batch)
-        results = [self.run(items, work, commit=commit, on_conflict=on_conflict) for items in units if items]
-        return [result for result in results if result is not None]
-
-    def run(
-        self,
-        items: list[Inbound],
-        work: Work[R],
-        *,
-        commit: Commit[R] | None = None,
-        on_conflict: OnConflict[R] | None = None,
-    ) -> R | None:
-        """Apply ``work`` to the messages of ``items`` not yet recorded and record its events
-        with the tracking record of each partition's last message. ``None``: nothing was new.
-
-        ``commit`` replaces the plain record step (a consumer that must tell a failed
-        save from an unknown one); it must let ``IntegrityError`` through. ``on_conflict``
-        is told of each conflict and may raise to make it final (the poll is then retried
-        by the consumer, as for any error); otherwise the unit is redone on fresh state."""
-        items = [item for group in by_partition(items) for item in group]
+    def run(self, batch: Sequence[Inbound], policy: Policy[W, R], sink: Sink[W]) -> Outcome[R]:
+        items = in_order(batch)
+        names = sorted({item.tracking.application_name for item in items})
         for attempt in range(self.max_attempts):
-            fresh = [item for item in items if item.offset > self.position(item.tracking.application_name)]
-            if attempt == 0 and len(fresh) < len(items):
-                log.info("redelivered positions skipped", skipped=len(items) - len(fresh),
-                         committed_through={name: self.position(name)
-                                            for name in {i.tracking.application_name for i in items}})
-            if not fresh:
-                return None
-            last: dict[str, Tracking] = {}
-            for item in fresh:
-                last[item.tracking.application_name] = item.tracking
-            trackings = list(last.values())
-            workspace = StoredWorkspace(self.app)
             result: R | None = None
+            committing = False
+            trackings: list[Tracking] = []
             try:
-                result = work(workspace, fresh)
-                if commit is None:
-                    workspace.record(trackings)
-                else:
-                    commit(workspace, trackings, result)
+                with sink.unit(names) as unit:
+                    positions = unit.positions
+                    fresh = [item for item in items if item.offset > positions[item.tracking.application_name]]  # type: ignore[index]
+                    if attempt == 0 and len(fresh) < len(items):
+                        log.info("redelivered positions skipped", skipped=len(items) - len(fresh))
+                    if not fresh:
+                        return Redelivered()
+                    last = {item.tracking.application_name: item.tracking for item in fresh}
+                    trackings = list(last.values())
+                    result = policy.apply(unit.workspace, fresh)
+                    committing = True
+                    unit.record(trackings)
+                return Committed(result)  # type: ignore[arg-type]
             except IntegrityError as error:
-                workspace.forget()
-                recorded = [t for t in trackings if self._recorded(t)]
+                recorded = [t for t in trackings if sink.recorded(t)]
                 if recorded:
                     log.info("positions already recorded by another consumer",
                              positions={t.application_name: t.notification_id for t in recorded})
                     if len(recorded) == len(trackings):
-                        return None
+                        return Redelivered()
                     continue  # redo the partitions nobody recorded
                 self.conflicts += 1
-                if on_conflict is not None:
-                    on_conflict(error, result)
+                if result is not None and policy.shown(result):
+                    return Conflict(result, error)
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-                continue
-            except BaseException:
-                workspace.forget()
-                raise
-            for tracking in trackings:
-                self._positions[tracking.application_name] = tracking.notification_id
-                self._remember(tracking.application_name, workspace.store)
-            return result
-        raise ConflictsExhausted(f"{sorted(last)}: gave up after {self.max_attempts} conflicting attempts")
+            except (OperationalError, InterfaceError) as error:
+                if not committing:
+                    raise  # a read failed: nothing was sent to be committed; the poll is retried
+                return Unconfirmed(result, error)  # type: ignore[arg-type]
+            except PersistenceError as error:
+                if not committing:
+                    raise
+                return Refused(result, error)  # type: ignore[arg-type]
+        raise ConflictsExhausted(f"{names}: gave up after {self.max_attempts} conflicting attempts")
 
-    def _recorded(self, tracking: Tracking) -> bool:
-        """Re-read one position; ``True`` if ``tracking`` is at or below it."""
-        self._positions.pop(tracking.application_name, None)
-        if self.recorder.has_tracking_id(tracking.application_name, tracking.notification_id):
-            self._positions[tracking.application_name] = self.position(tracking.application_name)
-            return True
-        return False
-
-    def untracked(self, work: Callable[[StoredWorkspace], R | None]) -> R | None:
-        """A unit of work that no Kafka message caused (an operator's deletion, a retention
-        sweep): the same record-or-redo-on-conflict, without a position. ``work`` returns
-        ``None`` when there is nothing to do."""
+    def run_untracked(self, policy: Policy[W, R | None], sink: Sink[W]) -> R | None:
+        """A unit no Kafka message caused (an operator's deletion, a retention sweep): the
+        same record-or-redo-on-conflict, without a position. The policy's ``None``: nothing
+        to do."""
         for attempt in range(self.max_attempts):
-            workspace = StoredWorkspace(self.app)
             try:
-                result = work(workspace)
-                if result is None:
-                    workspace.forget()
-                    return None
-                workspace.record()
+                with sink.unit(()) as unit:
+                    result = policy.apply(unit.workspace, ())
+                    if result is None:
+                        return None
+                    unit.record(())
+                return result
             except IntegrityError:
-                workspace.forget()
                 self.conflicts += 1
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-                continue
-            except BaseException:
-                workspace.forget()
-                raise
-            return result
         raise ConflictsExhausted(f"gave up after {self.max_attempts} conflicting attempts")
 
-    def _remember(self, name: str, aggregate_ids: Iterable[UUID]) -> None:
-        touched = self._touched.setdefault(name, set())
-        touched.update(aggregate_ids)
-        cache = self.app.repository.cache
-        if cache is not None and len(touched) > 40_000:  # keep only what the (bounded) cache still holds
-            held = getattr(cache, "cache", {})
-            touched.intersection_update(held)
 
-    def forget_partitions(self, tracking_names: Iterable[str]) -> None:
-        """A partition moved to another instance: drop its positions and the aggregates its
-        units held, so this instance reloads them from the log if the partition comes back."""
-        for name in tracking_names:
-            self._positions.pop(name, None)
-            evict(self.app, self._touched.pop(name, ()))
-
-    def forget(self) -> None:
-        """Drop every cached position and aggregate (e.g. after a deletion destroyed keys)."""
-        self.forget_partitions(list(self._touched))
-        self._positions.clear()
-
-    def holding(self) -> dict[str, Any]:
-        """What this instance holds, for diagnostics."""
-        return {name: len(ids) for name, ids in self._touched.items()}
+def in_order(batch: Sequence[Inbound]) -> list[Inbound]:
+    """The poll's messages per partition in offset order, each offset once."""
+    groups: dict[str, dict[int, Inbound]] = {}
+    for item in batch:
+        groups.setdefault(item.tracking.application_name, {}).setdefault(item.offset, item)
+    return [item for group in groups.values() for item in sorted(group.values(), key=lambda i: i.offset)]

@@ -1,10 +1,13 @@
-"""Wake a relay as soon as its log grows.
+"""Wake a reader as soon as another process writes: one ``LISTEN`` mechanism for every store.
 
 eventsourcing's PostgreSQL application recorder sends ``NOTIFY <channel_name>`` in every
-insert transaction. A thread LISTENs on a connection of the recorder's own datastore
-(its pool, its connection settings — the way eventsourcing's ``PostgresSubscription``
-listens) and sets an asyncio event; the relay then reads from its recorded position.
-Without it (SQLite) the relay polls.
+insert transaction, and Delivery's view tables ``NOTIFY`` their channel with the runs a
+batch changed. A :class:`ChannelListener` thread LISTENs on a connection of the store's
+own datastore (its pool, its connection settings — the way eventsourcing's
+``PostgresSubscription`` listens) and hands each payload to the event loop: the relay
+then reads its log from its recorded position, Delivery wakes the live feeds of those
+runs. Where the backend has no such channel (SQLite, memory: one writer per store) the
+relay polls and Delivery's own consumer wakes its feeds (:mod:`services.common.backends`).
 
 Why not eventsourcing's ``Subscription`` (``recorder.subscribe(gt=…)`` /
 ``ApplicationSubscription``) itself: it is a blocking iterator of single
@@ -24,16 +27,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from eventsourcing.application import Application
 from psycopg import sql
 
 from services.common.observability import get_logger
-from services.common.settings import Settings
 
 log = get_logger(__name__)
 
 
-class LogWakeups:
+class ChannelListener:
+    """``LISTEN`` on one channel of a PostgreSQL datastore, in a thread of its own."""
+
     def __init__(self, datastore: Any, channel: str) -> None:
         self._datastore = datastore
         self._channel = channel
@@ -42,12 +45,12 @@ class LogWakeups:
 
     def start(self, loop: asyncio.AbstractEventLoop, heard: Callable[[str | None], None],
               known: Callable[[str], bool] = lambda committer: False) -> None:
-        """Call ``heard`` on ``loop`` for every commit to the log, with the committer's mark
-        (the NOTIFY's payload: :data:`services.common.recorders.COMMITTER` of the process
-        that wrote it); ``None`` when commits may have been missed (on every (re)connect).
-        A commit ``known`` already by its committer's mark (this process's own, handed to
-        its relay in memory) is dropped here, in the listening thread, without waking the
-        loop: one wake-up of the event loop less per commit."""
+        """Call ``heard`` on ``loop`` with every notification's payload (a log's: the
+        committer's mark, :data:`services.common.recorders.COMMITTER` of the process that
+        wrote it); ``None`` when notifications may have been missed (on every (re)connect).
+        A payload ``known`` already (this process's own commit, handed to its relay in
+        memory, or its own batch, whose feeds it woke itself) is dropped here, in the
+        listening thread, without waking the loop."""
         def listen() -> None:
             while not self._stopping.is_set():
                 try:
@@ -64,7 +67,8 @@ class LogWakeups:
                 except Exception as error:  # noqa: BLE001 — PersistenceError, OSError…: reconnect, poll meanwhile
                     if self._stopping.is_set():
                         break
-                    log.warning("log notifications interrupted; relay polls meanwhile", error=type(error).__name__)
+                    log.warning("notifications interrupted; reconnecting", channel=self._channel,
+                                error=type(error).__name__)
                     self._stopping.wait(1.0)
 
         self._thread = threading.Thread(target=listen, name=f"wakeups:{self._channel}", daemon=True)
@@ -72,12 +76,3 @@ class LogWakeups:
 
     def stop(self) -> None:
         self._stopping.set()
-
-
-def wakeups_for(settings: Settings, app: Application[Any]) -> LogWakeups | None:
-    """NOTIFY-driven wake-ups where the log is in PostgreSQL; ``None`` (polling) otherwise."""
-    channel = getattr(app.recorder, "channel_name", None)
-    datastore = getattr(app.recorder, "datastore", None)
-    if not settings.uses_postgres or channel is None or datastore is None:
-        return None
-    return LogWakeups(datastore, channel)

@@ -3,9 +3,8 @@ client of that run, on every Delivery instance.
 
 * :class:`Notifier` is the process's hub. Whoever committed a batch (``ViewStore.process``
   in this process) calls :meth:`Notifier.notify` with the run ids that changed; batches
-  committed by *other* instances arrive as PostgreSQL notifications on the store's
-  channel (:class:`PostgresWakeups`, ``LISTEN``; the store ``NOTIFY``s in the batch's own
-  transaction, so a notification never precedes the frames it announces).
+  committed by *other* instances arrive as notifications on the store's channel
+  (:class:`StoreWakeups`, where the backend has one).
 * A :class:`RunFeed` exists per run while at least one client follows it live. A woken
   feed is due; the hub's one reader reads the new frames of every due feed together
   (``ViewStore.read_feeds``: one transaction in a worker thread, however many runs the
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from imprint.delivery.frames import Frame
 from services.common.observability import get_logger
+from services.common.wakeups import ChannelListener
 
 if TYPE_CHECKING:
     from services.delivery.view_store import FeedRead, ViewStore
@@ -316,47 +316,42 @@ class Notifier:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class PostgresWakeups:
-    """``LISTEN`` on the shared store's channel: wake this process's feeds for the runs
-    another instance's batch changed. Reconnects on failure and then wakes every feed
-    (a notification sent while nobody listened is otherwise lost)."""
+class StoreWakeups:
+    """Wakes this process's feeds for the runs another instance's poll changed, heard on the
+    view tables' channel (:class:`services.common.wakeups.ChannelListener`; the poll's
+    transaction announces them, so a notification never precedes the frames it names).
+    After a (re)connect every feed is woken: a notification sent while nobody listened is
+    otherwise lost."""
 
-    def __init__(self, database_url: str, channel: str, origin: str, hub: Notifier, *,
-                 reconnect_seconds: float = 1.0) -> None:
-        self.database_url = database_url
-        self.channel = channel
+    def __init__(self, listener: ChannelListener, origin: str, hub: Notifier) -> None:
+        self.listener = listener
         self.origin = origin
         self.hub = hub
-        self.reconnect_seconds = reconnect_seconds
-        self.listening = asyncio.Event()
         self.received = 0
 
-    async def run(self) -> None:
-        import psycopg
-        from psycopg import sql
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.listener.start(loop, self.heard, self.own)
 
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as connection:
-                    await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-                    self.listening.set()
-                    self.hub.wake_all()
-                    async for note in connection.notifies():
-                        self._deliver(note.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                self.listening.clear()
-                log.warning("delivery wake-up listener lost its connection; reconnecting", error=repr(error))
-                await asyncio.sleep(self.reconnect_seconds)
+    def stop(self) -> None:
+        self.listener.stop()
 
-    def _deliver(self, payload: str) -> None:
+    def own(self, payload: str) -> bool:
+        """This process's own poll (its consumer already woke the feeds): dropped unheard."""
+        try:
+            return bool(json.loads(payload).get("origin") == self.origin)
+        except (ValueError, AttributeError):
+            return True  # not ours to read
+
+    def heard(self, payload: str | None) -> None:
+        if payload is None:
+            self.hub.wake_all()
+            return
         try:
             note: dict[str, Any] = json.loads(payload)
         except ValueError:
             return
-        if note.get("origin") == self.origin:
-            return  # this process's own batch: its consumer already woke the feeds
+        if not isinstance(note, dict) or note.get("origin") == self.origin:
+            return
         runs = [r for r in note.get("runs", ()) if isinstance(r, str)]
         self.received += 1
         self.hub.notify(runs)

@@ -5,25 +5,24 @@ PostgreSQL they share one view store: the instances form one consumer group, so 
 fact is applied once (frame ids are assigned in the store, under the run's row lock),
 and each batch ``NOTIFY``s the store's channel, which every instance ``LISTEN``s to, so a
 client on any instance follows its run live and resumes on any other with
-``Last-Event-ID``. The embedded SQLite store is single-instance."""
+``Last-Event-ID``. The embedded SQLite store has one instance."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 
 import uvicorn
 
 from imprint.contracts.base import Message
-from services.common.eventstore import ensure_schema, open_application
+from services.common.backends import backend_for
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import settle_heap
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.delivery import consumer
 from services.delivery.app import create_app, topic_for
-from services.delivery.notifier import Notifier, PostgresWakeups
+from services.delivery.notifier import Notifier, StoreWakeups
 from services.delivery.view_store import ViewStore
 
 __all__ = ["ViewStore", "serve"]
@@ -33,8 +32,8 @@ log = get_logger(__name__)
 
 
 async def serve(settings: Settings) -> None:
-    ensure_schema(settings)
-    store = open_application(settings, lambda: ViewStore(settings))
+    backend = backend_for(settings)
+    store = backend.open(lambda: ViewStore(settings))
     # One member of the consumer group per instance, named so an operator (and the
     # multi-instance test) can tell which instance holds which partitions.
     broker = make_broker(settings, f"imprint-delivery-{os.getpid()}")
@@ -42,11 +41,10 @@ async def serve(settings: Settings) -> None:
     notifier = Notifier(poll_interval=settings.sse_poll_seconds)
     notifier.bind(asyncio.get_running_loop())
     consumer.subscribe(broker, settings, outbox, store, notifier)
-    wakeups: asyncio.Task[None] | None = None
-    if settings.uses_postgres and store.channel is not None:
-        assert settings.database_url is not None
-        listener = PostgresWakeups(settings.database_url, store.channel, store.origin, notifier)
-        wakeups = asyncio.create_task(listener.run(), name="delivery-wakeups")
+    listener = backend.table_wakeups(store.tables)
+    wakeups = None if listener is None else StoreWakeups(listener, store.origin, notifier)
+    if wakeups is not None:
+        wakeups.start(asyncio.get_running_loop())
 
     async def publish(message: Message) -> None:
         await outbox.publish(topic_for(message), message)
@@ -68,9 +66,7 @@ async def serve(settings: Settings) -> None:
         await server.serve()  # owns SIGINT/SIGTERM: stops accepting, then returns
     finally:
         if wakeups is not None:
-            wakeups.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await wakeups
+            wakeups.stop()
         await notifier.close()
         await broker.stop()
         await outbox.stop()

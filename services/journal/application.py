@@ -46,10 +46,12 @@ from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.intake import IndexIntent, Intake, retention_event_id
 from imprint.shredding import Keyring
+from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
-from services.common.recorders import tracking_many
-from services.common.unit_of_work import ConflictsExhausted, HotCacheApplication, StoredWorkspace, TrackedUnitOfWork, stored
+from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
+from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork
+from services.journal.message_index import StoreMessageIndex
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -75,7 +77,7 @@ class RuntimeJournal(HotCacheApplication):
     ) -> None:
         if name:
             self.name = name  # table prefix (PostgreSQL) / environment prefix
-        super().__init__(tracking_many(env))
+        super().__init__(env)
         self.recorder: ProcessRecorder
         self.keyring = keyring
         self.intake = Intake(keyring)
@@ -83,35 +85,30 @@ class RuntimeJournal(HotCacheApplication):
         self.message_index: MessageIndex = message_index if message_index is not None else InMemoryMessageIndex()
         self.max_attempts = max_attempts
         self.processing_lock = threading.RLock()
-        self.units: TrackedUnitOfWork[list[IndexIntent]] = TrackedUnitOfWork(self, max_attempts=max_attempts)
+        self.units = TrackedUnitOfWork(max_attempts=max_attempts)
+        self.sink = EventLog(self)
         self._owned: list[Any] = []
+        """What :meth:`from_settings` opened for this journal, closed with it."""
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, keyring: Keyring | None = None, name: str = "journal") -> RuntimeJournal:
-        from services.common.eventstore import ensure_schema, open_application, store_environment
-        from services.common.keyring import open_keyring
-        from services.journal.message_index import open_message_index
-
-        ensure_schema(settings)
-        owned: list[Any] = []
+        backend = backend_for(settings)
+        index = StoreMessageIndex(backend.tables(f"{name}_index"), f"{name}_message_index")
+        owned: list[Any] = [index]
         if keyring is None:
-            keyring = open_keyring(settings)
+            keyring = backend.keyring()
             owned.append(keyring)
-        index = open_message_index(settings, name)
-        owned.append(index)
-        env = store_environment(settings, name)
-        journal = open_application(settings, lambda: cls(env, keyring=keyring, message_index=index, name=name))
+        env = backend.environment(name)
+        journal = backend.open(lambda: cls(env, keyring=keyring, message_index=index, name=name))
         journal._owned = owned
         return journal
 
     def close(self) -> None:
         for resource in self._owned:
-            close = getattr(resource, "close", None)
-            if close:
-                close()
+            resource.close()
         self._owned = []
         super().close()
 
@@ -120,24 +117,23 @@ class RuntimeJournal(HotCacheApplication):
     def process(self, batch: Sequence[Inbound]) -> None:
         """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
         with self.processing_lock:
-            for intents in self.units.run_poll(batch, self._apply):
-                self._after_commit(intents)
+            outcome = self.units.run(batch, _Intake(self.intake), self.sink)
+            match outcome:
+                case Committed(intents):
+                    self._after_commit(intents)
+                case Redelivered():
+                    pass
+                case _:  # unconfirmed or refused: nothing is assumed, the poll is retried
+                    raise outcome.error  # type: ignore[union-attr]
 
     def revoked(self, tracking_names: Sequence[str]) -> None:
         """These partitions now belong to another instance: forget their cached positions."""
         with self.processing_lock:
-            self.units.forget_partitions(tracking_names)
-
-    def _apply(self, ws: StoredWorkspace, fresh: list[Inbound]) -> list[IndexIntent]:
-        intents: list[IndexIntent] = []
-        intake = self.intake.scoped()
-        for item in fresh:
-            intents.extend(intake.apply(ws, item.message))
-        return intents
+            self.sink.forget_partitions(tracking_names)
 
     def _untracked(self, work: Callable[[StoredWorkspace], list[IndexIntent] | None]) -> bool:
         """A unit of work no Kafka message caused; returns whether anything was recorded."""
-        intents = self.units.untracked(work)
+        intents = self.units.run_untracked(_Untracked(work), self.sink)
         if intents is None:
             return False
         self._after_commit(intents)
@@ -161,7 +157,7 @@ class RuntimeJournal(HotCacheApplication):
                     self.message_index.drop_conversation(intent.conversation_id)
             else:
                 self.message_index.drop_conversation(intent.conversation_id)
-                self.units.forget()  # the cache must not keep what the destroyed key sealed
+                self.sink.forget()  # the cache must not keep what the destroyed key sealed
 
     # -- deletion and retention (X8) ------------------------------------------------------------
 
@@ -247,3 +243,33 @@ class RuntimeJournal(HotCacheApplication):
 def open_journal(settings: Settings, *, keyring: Keyring | None = None) -> RuntimeJournal:
     """The journal of this deployment (PostgreSQL or SQLite per settings), with its keyring and index."""
     return RuntimeJournal.from_settings(settings, keyring=keyring)
+
+
+class _Intake:
+    """The Journal's policy over a poll: each message through its intake (keys fetched once per unit)."""
+
+    def __init__(self, intake: Intake) -> None:
+        self.intake = intake
+
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[IndexIntent]:
+        intents: list[IndexIntent] = []
+        intake = self.intake.scoped()
+        for item in fresh:
+            intents.extend(intake.apply(ws, item.message))
+        return intents
+
+    def shown(self, intents: list[IndexIntent]) -> bool:
+        return False  # the journal shows nothing before its commit
+
+
+class _Untracked:
+    """A unit no Kafka message caused, as a policy."""
+
+    def __init__(self, work: Callable[[StoredWorkspace], list[IndexIntent] | None]) -> None:
+        self.work = work
+
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[IndexIntent] | None:
+        return self.work(ws)
+
+    def shown(self, intents: list[IndexIntent] | None) -> bool:
+        return False

@@ -15,7 +15,6 @@ from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
-from services.common.eventstore import ensure_schema
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
@@ -51,7 +50,6 @@ def journal_relay(settings: Settings, journal: RuntimeJournal) -> Relay:
 
 
 async def serve(settings: Settings) -> None:
-    ensure_schema(settings)
     journal = open_journal(settings)
     relay = journal_relay(settings, journal)
     try:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from services.common.settings import Settings
-from services.common.eventstore import ensure_schema
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
 from services.journal import consumer
@@ -14,7 +13,6 @@ from services.journal.retention import sweep_forever
 
 
 async def serve(settings: Settings) -> None:
-    ensure_schema(settings)
     journal = open_journal(settings)
     broker = make_broker(settings, "imprint-journal")
     outbox = Outbox(settings, "imprint-journal")

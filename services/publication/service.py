@@ -11,10 +11,9 @@ from typing import Any
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy
+from services.common.backends import backend_for
 from services.common.settings import Settings
-from services.common.eventstore import ensure_schema, open_application, store_environment
 from services.common.inbound import Inbound
-from services.common.keyring import open_keyring
 from services.common.kafka import Outbox, confirmed, make_broker, subscribe_tracked
 from services.common.lifecycle import run_until_stopped
 from services.publication.application import RUN_OPENED, PublicationLog
@@ -26,15 +25,15 @@ __all__ = ["REMOVED", "RUN_OPENED", "SEAL_MARK", "SEALED", "UNREADABLE", "BatchO
 
 
 def open_log(settings: Settings) -> PublicationLog:
-    ensure_schema(settings)
+    backend = backend_for(settings)
     policy = Policy(
         modifications_per_block=settings.block_modification_quota,
         modifications_per_run=settings.run_modification_quota,
         display_char_limit=settings.display_char_limit,
     )
-    env = store_environment(settings, PublicationLog.name)
-    keyring = open_keyring(settings)
-    return open_application(settings, lambda: PublicationLog(keyring, env=env, policy=policy))
+    env = backend.environment(PublicationLog.name)
+    keyring = backend.keyring()
+    return backend.open(lambda: PublicationLog(keyring, env=env, policy=policy))
 
 
 async def serve(settings: Settings) -> None:

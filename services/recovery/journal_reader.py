@@ -13,16 +13,15 @@ view (:mod:`imprint.recovery.journal_facts`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
 from imprint.journal.execution import AnswerExecution
 from imprint.recovery.journal_facts import JournalAvailability, JournalRun
-from services.common.eventstore import store_environment
+from services.common.backends import backend_for
 from services.common.observability import get_logger
-from services.common.unit_of_work import stored
+from services.common.event_log import stored
 from services.common.settings import Settings
 
 log = get_logger(__name__)
@@ -31,18 +30,6 @@ JOURNAL_STORE = "journal"
 
 class _JournalStore(Application[UUID]):
     name = JOURNAL_STORE
-
-
-def _store_exists(settings: Settings) -> bool:
-    if settings.uses_postgres:
-        import psycopg
-
-        table = f'"{settings.database_schema}".journal_events' if settings.database_schema else "journal_events"
-        assert settings.database_url is not None
-        with psycopg.connect(settings.database_url, connect_timeout=5) as connection:
-            row = connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-        return row is not None and row[0] is not None
-    return (Path(settings.state_dir) / "data" / f"{JOURNAL_STORE}.sqlite").exists()
 
 
 def journal_run(execution: AnswerExecution | None, run_id: str) -> JournalRun:
@@ -72,11 +59,12 @@ class JournalReader:
         self.reason = ""
         self._store: _JournalStore | None = None
         try:
-            if not _store_exists(settings):
+            backend = backend_for(settings)
+            if not backend.has_log(JOURNAL_STORE):
                 self.availability = "absent"
                 self.reason = "no journal store in this deployment: the journal recorded nothing"
                 return
-            self._store = _JournalStore(env={**store_environment(settings, JOURNAL_STORE), "CREATE_TABLE": "n"})
+            self._store = _JournalStore(env={**backend.environment(JOURNAL_STORE), "CREATE_TABLE": "n"})
         except Exception as error:  # noqa: BLE001 — reported, never guessed around
             self._unavailable(error)
 

@@ -35,7 +35,8 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from imprint.contracts.publication import CommittedBlock
 from services.common.observability import get_logger
-from services.common.unit_of_work import stored
+from services.common.event_log import stored
+from services.common.recorders import PollRecorder
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
@@ -180,18 +181,13 @@ def iter_ledgers(app: PublicationLog, run_ids: Iterable[str], *, audit: bool = T
                  ) -> Iterable[tuple[RunLedger | None, Bound]]:
     """One run at a time, in the order given: its ledger (``None`` if the run has no
     readable events) and the bound read. The streams of :data:`RUNS_PER_READ` runs are
-    read in one query (a recorder without :meth:`select_events_of` reads run by run).
-    ``audit=False``: ledgers for answer views only (see :class:`LogFold`)."""
-    select_many = getattr(app.recorder, "select_events_of", None)
-    if select_many is None:
-        for run_id in run_ids:
-            yield _bounded(_read_run(app, run_id, None, audit=audit).ledger(run_id))
-        return
+    read in one query. ``audit=False``: ledgers for answer views only (see :class:`LogFold`)."""
+    recorder: PollRecorder = app.recorder  # type: ignore[assignment]
     opener = _opener(app)
     for chunk in in_pages(run_ids, RUNS_PER_READ):
         ids = {run_id: PublicationRun.id_for(run_id) for run_id in chunk}
         streams: dict[uuid.UUID, list[StoredEvent]] = {}
-        for stored in select_many(sorted(set(ids.values()))):
+        for stored in recorder.select_events_of(sorted(set(ids.values()))):
             streams.setdefault(stored.originator_id, []).append(stored)
         # one key-table read for the page; each run decoded and folded in turn, while its
         # events are still in the processor's caches; what fails is found record by record

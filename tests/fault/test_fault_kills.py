@@ -56,7 +56,7 @@ def test_killed_between_the_database_commit_and_the_offset_commit_applies_nothin
         # The window really existed: the log has the poll, Kafka's group offset does not.
         tracking = f"{s.topic(Topic.RUNTIME)}#{partition_of(s, run)}"
         with log_of(s) as app:
-            tracked = app.process_recorder.max_tracking_id(tracking)
+            tracked = app.recorder.max_tracking_id(tracking)
             before = app.run(run)
         assert tracked is not None and before is not None and before.candidates, "a poll with candidates committed"
         assert asyncio.run(committed_offset(s, "publication", Topic.RUNTIME, partition_of(s, run))) <= tracked, \
@@ -86,7 +86,7 @@ def test_killed_between_the_database_commit_and_the_offset_commit_applies_nothin
 
 def relay_position(settings: Settings) -> int:
     with log_of(settings) as app:
-        return app.process_recorder.max_tracking_id(RELAY_NAME) or 0
+        return app.recorder.max_tracking_id(RELAY_NAME) or 0
 
 
 @pytest.mark.rule("P14")
@@ -101,7 +101,7 @@ def test_a_relay_killed_mid_stream_loses_nothing_and_keeps_the_log_order(isolate
         with log_of(s) as app:
             wait_until(lambda: all((found := app.run(r)) is not None and len(found.candidates) == n for r in runs),
                        timeout=60, what="every candidate committed")
-            notifications = app.process_recorder.select_notifications(start=1, limit=100_000)
+            notifications = app.recorder.select_notifications(start=1, limit=100_000)
             expected = [m for m in (announce(app.mapper.to_domain_event(x)) for x in notifications) if m is not None]
             last = notifications[-1].id
         assert len(expected) == 2 * n

@@ -55,7 +55,7 @@ ACTIVE = re.compile(r"relay active\s.*position=(\d+)")
 
 def relay_position(settings: Settings) -> int:
     with log_of(settings) as app:
-        return app.process_recorder.max_tracking_id(RELAY_NAME) or 0
+        return app.recorder.max_tracking_id(RELAY_NAME) or 0
 
 
 def activations(stack: Stack, part_name: str) -> list[int]:
@@ -170,7 +170,7 @@ def test_a_standby_relay_takes_over_from_the_recorded_position_when_the_active_o
                     sum(len(app.run(r).candidates) for r in RUNS) == len(proposals)  # type: ignore[union-attr]
 
             wait_until(all_settled, timeout=60, what="every proposal committed")
-            notifications = app.process_recorder.select_notifications(start=1, limit=1_000_000)
+            notifications = app.recorder.select_notifications(start=1, limit=1_000_000)
             expected = [m for m in (announce(app.mapper.to_domain_event(x)) for x in notifications) if m is not None]
         ids = {str(m.event_id) for m in expected}
         values = asyncio.run(read_topic(s, Topic.PUBLICATION, until=lambda vs: ids <= {v["event_id"] for v in vs},

@@ -53,7 +53,7 @@ def private_settings(bootstrap: str, database_url: str, tmp_path: Path, *, parti
                      replication: int = 1, min_insync: int | None = None) -> Settings:
     """Like the ``isolated`` fixture, on the given servers: its own topic prefix (with
     ``partitions`` partitions and ``replication`` replicas), schema and HTTP port."""
-    from services.common.eventstore import ensure_schema
+    from services.common.backends import backend_for
     from tests.support.net import free_port
 
     tag = uuid.uuid4().hex[:10]
@@ -62,7 +62,7 @@ def private_settings(bootstrap: str, database_url: str, tmp_path: Path, *, parti
         topic_prefix=f"t{tag}.", group_prefix=f"imprint-{tag}", state_dir=tmp_path / "state",
         http_host="127.0.0.1", http_port=free_port(), topic_partitions=partitions,
     )
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     asyncio.run(create_topics(settings, partitions=partitions, replication=replication, min_insync=min_insync))
     return settings
 

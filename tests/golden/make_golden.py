@@ -23,7 +23,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from services.common.eventstore import ensure_schema
+from services.common.backends import backend_for
 from services.common.settings import Settings
 from tests.golden import stores, workload
 from tests.golden.folder import BACKENDS, LOGS, MANIFEST, Golden, digest, restored
@@ -71,7 +71,7 @@ def write_stores(base: Settings, work: Path, staging: Path) -> None:
     # The schema's name is rewritten out of the dump, so it must be one no data contains.
     postgres = base.model_copy(update={"state_dir": work / "write-postgres",
                                        "database_schema": f"golden_{uuid.uuid4().hex[:12]}"})
-    ensure_schema(postgres)
+    backend_for(postgres).prepare()
     try:
         workload.write(postgres)
         (staging / "postgres").mkdir(parents=True)
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tests.golden.make_golden <YYYY-MM-DD-name>", file=sys.stderr)
         return 2
     base = Settings()
-    if not base.uses_postgres:
+    if backend_for(base).name != "postgres":
         print("make_golden needs IMPRINT_DATABASE_URL (PostgreSQL) and IMPRINT_KAFKA_BOOTSTRAP", file=sys.stderr)
         return 2
     try:

@@ -36,7 +36,7 @@ from services.common.launcher import child_environment
 from services.common.relay import Relay
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
-from services.journal.announcements import ANNOUNCED_TOPICS as JOURNAL_TOPICS
+from imprint.journal.announcements import ANNOUNCED_TOPICS as JOURNAL_TOPICS
 from services.journal.application import open_journal
 from services.journal.relay import RELAY_NAME as JOURNAL_RELAY, BatchAnnouncer
 from services.publication.relay import RELAY_NAME as PUBLICATION_RELAY, announce_publication

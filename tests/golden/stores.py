@@ -23,11 +23,11 @@ from urllib.parse import unquote, urlparse
 
 import psycopg
 
-from services.common.eventstore import ensure_schema
+from services.common.backends import backend_for
 from services.common.settings import Settings
 
 SQLITE_FILES = ("publication.sqlite", "journal.sqlite", "keyring.sqlite")
-"""The files under a state folder's ``data/`` that a golden log keeps (``services.common.eventstore``,
+"""The files under a state folder's ``data/`` that a golden log keeps (``services.common.backends``,
 ``services.common.keyring``)."""
 POSTGRES_TABLES = ("publication_events", "publication_snapshots", "publication_tracking",
                    "journal_events", "journal_tracking", "imprint_conversation_keys")
@@ -82,7 +82,7 @@ def restore_postgres(dump: str, settings: Settings) -> None:
     """The dump into ``settings.database_schema`` (created if missing), which must hold no table yet."""
     schema = settings.database_schema
     assert settings.database_url and schema and '"' not in schema and "'" not in schema, schema
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     with psycopg.connect(settings.database_url, autocommit=True) as connection:
         with connection.transaction():
             connection.execute(dump.replace(PLACEHOLDER, schema).encode())  # type: ignore[call-overload]

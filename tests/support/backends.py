@@ -1,13 +1,13 @@
 """One test body, several stores: the ``backend`` fixture (tests/conftest.py) runs a
-test once per persistence backend, the way eventsourcing's own tests run one test
-class per persistence module (``WithSQLiteFile``, ``WithPostgres``).
+test once per store backend, the way eventsourcing's own tests run one test class per
+persistence module (``WithSQLiteFile``, ``WithPostgres``).
 
-A :class:`Backend` is configuration only — the test opens its store the way the
-services do (``ViewStore(backend.settings)``, ``RuntimeJournal(backend.env("journal"))``)
-and never branches on the backend's name:
+It yields the deployment's own :class:`services.common.backends.Backend` — chosen from
+the test's settings exactly as a part chooses it — so the test opens its stores the way
+the services do (``open_log(backend.settings)``, ``ViewStore(backend.settings)``,
+``RuntimeJournal(backend.environment("journal"), …)``) and never branches on its name:
 
-- ``memory``: eventsourcing's POPO recorders (``env``); ``settings`` has no database
-  (a store that has no in-memory form, such as Delivery's view store, is not run on it);
+- ``memory``: eventsourcing's in-memory recorders and an in-memory SQLite for tables;
 - ``sqlite``: the embedded default, files under the test's own state folder;
 - ``postgres``: the test database, in a schema of the test's own (dropped afterwards).
 
@@ -15,26 +15,26 @@ Choose a subset with ``@pytest.mark.parametrize("backend", ["sqlite", "postgres"
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pathlib import Path
 
-from services.common.eventstore import store_environment
+from services.common.backends import Backend, backend_for
 from services.common.settings import Settings
 
 BACKENDS = ("memory", "sqlite", "postgres")
+STORE_BACKENDS = ("sqlite", "postgres")
+"""The backends a store outlives its process on (what ``make run`` and production use)."""
 
 
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    settings: Settings
+def backend_settings(name: str, state_dir: Path, database_url: str | None = None, schema: str | None = None) -> Settings:
+    """Settings that choose backend ``name`` (``database_url``/``schema``: PostgreSQL's)."""
+    assert name in BACKENDS, name
+    url = {"memory": "memory://", "sqlite": None, "postgres": database_url}[name]
+    return Settings(state_dir=state_dir, database_url=url, database_schema=schema if name == "postgres" else None)
 
-    def env(self, application: str) -> dict[str, str]:
-        """The eventsourcing ``env`` of ``application`` on this backend."""
-        if self.name == "memory":
-            return {"PERSISTENCE_MODULE": "eventsourcing.popo", "ORIGINATOR_ID_TYPE": "uuid"}
-        return store_environment(self.settings, application)
 
-    @property
-    def durable(self) -> bool:
-        """Whether what one store instance wrote is there for the next one (a restart)."""
-        return self.name != "memory"
+def memory_environment(application: str = "test") -> dict[str, str]:
+    """The eventsourcing environment of an in-memory store (an application in one test)."""
+    return backend_for(Settings(database_url="memory://")).environment(application)
+
+
+__all__ = ["BACKENDS", "STORE_BACKENDS", "Backend", "backend_settings", "memory_environment"]

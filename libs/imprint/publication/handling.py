@@ -28,7 +28,7 @@ previews, then commits the rest with the Kafka position (P14, P15)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -347,6 +347,21 @@ def handle(ws: Workspace, message: Any, context: Context = Context()) -> Effects
     if getattr(message, "type", None) in CANDIDATE_TYPES:
         return propose(ws, message, context)
     return NOTHING
+
+
+def apply_all(ws: Workspace, offered: Iterable[tuple[Any, Context]]) -> Unit:
+    """A poll's messages, in order, as one unit: each handled, a modification's quota made
+    durable before its settlement and its preview (P13), the effects gathered for the
+    unit of work to emit (previews, P14) and act on after its commit (keys to destroy)."""
+    unit = Unit()
+    for message, context in offered:
+        effects = handle(ws, message, context)
+        if effects.durable_first:
+            ws.flush()
+        if effects.then is not None:
+            effects.then.record(ws)
+        unit.add(effects)
+    return unit
 
 
 @dataclass

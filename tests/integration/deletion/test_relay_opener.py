@@ -9,7 +9,7 @@ import pytest
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
-from services.common.keyring import open_keyring
+from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.publication.relay import announce_publication
 from services.publication.sealing import REMOVED, BatchOpener
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 @pytest.mark.rule("P14")
 def test_the_relay_opens_bodies_once_per_batch_and_announces_what_the_log_holds(isolated: Settings) -> None:
     log, feed = open_log(isolated), Feed()
-    keyring = open_keyring(isolated)
+    keyring = backend_for(isolated).keyring()
     odd = 'c-"quoted"-é\\slash'  # a conversation id the byte scan must unescape
     try:
         log.process(feed(Topic.RUNTIME, admitted("r1", "c1"), admitted("r2", odd), admitted("r3", "c-gone"),
@@ -31,7 +31,7 @@ def test_the_relay_opens_bodies_once_per_batch_and_announces_what_the_log_holds(
                          part("r3", "k3", "doomed body"), part("r1", "k4", "third body")), feed.emit)
         log.process(feed(Topic.CONTROL, ConversationDeleteRequested(conversation_id="c-gone", account_id="acct")),
                     feed.emit)
-        notifications = log.process_recorder.select_notifications(start=1, limit=10_000)
+        notifications = log.recorder.select_notifications(start=1, limit=10_000)
         opener = BatchOpener(log.mapper, keyring)
         calls: list[list[str]] = []
         keys_for = keyring.keys_for

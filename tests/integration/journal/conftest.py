@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 from services.common.settings import Settings
-from services.common.eventstore import ensure_schema
+from services.common.backends import backend_for
 from services.journal.application import RuntimeJournal
 from tests.support.postgres import drop_schema
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "journal")
 def pg_settings(database_url: str, tmp_path: Path) -> Iterator[Settings]:
     schema = f"jt_{uuid.uuid4().hex[:12]}"
     settings = Settings(database_url=database_url, database_schema=schema, state_dir=tmp_path / "state")
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     yield settings
     drop_schema(settings)
 

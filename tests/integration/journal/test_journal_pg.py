@@ -209,9 +209,9 @@ def test_retention_sweep_on_postgres(open_journal, sql_rows) -> None:
 @pytest.mark.rule("X8")
 def test_postgres_keyring_contract(pg_settings) -> None:
     from imprint.shredding import KeyDestroyed
-    from services.common.keyring import open_keyring
+    from services.common.backends import backend_for
 
-    ring = open_keyring(pg_settings)
+    ring = backend_for(pg_settings).keyring()
     try:
         key = ring.key_for("c1", create=True)
         assert len(key) == 32 and ring.key_for("c1", create=True) == key == ring.key_for("c1")

@@ -10,7 +10,7 @@ import pytest
 from journal_helpers import Feeder, completed, to_running, tombstoned
 
 from imprint.contracts.topics import Topic
-from services.common.keyring import InMemoryKeyring
+from imprint.shredding import InMemoryKeyring
 from services.journal.application import RuntimeJournal
 from tests.support.backends import Backend
 
@@ -23,7 +23,7 @@ def open_journal(backend: Backend) -> Iterator[Callable[[], RuntimeJournal]]:
     opened: list[RuntimeJournal] = []
 
     def make() -> RuntimeJournal:
-        journal = RuntimeJournal(backend.env("journal"), keyring=InMemoryKeyring())
+        journal = RuntimeJournal(backend.environment("journal"), keyring=InMemoryKeyring())
         opened.append(journal)
         return journal
 

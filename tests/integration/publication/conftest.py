@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def module_settings(kafka_bootstrap: str, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    from services.common.eventstore import ensure_schema
+    from services.common.backends import backend_for
     from tests.conftest import free_port
     from tests.support.kafka import create_topics
     from tests.support.postgres import drop_schema
@@ -34,7 +34,7 @@ def module_settings(kafka_bootstrap: str, database_url: str, tmp_path_factory: p
         topic_prefix=f"t{tag}.", group_prefix=f"imprint-{tag}", state_dir=tmp_path_factory.mktemp("state"),
         http_host="127.0.0.1", http_port=free_port(),
     )
-    ensure_schema(settings)
+    backend_for(settings).prepare()
     create_topics(settings)
     yield settings
     drop_schema(settings)

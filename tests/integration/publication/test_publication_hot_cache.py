@@ -11,7 +11,7 @@ from contextlib import closing
 import pytest
 
 from imprint.publication import PublicationRun
-from services.common.unit_of_work import HOT_ENTRIES, stored
+from services.common.event_log import HOT_ENTRIES, stored
 from services.publication.service import open_log
 from tests.integration.publication.pubsupport import admitted, part
 from tests.support.backends import Backend

@@ -14,7 +14,7 @@ import pytest
 from imprint.publication import PublicationRun
 from imprint.publication.conversations import ConversationRuns
 from imprint.publication.handling import aggregates_read
-from services.common.unit_of_work import StoredWorkspace, evict, stored
+from services.common.event_log import StoredWorkspace, evict, stored
 from services.publication.service import open_log
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder

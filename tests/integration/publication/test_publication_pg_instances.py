@@ -111,7 +111,6 @@ def test_a_poll_over_several_partitions_commits_once_and_a_partial_redelivery_ap
     isolated: Settings, pair: tuple[Instance, Instance]
 ) -> None:
     a, b = pair
-    assert a.app.units.one_transaction_per_poll
     runs = ("run-p0", "run-p1")
     poll = [Inbound(Topic.RUNTIME.value, p, 0, admitted(run), size=100) for p, run in enumerate(runs)]
     poll += [Inbound(Topic.RUNTIME.value, p, 1, part(run, f"pp-{p}", f"Block of partition {p}."), size=100)

@@ -9,7 +9,8 @@ import threading
 import psycopg
 import pytest
 
-from services.common.election import AdvisoryLockElection, election_for, lock_id
+from services.common.backends import backend_for
+from services.common.election import AdvisoryLockElection, lock_id
 from services.common.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -24,9 +25,9 @@ def stop_after(seconds: float) -> threading.Event:
 @pytest.mark.rule("P14")
 def test_one_relay_holds_the_advisory_lock_and_a_lost_session_frees_it(isolated: Settings) -> None:
     assert isolated.database_url is not None
-    active = election_for(isolated, "relay→imprint.publication.v1")
-    standby = election_for(isolated, "relay→imprint.publication.v1")
-    other_log = election_for(isolated, "relay→imprint.runs.v1")
+    active = backend_for(isolated).election("relay→imprint.publication.v1")
+    standby = backend_for(isolated).election("relay→imprint.publication.v1")
+    other_log = backend_for(isolated).election("relay→imprint.runs.v1")
     assert isinstance(active, AdvisoryLockElection) and isinstance(standby, AdvisoryLockElection)
     assert active.key == lock_id(isolated.database_schema or "", "relay→imprint.publication.v1") != lock_id(
         "another_schema", "relay→imprint.publication.v1"), "one lock per log and schema"

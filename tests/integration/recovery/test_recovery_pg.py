@@ -338,11 +338,11 @@ def test_the_imprint_console_script(isolated: Settings) -> None:
 @pytest.mark.rule("X8")
 @pytest.mark.rule("R4")
 def test_verify_counts_shredded_bodies_as_deleted_not_as_corruption(isolated: Settings) -> None:
-    from services.common.keyring import open_keyring
+    from services.common.backends import backend_for
 
     write_run(isolated)
     write_run(isolated, "run-2")
-    keyring = open_keyring(isolated)
+    keyring = backend_for(isolated).keyring()
     try:
         keyring.destroy("conv-run-1")  # the conversation was deleted: its bodies' key is gone
     finally:

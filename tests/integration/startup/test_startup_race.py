@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.common.eventstore import ensure_schema, open_application
+from services.common.backends import backend_for
 from services.common.launcher import PARTS
 from services.common.settings import Settings
 from tests.support.net import free_port
@@ -44,8 +44,8 @@ def open_stores(part: str, settings: Settings) -> None:
     elif part == "delivery":
         from services.delivery.view_store import ViewStore
 
-        ensure_schema(settings)
-        open_application(settings, lambda: ViewStore(settings)).close()
+        backend_for(settings).prepare()
+        backend_for(settings).open(lambda: ViewStore(settings)).close()
     else:
         raise ValueError(part)
 

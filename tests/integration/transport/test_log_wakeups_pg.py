@@ -15,7 +15,7 @@ from psycopg import sql
 
 from services.common.recorders import COMMITTER
 from services.common.settings import Settings
-from services.common.wakeups import wakeups_for
+from services.common.backends import backend_for
 from services.publication.service import open_log
 from services.common.inbound import Inbound
 from imprint.contracts.topics import Topic
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 async def _heard_while(settings: Settings, known: bool, commit: object) -> list[str | None]:
     log = open_log(settings)
-    wakeups = wakeups_for(settings, log)
+    wakeups = backend_for(settings).log_wakeups(log.recorder)
     assert wakeups is not None, "a log in PostgreSQL is listened to"
     heard: list[str | None] = []
     try:

@@ -12,8 +12,8 @@ import pytest
 from eventsourcing.persistence import InfrastructureFactory, IntegrityError, StoredEvent, Tracking
 from eventsourcing.utils import Environment
 
-from services.common.eventstore import store_environment
-from services.common.recorders import PostgresPollRecorder, tracking_many
+from services.common.backends import backend_for
+from services.common.recorders import PostgresPollRecorder
 from services.common.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 @contextmanager
 def poll_recorder(settings: Settings, name: str) -> Iterator[PostgresPollRecorder]:
     """The process recorder a log of ``name`` gets from its configuration (closed afterwards)."""
-    factory = InfrastructureFactory.construct(Environment(name=name, env=tracking_many(store_environment(settings, name))))
+    factory = InfrastructureFactory.construct(Environment(name=name, env=backend_for(settings).environment(name)))
     try:
         recorder = factory.process_recorder()
         assert isinstance(recorder, PostgresPollRecorder)
@@ -35,7 +35,7 @@ def poll_recorder(settings: Settings, name: str) -> Iterator[PostgresPollRecorde
 def test_a_configuration_whose_inserts_would_drop_the_trackings_is_refused(isolated: Settings) -> None:
     from eventsourcing.persistence import ProgrammingError
 
-    env = {**tracking_many(store_environment(isolated, "functions")), "POSTGRES_ENABLE_DB_FUNCTIONS": "y"}
+    env = {**backend_for(isolated).environment("functions"), "POSTGRES_ENABLE_DB_FUNCTIONS": "y"}
     factory = InfrastructureFactory.construct(Environment(name="functions", env=env))
     try:
         with pytest.raises(ProgrammingError, match="POSTGRES_ENABLE_DB_FUNCTIONS"):
@@ -88,13 +88,13 @@ def test_a_polls_trackings_go_in_one_statement_and_one_position_already_recorded
         first = StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e", state=b"a")
         recorder.insert_events([first], trackings=[Tracking("topic#0", 5), Tracking("topic#1", 5)])
         executed: list[str] = []
-        original = recorder._insert_trackings
+        original = recorder.record_positions
 
         def counted(curs, trackings):  # type: ignore[no-untyped-def]
             executed.append(",".join(t.application_name for t in trackings))
             return original(curs, trackings)
 
-        monkeypatch.setattr(recorder, "_insert_trackings", counted)
+        monkeypatch.setattr(recorder, "record_positions", counted)
         late = StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="t:e", state=b"b")
         with pytest.raises(IntegrityError, match="topic#1 5"):  # topic#1 is at 5 already; topic#2 is new
             recorder.insert_events([late], trackings=[Tracking("topic#0", 6), Tracking("topic#1", 5),

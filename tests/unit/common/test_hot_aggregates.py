@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from services.common.unit_of_work import HotAggregates, entries
+from services.common.event_log import HotAggregates, entries
 
 
 class Held:

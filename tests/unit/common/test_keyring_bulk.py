@@ -3,17 +3,14 @@ it). A destroyed or missing key reads as ``None``, exactly as ``key_for`` reads 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from services.common.keyring import InMemoryKeyring, SqliteKeyring
+from services.common.backends import Backend
 
 
 @pytest.mark.rule("X8")
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_keys_for_reads_like_key_for(backend: str, tmp_path: Path) -> None:
-    ring = InMemoryKeyring() if backend == "memory" else SqliteKeyring(tmp_path / "keys.sqlite")
+def test_keys_for_reads_like_key_for(backend: Backend) -> None:
+    ring = backend.keyring()
     try:
         names = [f"conv-{i}" for i in range(3)] + ['odd "name" é']
         keys = {name: ring.key_for(name, create=True) for name in names}

@@ -27,7 +27,8 @@ from services.common.settings import Settings
 from services.journal.relay import RELAY_NAME as JOURNAL_RELAY, BatchAnnouncer
 from services.publication.relay import RELAY_NAME, announce_publication
 from services.publication.sealing import BatchOpener
-from services.common.keyring import InMemoryKeyring
+from imprint.shredding import InMemoryKeyring
+from tests.support.backends import memory_environment
 from services.journal.application import RuntimeJournal
 from services.publication.service import open_log
 from tests.support import runs
@@ -38,7 +39,7 @@ from journal_helpers import Feeder, completed, delete_requested, granted, publis
 
 @pytest.fixture
 def journal() -> Any:
-    app = RuntimeJournal({"PERSISTENCE_MODULE": "eventsourcing.popo"}, keyring=InMemoryKeyring())
+    app = RuntimeJournal(memory_environment("journal"), keyring=InMemoryKeyring())
     yield app
     app.close()
 

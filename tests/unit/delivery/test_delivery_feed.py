@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from imprint.delivery.frames import Frame
-from services.delivery.notifier import Notifier, PostgresWakeups, SharedFrame
+from services.delivery.notifier import Notifier, SharedFrame, StoreWakeups
 from services.delivery.view_store import FeedRead
 
 RUN = "run-feed"
@@ -153,11 +153,13 @@ async def test_a_lost_wake_up_is_caught_by_one_fallback_check_for_all_runs() -> 
 @pytest.mark.rule("D1")
 async def test_notifications_wake_the_feeds_of_other_instances_only() -> None:
     async with one_client() as (store, hub, subscription):
-        wakeups = PostgresWakeups("postgresql://unused", "channel", "me", hub)
+        wakeups = StoreWakeups(None, "me", hub)  # type: ignore[arg-type] # what it hears, without a listener
         store.add(1)
-        wakeups._deliver('{"origin": "me", "runs": ["run-feed"]}')
-        wakeups._deliver("not json")
+        assert wakeups.own('{"origin": "me", "runs": ["run-feed"]}'), "dropped in the listening thread"
+        wakeups.heard('{"origin": "me", "runs": ["run-feed"]}')
+        wakeups.heard("not json")
         await asyncio.sleep(0.05)
         assert store.reads == 1, "this process's own batch already woke its feeds"
-        wakeups._deliver('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
+        assert not wakeups.own('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
+        wakeups.heard('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
         assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]

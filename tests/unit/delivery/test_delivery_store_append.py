@@ -183,7 +183,7 @@ def recording(store: ViewStore) -> Iterator[list[tuple[str, int]]]:
     row count, or the tuples of a multi-row ``VALUES`` list. A ``WITH v AS (VALUES …)
     UPDATE`` is recorded from its ``UPDATE`` on."""
     statements: list[tuple[str, int]] = []
-    original = store.recorder.transaction
+    original = store.tables.transaction
 
     def rows_of(sql: str, params: Any) -> int:
         values = re.search(r"VALUES (\([^)]*\))", sql)
@@ -213,11 +213,11 @@ def recording(store: ViewStore) -> Iterator[list[tuple[str, int]]]:
         with original(commit=commit) as c:
             yield Cursor(c)
 
-    store.recorder.transaction = transaction  # type: ignore[method-assign]
+    store.tables.transaction = transaction  # type: ignore[method-assign]
     try:
         yield statements
     finally:
-        store.recorder.transaction = original  # type: ignore[method-assign]
+        store.tables.transaction = original  # type: ignore[method-assign]
 
 
 @pytest.mark.rule("D1")

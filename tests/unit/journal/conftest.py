@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 from journal_helpers import Feeder
 
-from services.common.keyring import InMemoryKeyring
+from imprint.shredding import InMemoryKeyring
+from tests.support.backends import memory_environment
 from services.journal.application import RuntimeJournal
 from services.journal.queries import JournalQueries
 
@@ -19,7 +20,7 @@ def keyring() -> InMemoryKeyring:
 
 @pytest.fixture
 def journal(keyring: InMemoryKeyring) -> Iterator[RuntimeJournal]:
-    app = RuntimeJournal({"PERSISTENCE_MODULE": "eventsourcing.popo"}, keyring=keyring)
+    app = RuntimeJournal(memory_environment("journal"), keyring=keyring)
     yield app
     app.close()
 

@@ -184,10 +184,11 @@ def _message(kind: str, n: int):
 def test_any_sequence_follows_the_table(kinds: list[str]) -> None:
     from journal_helpers import Feeder
 
-    from services.common.keyring import InMemoryKeyring
+    from imprint.shredding import InMemoryKeyring
     from services.journal.application import RuntimeJournal
+    from tests.support.backends import memory_environment
 
-    journal = RuntimeJournal({"PERSISTENCE_MODULE": "eventsourcing.popo"}, keyring=InMemoryKeyring())
+    journal = RuntimeJournal(memory_environment("journal"), keyring=InMemoryKeyring())
     feed = Feeder(journal)
     messages = [_message(k, i) for i, k in enumerate(kinds)]
     feed(*messages)

@@ -10,7 +10,9 @@ from journal_helpers import ACCOUNT, ANSWER, OTHER, QUESTION, admitted, complete
 
 from imprint.contracts.runtime import RunStage
 from imprint.shredding import FieldSealer, KeyDestroyed, Shredded, Unreadable
-from services.common.keyring import InMemoryKeyring, SqliteKeyring
+from imprint.shredding import InMemoryKeyring
+from services.common.backends import backend_for
+from services.common.settings import Settings
 from services.journal.application import RuntimeJournal
 
 
@@ -220,8 +222,9 @@ def test_admission_racing_deletion_in_threads_is_never_half_deleted(keyring) -> 
 
 @pytest.mark.rule("X8")
 def test_sqlite_keyring_overwrites_key_bytes_on_disk(tmp_path) -> None:
-    path = tmp_path / "keys.sqlite"
-    ring = SqliteKeyring(path)
+    embedded = backend_for(Settings(state_dir=tmp_path, database_url=None))
+    path = tmp_path / "data" / "keyring.sqlite"
+    ring = embedded.keyring()
     key = ring.key_for("c1", create=True)
     assert ring.key_for("c1", create=True) == key == ring.key_for("c1")
     assert key in path.read_bytes()
@@ -231,7 +234,7 @@ def test_sqlite_keyring_overwrites_key_bytes_on_disk(tmp_path) -> None:
         ring.key_for("c1", create=True)
     ring.close()
     assert key not in path.read_bytes()  # secure_delete zeroed the old cell
-    again = SqliteKeyring(path)
+    again = embedded.keyring()
     assert again.is_destroyed("c1") and again.key_for("unknown") is None and not again.is_destroyed("unknown")
     again.destroy("never-had-a-key")
     assert again.is_destroyed("never-had-a-key")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from imprint.shredding import KeyDestroyed
-from services.common.keyring import InMemoryKeyring
+from imprint.shredding import InMemoryKeyring
 from services.publication import sealing
 from services.publication.sealing import RecentKeys
 

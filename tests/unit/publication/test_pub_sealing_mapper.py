@@ -14,7 +14,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, StoredEvent, UUIDAsHex
 
 from imprint.shredding import FieldSealer
-from services.common.keyring import InMemoryKeyring
+from imprint.shredding import InMemoryKeyring
 from services.publication.sealing import KEY, REMOVED, SEALED, UNREADABLE, SealingMapper
 
 

@@ -1,0 +1,106 @@
+"""D1–D3: what one poll of ``imprint.publication.v1`` and ``imprint.runs.v1`` appends to
+the streams of its runs — pure, over a :class:`ViewWorkspace`.
+
+Delivery's consumer hands :func:`project` the decoded messages of a poll (those not yet
+applied) and the workspace of its unit of work (the runs' rows, locked). For each
+message the run's projection takes one step (:func:`imprint.delivery.frames.step`,
+P16–P18, P21) and the frames it asks for are appended, with per-run ids (D1). Three
+rules of the stream are decided here, once:
+
+* **A run's closed record waits for the publication messages polled with it.** The two
+  topics are not ordered against each other, so a poll applies every publication message
+  before any ``run.closed``.
+* **The terminal is written once and validates** (D2, D3): ``stream-summary`` over every
+  semantic frame of the run, then ``done``. A terminal that a client would reject is
+  never written.
+* **A withdrawal after the terminal** strips the withdrawn block's frames to skeletons
+  (no frame follows ``done``; a client replaying from the start sees it withdrawn).
+
+Storage, SQL and Kafka stay in ``services/delivery``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from imprint.contracts.runs import RunClosed
+from imprint.delivery import merge
+from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, step, terminal_drafts
+from imprint.delivery.summary import validate_stream
+
+
+class ProjectedRun(Protocol):
+    """A run as the workspace holds it: its projection, changed in place."""
+
+    projection: RunProjection
+
+
+class ViewWorkspace(Protocol):
+    """The runs one poll reads and changes, and the frames it appends."""
+
+    def load(self, named: dict[str, set[str] | None]) -> None:
+        """Hold these runs (locked, in one order) with the blocks their messages name
+        (``None``: every block of the run)."""
+
+    def run(self, run_id: str) -> ProjectedRun: ...
+
+    def blocks(self, run: ProjectedRun, names: tuple[str, ...] | None) -> None:
+        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
+
+    def append(self, run: ProjectedRun, drafts: Sequence[FrameDraft], conflicts: Sequence[merge.Conflict]) -> list[int]:
+        """Append the frames (their ids, in order) and record the protocol conflicts."""
+        ...
+
+    def frame_hashes(self, run: ProjectedRun) -> list[tuple[int, str, str]]:
+        """(frame id, event, body hash) of every frame of the run so far, in id order."""
+        ...
+
+    def mark_terminal(self, run: ProjectedRun) -> None: ...
+
+    def strip(self, run: ProjectedRun, key: str, reason: str) -> None:
+        """Replace the bodies of every frame of ``key`` with skeletons (ids and hashes stay)."""
+
+    def purge(self, conversation_id: str, account_id: str | None) -> None:
+        """X8: drop every private body of the conversation's runs."""
+
+
+def project(ws: ViewWorkspace, messages: Sequence[Any]) -> None:
+    ordered = [m for m in messages if not isinstance(m, RunClosed)]
+    ordered += [m for m in messages if isinstance(m, RunClosed)]
+    named: dict[str, set[str] | None] = {}
+    for message in ordered:  # every message of both topics names its run
+        named[message.run_id] = _union(named.get(message.run_id, set()), merge.named_blocks(message))
+    ws.load(named)  # every run of the poll locked up front, in one order: no deadlock between instances
+    for message in ordered:
+        run = ws.run(message.run_id)
+        ws.blocks(run, merge.named_blocks(message))
+        result = step(run.projection, message)
+        if result.purge_conversation is not None:
+            ws.purge(result.purge_conversation, run.projection.account_id)
+            continue
+        ws.append(run, result.drafts, result.conflicts)
+        if result.terminal:
+            terminate(ws, run)
+        for block_id in result.hidden_after_terminal:
+            ws.strip(run, f"block:{block_id}", "withdrawn")
+
+
+def terminate(ws: ViewWorkspace, run: ProjectedRun) -> None:
+    """D2/D3: ``stream-summary`` over every semantic frame of the run, then ``done`` — once."""
+    frames = ws.frame_hashes(run)
+    if any(event in (SUMMARY, DONE) for _, event, _ in frames):
+        raise AssertionError(f"run {run.projection.run_id} already has a terminal frame")
+    semantic = [(frame_id, body_sha256) for frame_id, _, body_sha256 in frames]
+    drafts = terminal_drafts(semantic)
+    held: list[tuple[int, str, Any]] = [(frame_id, "x", {"body_sha256": h}) for frame_id, h in semantic]
+    held += [(frame_id, draft.event, draft.data) for frame_id, draft in zip(ws.append(run, drafts, ()), drafts)]
+    check = validate_stream(held)
+    if not check.ok:  # never write a completion projection that a client would reject
+        raise AssertionError(f"terminal of {run.projection.run_id} does not validate: {check.problems}")
+    ws.mark_terminal(run)
+
+
+def _union(have: set[str] | None, more: tuple[str, ...] | None) -> set[str] | None:
+    if have is None or more is None:
+        return None
+    return have | set(more)

@@ -1,0 +1,305 @@
+"""An eventsourcing log as the sink of the tracked unit of work, and its hot aggregates.
+
+:class:`EventLog` is how Publication and the Journal record a poll
+(:mod:`services.common.unit_of_work`): the policy reads and changes aggregates in a
+:class:`StoredWorkspace`; every pending event is recorded with each partition's position
+in ONE transaction (eventsourcing ``ProcessingEvent`` on the backend's poll recorder).
+
+Hot aggregates stay in the application's repository cache, changed in place
+(``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see
+:data:`HOT_CACHE`), so a message costs what it changes, not what its run or source
+has accumulated. The cache is trustworthy because every way it can go stale is
+caught: a unit that fails is evicted; a write based on a stale copy loses on its
+aggregate version and is evicted and redone; a revoked partition is evicted
+(:meth:`EventLog.forget_partitions`)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application, Cache, LRUCache, ProcessingEvent, Repository
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import Tracking
+
+from imprint.workspace import MemoryWorkspace
+from services.common.recorders import PollRecorder
+
+A = TypeVar("A", bound=Aggregate)
+
+HOT_CACHE = {
+    # Enough for every run in flight on one instance; a larger heap makes each of the
+    # process's garbage collections slower (least recently used aggregates go first).
+    "AGGREGATE_CACHE_MAXSIZE": "2000",
+    "AGGREGATE_CACHE_FASTFORWARD": "n",
+    "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
+}
+"""eventsourcing settings of an application whose aggregates only its units of work change
+(with :class:`HotAggregates` as its repository's cache: :class:`HotCacheApplication`)."""
+
+HOT_ENTRIES = "AGGREGATE_CACHE_MAXENTRIES"
+"""The setting (environment, like the library's ``AGGREGATE_CACHE_MAXSIZE``) that bounds
+what the hot aggregates hold together, in :func:`entries`."""
+DEFAULT_HOT_ENTRIES = 150_000
+"""~220 MB of hot aggregates (tracemalloc): a Publication run holds ~2.6 entries and
+~3.8 KB per block (its record, its fingerprint, its candidate's outcome; runs of 25 and
+of 400 proposals of two blocks), so the bound keeps ~1,150 runs of 25 proposals or ~70
+of 400, where the count bound alone (2,000 aggregates) would let runs of 400 hold ~6 GB."""
+
+
+def entries(aggregate: object) -> int:
+    """What an aggregate holds, for the cache's bound: one, plus the entries of every
+    collection among its attributes (a run's blocks, fingerprints, candidates…). Counted,
+    not measured: a length per attribute, each time the aggregate is put in the cache."""
+    held = 1
+    for value in getattr(aggregate, "__dict__", {}).values():
+        if isinstance(value, _COLLECTIONS):
+            held += len(value)
+    return held
+
+
+_COLLECTIONS = (dict, list, set)
+"""What :func:`entries` counts. A tuple: ``dict | list | set`` written in the loop built a
+union object per attribute and checked against it more slowly (3.9 µs to weigh an
+aggregate of 28 attributes, against 1.5)."""
+
+
+class HotAggregates(Cache[UUID, Any]):
+    """The repository's cache of hot aggregates: least recently used out first, bounded by
+    count (``AGGREGATE_CACHE_MAXSIZE``, as the library's ``LRUCache``) *and* by what the
+    aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, 2,000
+    cached runs would hold ~380 MB at 25 proposals a run and gigabytes at a few hundred.
+    An aggregate is weighed when it is put: when the repository first reads it
+    and after each save of it (the library puts every saved aggregate back), so a run
+    growing in place is weighed again at its next commit. The aggregate put last is
+    never the one evicted, however much it holds: the unit of work using it keeps it."""
+
+    def __init__(self, maxsize: int, max_entries: int) -> None:
+        super().__init__()
+        self.cache: OrderedDict[UUID, Any] = OrderedDict()  # least recently used first
+        self.maxsize = maxsize
+        self.max_entries = max_entries
+        self.held = 0
+        """Entries held by the cached aggregates, as weighed when each was put."""
+        self._weights: dict[UUID, int] = {}
+        self._lock = threading.Lock()  # the units of work run in a worker thread, queries elsewhere
+
+    def get(self, key: UUID, *, evict: bool = False) -> Any:
+        with self._lock:
+            value = self.cache[key]  # KeyError: not cached (what the repository expects)
+            if evict:
+                del self.cache[key]
+                self.held -= self._weights.pop(key)
+            else:
+                self.cache.move_to_end(key)
+            return value
+
+    def put(self, key: UUID, value: Any | None) -> None:
+        if value is None:
+            return
+        weight = entries(value)
+        with self._lock:
+            if key in self.cache:
+                self.cache.move_to_end(key)
+                self.held -= self._weights[key]
+            self.cache[key] = value
+            self._weights[key] = weight
+            self.held += weight
+            while len(self.cache) > 1 and (len(self.cache) > self.maxsize or self.held > self.max_entries):
+                oldest, _ = self.cache.popitem(last=False)
+                self.held -= self._weights.pop(oldest)
+
+    def __bool__(self) -> bool:
+        return True  # the repository asks ``if self.cache``: an empty cache is still the cache
+
+
+class HotCacheApplication(Application[UUID]):
+    """An application whose repository caches its hot aggregates in :class:`HotAggregates`
+    (the library's ``construct_repository`` hook; its ``LRUCache`` is replaced)."""
+
+    env = dict(HOT_CACHE)
+
+    def construct_repository(self) -> Repository[UUID]:
+        repository = super().construct_repository()
+        if isinstance(repository.cache, LRUCache):
+            repository.cache = HotAggregates(repository.cache.maxsize,
+                                             int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES))
+        return repository
+
+
+LATEST_VERSION = sys.maxsize
+"""A version no aggregate reaches: asked for it, the repository rebuilds what is stored
+(from the latest snapshot on) and leaves the hot cache alone."""
+
+
+def stored(app: Application[UUID], aggregate_id: UUID) -> Any:
+    """An aggregate as it is stored now, for a query. The hot cache is the units of work's:
+    only this process's own writes keep it current (another instance's writes reach a unit
+    as a version conflict, never a reader), so a reader — a status page, an operator's
+    tool, a test waiting for a commit — reads the store. Raises ``AggregateNotFoundError``."""
+    return app.repository.get(aggregate_id, version=LATEST_VERSION)
+
+
+class StoredWorkspace(MemoryWorkspace):
+    """The aggregates of one unit of work, read through the application's repository once."""
+
+    def __init__(self, app: Application[UUID]) -> None:
+        super().__init__()
+        self.app = app
+        self._missing: set[UUID] = set()
+
+    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        if aggregate_id in self.store:
+            return super().get(cls, aggregate_id)
+        if aggregate_id in self._missing:
+            return None
+        try:
+            aggregate = self.app.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            self._missing.add(aggregate_id)
+            return None
+        self.store[aggregate_id] = aggregate
+        return super().get(cls, aggregate_id)
+
+    def add(self, aggregate: Aggregate) -> None:
+        self._missing.discard(aggregate.id)
+        super().add(aggregate)
+
+    def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
+        """Find out in one query which of these aggregates are stored (those neither held
+        here nor in the repository's cache); ``get`` then answers ``None`` for the others
+        without a read each (a new run would cost a read of its events and one of its
+        snapshots per aggregate). Another instance creating one meanwhile is the usual
+        lost race: the save conflicts and the unit is redone."""
+        recorder: PollRecorder = self.app.recorder  # type: ignore[assignment]
+        cache = self.app.repository.cache
+        wanted = []
+        for aggregate_id in dict.fromkeys(aggregate_ids):
+            if aggregate_id in self.store or aggregate_id in self._missing:
+                continue
+            if cache is not None:
+                try:
+                    cache.get(aggregate_id)
+                    continue
+                except KeyError:
+                    pass
+            wanted.append(aggregate_id)
+        if wanted:
+            found = recorder.stored_ids(wanted)
+            self._missing.update(aggregate_id for aggregate_id in wanted if aggregate_id not in found)
+
+    def flush(self) -> None:
+        """Record what is pending so far, without a position: it is durable before the unit
+        goes on (P13: the quota a preview is about to show)."""
+        self.record(())
+
+    def record(self, trackings: Sequence[Tracking]) -> ProcessingEvent[UUID]:
+        """Record every pending event and the tracking records (one per partition of a
+        poll, :mod:`services.common.recorders`) in one transaction, then take the
+        snapshots that are due and tell the application (``_notify``), in the order of
+        eventsourcing's ``Application.save``."""
+        processing: ProcessingEvent[UUID] = ProcessingEvent()
+        if trackings:
+            processing.saved_kwargs["trackings"] = list(trackings)
+        for aggregate in self.store.values():  # ProcessingEvent.collect_events, without its
+            # runtime-protocol checks per object: the store holds aggregates only
+            processing.events.extend(aggregate.collect_events())
+            processing.aggregates[aggregate.id] = aggregate
+        if processing.events or trackings:
+            recordings = self.app._record(processing)
+            self.app._take_snapshots(processing)
+            self.app._notify(recordings)  # the library's hook after a save (a relay's hand-off)
+        return processing
+
+    def forget(self) -> None:
+        """Evict everything this unit touched from the repository cache: it may hold unsaved state."""
+        evict(self.app, self.store)
+        self.store.clear()
+        self._missing.clear()
+
+
+def evict(app: Application[UUID], aggregate_ids: Iterable[UUID]) -> None:
+    cache = app.repository.cache
+    if cache is None:
+        return
+    for aggregate_id in list(aggregate_ids):
+        try:
+            cache.get(aggregate_id, evict=True)
+        except KeyError:
+            pass
+
+
+@dataclass
+class LogUnit:
+    """One unit of work on an :class:`EventLog`."""
+
+    positions: Mapping[str, int]
+    workspace: StoredWorkspace
+    recorded: list[Tracking] = field(default_factory=list)
+
+    def record(self, trackings: Sequence[Tracking]) -> None:
+        self.workspace.record(trackings)
+        self.recorded = list(trackings)
+
+
+class EventLog:
+    """The sink of an eventsourcing application: its log, its positions, its hot cache."""
+
+    def __init__(self, app: Application[UUID]) -> None:
+        self.app = app
+        self._positions: dict[str, int] = {}
+        self._touched: dict[str, set[UUID]] = {}
+        """Per partition: the aggregates its units loaded, evicted when it is revoked."""
+
+    @property
+    def recorder(self) -> PollRecorder:
+        return self.app.recorder  # type: ignore[return-value]
+
+    def position(self, name: str) -> int:
+        """The last offset of ``<topic>#<partition>`` committed with its effects (-1: none)."""
+        if name not in self._positions:
+            recorded = self.recorder.max_tracking_id(name)
+            self._positions[name] = -1 if recorded is None else recorded
+        return self._positions[name]
+
+    @contextmanager
+    def unit(self, names: Sequence[str]) -> Iterator[LogUnit]:
+        unit = LogUnit({name: self.position(name) for name in names}, StoredWorkspace(self.app))
+        try:
+            yield unit
+        except BaseException:
+            unit.workspace.forget()
+            raise
+        for tracking in unit.recorded:
+            self._positions[tracking.application_name] = tracking.notification_id
+            self._remember(tracking.application_name, unit.workspace.store)
+
+    def recorded(self, tracking: Tracking) -> bool:
+        """Re-read one position: whether ``tracking`` is at or below it."""
+        self._positions.pop(tracking.application_name, None)
+        return self.position(tracking.application_name) >= tracking.notification_id
+
+    def _remember(self, name: str, aggregate_ids: Iterable[UUID]) -> None:
+        touched = self._touched.setdefault(name, set())
+        touched.update(aggregate_ids)
+        cache = self.app.repository.cache
+        if isinstance(cache, HotAggregates) and len(touched) > 40_000:  # keep what the bounded cache still holds
+            touched.intersection_update(cache.cache)
+
+    def forget_partitions(self, names: Iterable[str]) -> None:
+        """A partition moved to another instance: drop its position and the aggregates its
+        units held, so this instance reloads them from the log if the partition comes back."""
+        for name in names:
+            self._positions.pop(name, None)
+            evict(self.app, self._touched.pop(name, ()))
+
+    def forget(self) -> None:
+        """Drop every cached position and aggregate (e.g. after a deletion destroyed keys)."""
+        self.forget_partitions(list(self._touched))
+        self._positions.clear()
