@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,20 +211,6 @@ def answers_ready(base_url: str) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
-
-
-def wait_answering(base_url: str, process: subprocess.Popen[bytes], *, timeout: float = 60.0,
-                   describe: Callable[[], str] = lambda: "") -> None:
-    """Block until the Delivery ``process`` serves ``base_url`` (:func:`answers_ready`), for a
-    Delivery started outside a :class:`Launcher`. Raises :class:`LaunchError`, with
-    ``describe()`` (say, its log tail), when it exits meanwhile or the time runs out."""
-    deadline = time.monotonic() + timeout
-    while not answers_ready(base_url):
-        if process.poll() is not None:
-            raise LaunchError(f"delivery at {base_url} exited with {process.returncode}:\n{describe()}")
-        if time.monotonic() > deadline:
-            raise LaunchError(f"delivery at {base_url} not ready after {timeout:.0f}s:\n{describe()}")
-        time.sleep(0.2)
 
 
 def child_environment(settings: Settings, env: Mapping[str, str] | None = None) -> dict[str, str]:
