@@ -507,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
                                              plan.replay_timeout, say, reuse=args.reuse_log)
         except Exception as error:  # noqa: BLE001
             errors["replay"] = f"{type(error).__name__}: {error}"
+        finally:
+            shutil.rmtree(settings.state_dir, ignore_errors=True)  # the replay's log (its tail is in the results)
         results["seconds"]["replay"] = round(time.monotonic() - phase, 1)
     results["seconds"]["total"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
