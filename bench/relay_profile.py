@@ -25,17 +25,36 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.__main__ import (admitted, bench_settings, create_topics, delete_topics, grant_messages, scratch,
-                            stats, typical_part)
+from bench.__main__ import bench_settings, create_topics, delete_topics, drop_schema
+from bench.stats import latency_summary
+from bench.workload import admitted, grants, typical_part
 from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 
 RELAY_NAME = "relay→imprint.publication.v1"
+
+
+@contextmanager
+def scratch(settings: Settings, *, topics: bool) -> Iterator[Settings]:
+    """``settings``' schema (and, with ``topics``, its topics: one partition each), removed afterwards."""
+    from services.common.eventstore import ensure_schema
+
+    ensure_schema(settings)
+    if topics:
+        asyncio.run(create_topics(settings, 1))
+    try:
+        yield settings
+    finally:
+        drop_schema(settings)
+        if topics:
+            asyncio.run(delete_topics(settings))
 
 
 def child_env(settings: Settings, tree: Path | None = None) -> dict[str, str]:
@@ -65,7 +84,7 @@ def fill(settings: Settings, runs: int, per_run: int) -> int:
 
     try:
         ids = [f"run-{i}" for i in range(runs)]
-        messages = [inbound(m) for r in ids for m in (admitted(r), *grant_messages(r))]
+        messages = [inbound(m) for r in ids for m in (admitted(r), *grants(r))]
         messages += [inbound(typical_part(r, f"c-{j}")) for j in range(per_run) for r in ids]
         for start in range(0, len(messages), 500):
             app.process(messages[start:start + 500], lambda items: None)
@@ -129,7 +148,7 @@ def top_costs(raw_profile: Path, limit: int = 15) -> dict[str, list[tuple[str, f
 def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: Path | None) -> dict[str, Any]:
     """Relay the whole (already filled) log from position 0 onto fresh topics, under py-spy."""
     reset_relay(settings)
-    asyncio.run(create_topics(settings))
+    asyncio.run(create_topics(settings, 1))
     profile = out_dir / f"relay-saturation-{label}.raw.txt"
     log = open(out_dir / f"relay-saturation-{label}.log", "ab")  # noqa: SIM115
     relay = [sys.executable, "-m", "services.cli", "serve", "relay"]
@@ -210,7 +229,7 @@ def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir:
         try:
             ids = [f"lat-{i}" for i in range(runs)]
             for r in ids:
-                for m in (admitted(r), *grant_messages(r)):
+                for m in (admitted(r), *grants(r)):
                     await send(r, m)
             await producer.flush()
             await asyncio.sleep(3)  # admissions settle; the relay is idle and waiting
@@ -234,14 +253,8 @@ def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir:
             await consumer.stop()
             await producer.stop()
         latencies = [(seen[c] - t) * 1000 for c, t in sent.items() if c in seen]
-        ordered = sorted(latencies)
-        result = stats(latencies) if latencies else {}
-        if ordered:
-            result["p99"] = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-        committed = sorted(relayed)
-        relay_result = stats(committed) if committed else {}
-        if committed:
-            relay_result["p99"] = committed[min(len(committed) - 1, round(0.99 * (len(committed) - 1)))]
+        result = latency_summary(latencies)
+        relay_result = latency_summary(relayed)
         return {"label": label, "offered_per_s": rate, "seconds": seconds, "sent": len(sent), "published": len(latencies),
                 "published_ms": result, "event_to_published_ms": relay_result,
                 "note": "published_ms: produce → answer.published read; event_to_published_ms: the committed "
