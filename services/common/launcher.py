@@ -242,7 +242,8 @@ class Launcher:
         """Start ``part`` as ``name`` (default: the part's name).
 
         Without ``module`` the child is the real ``python -m services.cli serve <part>``;
-        with it, ``python -m <module> <args>`` (a wrapper that ends in the part's serve).
+        with it, ``python -m <module> <args>`` (a stand-in that ends in the part's serve, like
+        the fault tier's crash relay).
         ``settings`` replaces the launcher's settings for this child only; ``env`` is
         added on top of the derived environment. ``wrap`` is a command prefix the part runs
         under (``[py_spy, "record", …, "--"]``; see the module docstring); ``cwd`` the folder
@@ -292,7 +293,8 @@ class Launcher:
 
     @property
     def processes(self) -> dict[str, subprocess.Popen[bytes]]:
-        """Every child's ``Popen`` by name (live or exited)."""
+        """Every child's ``Popen`` by name (live or exited). A child's exit read here is lost to
+        :attr:`Child.usage`; :attr:`Child.returncode` keeps it."""
         return {name: child.process for name, child in self.children.items()}
 
     def log(self, name: str) -> str:

@@ -59,6 +59,13 @@ def test_a_wrapped_child_is_stopped_through_its_target_so_the_wrapper_finishes(l
     assert not _alive(target)
 
 
+def test_a_killed_child_reports_the_kill(launcher: Launcher) -> None:
+    child = launcher.start_command("tool", CHILD, ["60", "0"])
+    assert launcher.kill("tool") == -signal.SIGKILL
+    assert child.usage is not None and not (launcher.run_dir / "tool.pid").exists()
+    assert launcher.exited() == [], "killed through the launcher, not exited on its own"
+
+
 def test_a_killed_wrapped_child_leaves_neither_process(launcher: Launcher) -> None:
     child = launcher.start("journal", module=CHILD, args=["60", "0"], wrap=WRAPPER)
     deadline = time.monotonic() + 30
