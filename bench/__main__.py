@@ -134,11 +134,11 @@ def drop_schema(settings: Any) -> None:
 
 def mint_token(settings: Any) -> str:
     """Through the CLI (``imprint token``), like an operator would."""
-    from bench.procs import environment
     from bench.workload import ACCOUNT
+    from services.common.launcher import child_environment
 
     out = subprocess.run([sys.executable, "-m", "services.cli", "token", "--account", ACCOUNT],
-                         env=environment(settings), capture_output=True, text=True, check=True)
+                         env=child_environment(settings), capture_output=True, text=True, check=True)
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -240,7 +240,7 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
     driver.token = mint_token(settings)
     await driver.start()
     try:
-        await wait_ready(stack)
+        await asyncio.to_thread(stack.wait_ready)  # in a thread: the driver's consumers run on this loop
         say("warm-up")
         await driver.burst("warm", 50, 25, Sources(), delivery=True, timeout=120)
 
@@ -374,22 +374,6 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
         await driver.stop()
 
 
-async def wait_ready(stack: Any, timeout: float = 90) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient() as client:
-        while time.monotonic() < deadline:
-            stack.check_alive()
-            try:
-                if (await client.get(f"{stack.base_url}/readyz", timeout=1)).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.3)
-    raise RuntimeError("delivery never became ready")
-
-
 # ------------------------------------------------------------------------------ main
 
 
@@ -507,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                                              plan.replay_timeout, say, reuse=args.reuse_log)
         except Exception as error:  # noqa: BLE001
             errors["replay"] = f"{type(error).__name__}: {error}"
+        finally:
+            shutil.rmtree(settings.state_dir, ignore_errors=True)  # the replay's log (its tail is in the results)
         results["seconds"]["replay"] = round(time.monotonic() - phase, 1)
     results["seconds"]["total"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])

@@ -1,7 +1,7 @@
 """A small probe of Delivery, over the real broker, PostgreSQL and HTTP (prints, never asserts).
 
-Two measures, each against a fresh ``imprint serve delivery`` process (its own schema and
-topic prefix; optionally under ``py-spy record``):
+Two measures, each against a fresh ``imprint serve delivery`` process started by the one
+launcher (its own schema, topic prefix and state folder; optionally under ``py-spy record``):
 
 * ``burst``: one run, N published blocks produced in a burst; how long the process takes
   to have every frame in its store (the ``/answer`` lag behind Kafka).
@@ -20,18 +20,19 @@ import asyncio
 import json
 import os
 import re
-import signal
-import subprocess
+import shutil
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from imprint.contracts.topics import Topic
-from services.common.launcher import wait_answering
+from services.common.launcher import Launcher
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.kafka import create_topics
@@ -52,45 +53,50 @@ def free_port() -> int:
 
 def fresh_settings() -> Settings:
     tag = uuid.uuid4().hex[:10]
+    state = Path(os.environ.get("IMPRINT_STATE_DIR") or ROOT / ".imprint")
     return Settings(
         kafka_bootstrap=os.environ.get("IMPRINT_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         database_url=os.environ.get("IMPRINT_DATABASE_URL",
                                     "postgresql://imprint:imprint@127.0.0.1:5432/imprint_test"),
         database_schema=f"probe_{tag}", topic_prefix=f"probe{tag}.", group_prefix=f"probe-{tag}",
-        http_host="127.0.0.1", http_port=free_port(), log_level="WARNING",
+        state_dir=state / "bench" / f"probe-{tag}", http_host="127.0.0.1", http_port=free_port(),
+        log_level="WARNING", sse_client_queue=5000,
     )
 
 
-def environment(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "IMPRINT_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "IMPRINT_DATABASE_URL": settings.database_url or "",
-        "IMPRINT_DATABASE_SCHEMA": settings.database_schema or "", "IMPRINT_TOPIC_PREFIX": settings.topic_prefix,
-        "IMPRINT_GROUP_PREFIX": settings.group_prefix, "IMPRINT_HTTP_HOST": "127.0.0.1",
-        "IMPRINT_HTTP_PORT": str(settings.http_port), "IMPRINT_LOG_LEVEL": "WARNING",
-        "IMPRINT_SSE_CLIENT_QUEUE": "5000", "PYTHONPATH": f"{ROOT}:{ROOT / 'libs'}",
-    })
-    return env
+@contextmanager
+def probed(settings: Settings) -> Iterator[Launcher]:
+    """The launcher of one measure's servers, over fresh topics; afterwards every server is
+    stopped (their logs printed when the measure failed) and the schema and state folder go."""
+    create_topics(settings)
+    launcher = Launcher(settings, grace=30.0)
+    try:
+        yield launcher
+    except BaseException:
+        for name in launcher.children:
+            print(launcher.tail(name, 3000), file=sys.stderr)
+        raise
+    finally:
+        launcher.stop_all()
+        drop_schema(settings)
+        shutil.rmtree(settings.state_dir, ignore_errors=True)
 
 
 class Server:
-    def __init__(self, settings: Settings, profile: str | None) -> None:
-        command = [sys.executable, "-m", "services.cli", "serve", "delivery"]
-        if profile:
-            command = [str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "100", "--format", "raw",
-                       "--subprocesses", "-o", profile, "--", *command]
-        self.process = subprocess.Popen(command, env=environment(settings), cwd=ROOT,
-                                        stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    """One ``imprint serve delivery`` child of ``launcher`` (under ``py-spy record`` with
+    ``profile``), its CPU and RSS read from /proc."""
+
+    def __init__(self, launcher: Launcher, settings: Settings, profile: str | None, name: str = "delivery") -> None:
+        wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "100", "--format", "raw",
+                "--subprocesses", "-o", profile, "--"] if profile else []
+        self.launcher = launcher
+        self.child = launcher.start("delivery", name=name, settings=settings, wrap=wrap)
         self.url = f"http://127.0.0.1:{settings.http_port}"
         self.peak_rss = 0
 
     def pid(self) -> int:
         """The serving Python process (py-spy's child when profiling)."""
-        try:
-            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
-        except OSError:
-            children = []
-        return int(children[0]) if children else self.process.pid
+        return self.child.target_pid or self.child.pid
 
     def sample(self) -> tuple[int, float]:
         pid = self.pid()
@@ -104,14 +110,7 @@ class Server:
         return rss, cpu
 
     def wait_ready(self) -> None:
-        wait_answering(self.url, self.process)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        self.launcher.wait_ready([self.child.name])
 
 
 async def produce_all(settings: Settings, items: list[tuple[Topic, Any]], *, pace: float = 0.0) -> None:
@@ -167,9 +166,8 @@ class Group:
 
 def burst(args: argparse.Namespace) -> dict[str, Any]:
     settings = fresh_settings()
-    create_topics(settings)
-    server = Server(settings, args.profile)
-    try:
+    with probed(settings) as launcher:
+        server = Server(launcher, settings, args.profile)
         server.wait_ready()
         run_id, token = f"burst-{uuid.uuid4().hex[:6]}", mint_token(settings, "acct-1")
         asyncio.run(produce_all(settings, [(Topic.RUNS, running(run_id))]))
@@ -186,9 +184,6 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
                 "lag_after_produce_seconds": round(lag, 2), "total_seconds": round(produced + lag, 2),
                 "server_cpu_seconds": round(cpu1 - cpu0, 2), "cpu_ms_per_block": round((cpu1 - cpu0) * 1e3 / args.blocks, 3),
                 "peak_rss_mb": round(server.peak_rss / 2**20, 1)}
-    finally:
-        server.stop()
-        drop_schema(settings)
 
 
 def wait_store(settings: Settings, runs: list[str], frames: int, timeout: float = 600) -> None:
@@ -213,9 +208,8 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"measure": "sizes", "blocks": args.blocks}
     for size in args.sizes:
         settings = fresh_settings()
-        create_topics(settings)
-        server = Server(settings, None)
-        try:
+        with probed(settings) as launcher:
+            server = Server(launcher, settings, None)
             server.wait_ready()
             runs = [f"size{size}-{i}-{uuid.uuid4().hex[:4]}" for i in range(max(1, args.blocks // size))]
             asyncio.run(produce_all(settings, [(Topic.RUNS, running(r)) for r in runs]))
@@ -231,9 +225,6 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
             total = size * len(runs)
             out[f"size_{size}"] = {"runs": len(runs), "blocks": total, "seconds": round(elapsed, 2),
                                    "cpu_ms_per_block": round((cpu1 - cpu0) * 1e3 / total, 3)}
-        finally:
-            server.stop()
-            drop_schema(settings)
     first, last = (out[f"size_{s}"]["cpu_ms_per_block"] for s in (args.sizes[0], args.sizes[-1]))
     out["ratio_largest_to_smallest"] = round(last / first, 2) if first else None
     out["load_average"] = os.getloadavg()[0]
@@ -272,10 +263,10 @@ def fanout(args: argparse.Namespace) -> dict[str, Any]:
     """``--instances N``: N Delivery processes sharing the store and the consumer group,
     the clients split evenly across them (CPU summed, peak RSS of the largest)."""
     settings = fresh_settings()
-    create_topics(settings)
-    servers = [Server(settings.model_copy(update={"http_port": settings.http_port if i == 0 else free_port()}),
-                      args.profile if i == 0 else None) for i in range(args.instances)]
-    try:
+    with probed(settings) as launcher:
+        servers = [Server(launcher, settings.model_copy(update={"http_port": free_port()}) if i else settings,
+                          args.profile if i == 0 else None, name="delivery" if i == 0 else f"delivery-{i + 1}")
+                   for i in range(args.instances)]
         for server in servers:
             server.wait_ready()
         run_id, token = f"fan-{uuid.uuid4().hex[:6]}", mint_token(settings, "acct-1")
@@ -283,10 +274,6 @@ def fanout(args: argparse.Namespace) -> dict[str, Any]:
         for server in servers:
             wait_frames(server, run_id, token, 1)
         return asyncio.run(_fanout(args, settings, servers, run_id, token))
-    finally:
-        for server in servers:
-            server.stop()
-        drop_schema(settings)
 
 
 async def _fanout(args: argparse.Namespace, settings: Settings, servers: list[Server], run_id: str,

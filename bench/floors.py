@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -35,6 +34,7 @@ from bench.procs import machine_cpu_seconds
 from bench.stats import latency_summary
 from bench.workload import proposal_bytes
 from services.common.kafka import FETCH_WAIT_MS, IDLE_POLL_MS
+from services.common.launcher import Launcher
 from services.common.settings import Settings
 
 
@@ -236,22 +236,25 @@ def naive_peer(settings: Settings, run_sizes: tuple[int, ...], proposals: int) -
 CONSUMER_FLOOR_POLL_MS = IDLE_POLL_MS
 """The parts' own poll settings (``services.common.kafka``), so the floor follows them."""
 CONSUMER_FLOOR_FETCH_WAIT_MS = FETCH_WAIT_MS
+CONSUMER_FLOOR = "consumer-floor"
+"""The bare consumer's name among the launcher's children (its log: ``<state>/logs/consumer-floor.log``)."""
 
 
 async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rates: tuple[int, ...],
                          seconds: float) -> dict[str, Any]:
-    """The bare consumer (:func:`_consume`) as its own process; this process offers it
-    proposals at each rate and reads what it produces. Per rate: the consumer's CPU
-    (/proc: all its threads) per message and in cores, and produce → produced latency."""
+    """The bare consumer (:func:`_consume`) as its own process (a command of the launcher);
+    this process offers it proposals at each rate and reads what it produces. Per rate: the
+    consumer's CPU (/proc: all its threads) per message and in cores, and produce → produced
+    latency."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     from bench.procs import cpu_seconds
 
     value = proposal_bytes()
-    child = subprocess.Popen([sys.executable, "-m", "bench.floors", "consume", settings.kafka_bootstrap, topic_in,
-                              topic_out, str(settings.database_url), str(settings.database_schema)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    launcher = Launcher(settings)
+    child = launcher.start_command(CONSUMER_FLOOR, "bench.floors", [
+        "consume", settings.kafka_bootstrap, topic_in, topic_out, str(settings.database_url),
+        str(settings.database_schema)], env={"PYTHONPATH": os.pathsep.join(sys.path)})  # bench is no installed package
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
     reader = AIOKafkaConsumer(topic_out, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
                               auto_offset_reset="latest", enable_auto_commit=False,
@@ -271,8 +274,8 @@ async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rate
     async def until_arrived(count: int, timeout: float) -> None:
         deadline = time.perf_counter() + timeout
         while len(arrived) < count:
-            if child.poll() is not None:
-                raise RuntimeError(f"the floor's consumer exited: {child.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
+            if child.returncode is not None:
+                raise RuntimeError(f"the floor's consumer exited: {launcher.log(CONSUMER_FLOOR)[-500:]}")
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"the floor's consumer relayed {len(arrived)} of {count}")
             await asyncio.sleep(0.05)
@@ -300,11 +303,7 @@ async def consumer_floor(settings: Settings, topic_in: str, topic_out: str, rate
                 "cores": round(cpu / (wall_after - wall_before), 3)}
     finally:
         reading.cancel()
-        child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        launcher.stop(CONSUMER_FLOOR, grace=10.0)
         await reader.stop()
         await producer.stop()
     return results

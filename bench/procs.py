@@ -1,42 +1,20 @@
-"""The stack as real processes (``python -m services.cli serve <part>``, exactly what
-``imprint serve`` runs) and what /proc says about them: CPU seconds and RSS."""
+"""The stack as real processes, children of the one launcher
+(:class:`services.common.launcher.Launcher`: ``python -m services.cli serve <part>``, exactly
+what ``imprint serve`` runs), and what /proc says about them: CPU seconds and RSS."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from services.common.launcher import Launcher, child_pids
 from services.common.settings import Settings
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def environment(settings: Settings, log_level: str = "WARNING") -> dict[str, str]:
-    """The process environment for one part: only the existing ``IMPRINT_*`` settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMPRINT_")}
-    env.update(
-        IMPRINT_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
-        IMPRINT_STATE_DIR=str(settings.state_dir),
-        IMPRINT_TOPIC_PREFIX=settings.topic_prefix,
-        IMPRINT_GROUP_PREFIX=settings.group_prefix,
-        IMPRINT_HTTP_HOST=settings.http_host,
-        IMPRINT_HTTP_PORT=str(settings.http_port),
-        IMPRINT_AUTH_SECRET=settings.auth_secret.get_secret_value(),
-        IMPRINT_LOG_LEVEL=log_level,
-    )
-    if settings.database_url:
-        env["IMPRINT_DATABASE_URL"] = settings.database_url
-    if settings.database_schema:
-        env["IMPRINT_DATABASE_SCHEMA"] = settings.database_schema
-    return env
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -68,39 +46,8 @@ def tree_rss_kb(pid: int) -> int | None:
         if rss is None:
             continue
         total = (total or 0) + rss
-        pending.extend(_children(current))
+        pending.extend(child_pids(current))
     return total
-
-
-def _children(pid: int) -> list[int]:
-    """The processes ``pid`` started: its threads' ``children`` lists, or, on a kernel
-    without them, every process whose parent it is."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    children: list[int] = []
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                children.extend(int(child) for child in handle.read().split())
-        except FileNotFoundError:
-            return [p for p in _all_pids() if _parent(p) == pid]
-        except OSError:
-            continue
-    return children
-
-
-def _all_pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return int(handle.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def machine_busy() -> tuple[float, float]:
@@ -141,8 +88,8 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self._stop.wait(0.5):
-            for part, process in list(self.stack.processes.items()):
-                rss = read_rss_kb(process.pid)
+            for part, pid in self.stack.pids().items():
+                rss = read_rss_kb(pid)
                 if rss is not None:
                     self.peaks[part] = max(self.peaks.get(part, 0), rss)
 
@@ -151,15 +98,13 @@ class Sampler(threading.Thread):
 
 
 class Stack:
-    """publication, relay, journal and delivery as child processes, stopped by pid."""
+    """Some of imprint's parts (publication, journal, delivery) as children of one launcher,
+    all logging at ``log_level``, measured by pid; stopped by pid, through the launcher."""
 
     def __init__(self, settings: Settings, parts: tuple[str, ...], log_level: str = "WARNING") -> None:
         self.settings = settings
         self.parts = parts
-        self.log_level = log_level
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.log_dir = Path(settings.state_dir) / "logs"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.launcher = Launcher(settings.model_copy(update={"log_level": log_level}), grace=20.0)
         self.sampler = Sampler(self)
 
     @property
@@ -168,38 +113,31 @@ class Stack:
 
     def start(self) -> None:
         for part in self.parts:
-            log = open(self.log_dir / f"{part}.log", "ab")  # noqa: SIM115
-            self.processes[part] = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "serve", part],
-                env=environment(self.settings, self.log_level), stdout=log, stderr=subprocess.STDOUT)
+            self.launcher.start(part)
         self.sampler.start()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Every part ready (:meth:`Launcher.wait_ready`), or a ``LaunchError`` with the log tails."""
+        self.launcher.wait_ready(timeout=timeout)
 
     def add(self, part: str, name: str) -> None:
         """One more instance of ``part`` (same settings, so the same consumer group) as ``name``."""
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", part],
-            env=environment(self.settings, self.log_level), stdout=log, stderr=subprocess.STDOUT)
+        self.launcher.start(part, name=name)
 
     def remove(self, name: str) -> None:
-        process = self.processes.pop(name)
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        self.launcher.stop(name, grace=30.0)
 
     def pids(self) -> dict[str, int]:
-        return {part: p.pid for part, p in self.processes.items()}
+        """Every part instance still meant to run (not removed or stopped), by name."""
+        children = list(self.launcher.children.values())  # the sampler's thread reads them too
+        return {child.name: child.pid for child in children if not child.stopped}
 
     def check_alive(self) -> None:
-        for part, process in self.processes.items():
-            if process.poll() is not None:
-                raise RuntimeError(f"{part} exited with {process.returncode}:\n{self.log(part)[-3000:]}")
+        for child in self.launcher.exited():
+            raise RuntimeError(f"{child.name} exited with {child.returncode}:\n{self.log(child.name)[-3000:]}")
 
     def log(self, part: str) -> str:
-        path = self.log_dir / f"{part}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return self.launcher.log(part)
 
     def window(self) -> Window:
         self.sampler.reset()
@@ -224,12 +162,4 @@ class Stack:
 
     def stop(self) -> None:
         self.sampler.stop()
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        self.launcher.stop_all()

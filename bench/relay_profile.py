@@ -3,14 +3,16 @@ produce → ``answer.published`` latency under a paced load. Prints, never asser
 
 1. ``saturation``: a Publication log is filled in-process (``PublicationLog.process``,
    typical two-block proposals over many runs); then the real ``imprint serve relay``
-   process starts from position 0 under ``py-spy record`` and relays the whole log.
+   process starts from position 0 under ``py-spy record`` (its wrapper, through the
+   launcher) and relays the whole log.
    Reported: events relayed per second and the top costs of the relay process
    (py-spy samples, inclusive share, by function).
 2. ``latency``: publication and relay as real processes; proposals produced at a fixed
    rate over many runs; each ``answer.published`` is matched to its proposal's produce
    time (p50/p95/p99 in ms).
 
-Runs on its own PostgreSQL schema and topic prefix, removed afterwards."""
+Runs on its own PostgreSQL schema and topic prefix, removed afterwards. The processes'
+logs and the profiles stay in ``<state>/bench/relay-<label>/``."""
 
 from __future__ import annotations
 
@@ -20,33 +22,52 @@ import collections
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.__main__ import (admitted, bench_settings, create_topics, delete_topics, grant_messages, scratch,
-                            stats, typical_part)
+from bench.__main__ import bench_settings, create_topics, delete_topics, drop_schema
+from bench.stats import latency_summary
+from bench.workload import admitted, grants, typical_part
 from imprint.contracts.registry import encode
 from imprint.contracts.topics import Topic
+from services.common.launcher import Launcher
 from services.common.settings import Settings
 
 RELAY_NAME = "relay→imprint.publication.v1"
 
 
-def child_env(settings: Settings, tree: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMPRINT_")}
-    if tree is not None:  # run the parts from another checkout of the code (a before/after comparison)
-        env["PYTHONPATH"] = f"{tree}:{tree / 'libs'}"
-    env.update(IMPRINT_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, IMPRINT_DATABASE_URL=str(settings.database_url),
-               IMPRINT_DATABASE_SCHEMA=str(settings.database_schema), IMPRINT_TOPIC_PREFIX=settings.topic_prefix,
-               IMPRINT_GROUP_PREFIX=settings.group_prefix, IMPRINT_STATE_DIR=str(settings.state_dir),
-               IMPRINT_LOG_LEVEL="WARNING")
-    return env
+@contextmanager
+def scratch(settings: Settings, *, topics: bool) -> Iterator[Settings]:
+    """``settings``' schema (and, with ``topics``, its topics: one partition each), removed afterwards."""
+    from services.common.eventstore import ensure_schema
+
+    ensure_schema(settings)
+    if topics:
+        asyncio.run(create_topics(settings, 1))
+    try:
+        yield settings
+    finally:
+        drop_schema(settings)
+        if topics:
+            asyncio.run(delete_topics(settings))
+
+
+def launcher_for(settings: Settings, out_dir: Path) -> Launcher:
+    """The launcher of one measurement's processes: they log at WARNING, like the bench's
+    parts, and their logs and pid files go under ``out_dir`` (their state folder)."""
+    return Launcher(settings.model_copy(update={"log_level": "WARNING", "state_dir": out_dir}))
+
+
+def from_tree(tree: Path | None) -> dict[str, Any]:
+    """How a part is started from another checkout of the code (a before/after comparison):
+    in that folder, with it first on the path."""
+    return {"env": {"PYTHONPATH": f"{tree}:{tree / 'libs'}"}, "cwd": tree} if tree is not None else {}
 
 
 def fill(settings: Settings, runs: int, per_run: int) -> int:
@@ -65,7 +86,7 @@ def fill(settings: Settings, runs: int, per_run: int) -> int:
 
     try:
         ids = [f"run-{i}" for i in range(runs)]
-        messages = [inbound(m) for r in ids for m in (admitted(r), *grant_messages(r))]
+        messages = [inbound(m) for r in ids for m in (admitted(r), *grants(r))]
         messages += [inbound(typical_part(r, f"c-{j}")) for j in range(per_run) for r in ids]
         for start in range(0, len(messages), 500):
             app.process(messages[start:start + 500], lambda items: None)
@@ -129,37 +150,30 @@ def top_costs(raw_profile: Path, limit: int = 15) -> dict[str, list[tuple[str, f
 def saturation(settings: Settings, last: int, out_dir: Path, label: str, tree: Path | None) -> dict[str, Any]:
     """Relay the whole (already filled) log from position 0 onto fresh topics, under py-spy."""
     reset_relay(settings)
-    asyncio.run(create_topics(settings))
+    asyncio.run(create_topics(settings, 1))
     profile = out_dir / f"relay-saturation-{label}.raw.txt"
-    log = open(out_dir / f"relay-saturation-{label}.log", "ab")  # noqa: SIM115
-    relay = [sys.executable, "-m", "services.cli", "serve", "relay"]
+    name = f"relay-saturation-{label}"
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if py_spy is None:  # `pip install py-spy` (PyPI) to profile; the rate is measured either way
         print("py-spy not installed: relaying without a profile", flush=True)
-    command = [py_spy, "record", "--gil", "--format", "raw", "--rate", "200", "--output", str(profile), "--",
-               *relay] if py_spy else relay
-    spy = subprocess.Popen(command, env=child_env(settings, tree), stdout=log, stderr=subprocess.STDOUT, cwd=tree)
+    wrap = [py_spy, "record", "--gil", "--format", "raw", "--rate", "200", "--output", str(profile), "--"] if py_spy else []
+    launcher = launcher_for(settings, out_dir)
+    relay = launcher.start("relay", name=name, wrap=wrap, **from_tree(tree))
     started = time.monotonic()
     first: tuple[float, int] | None = None  # the first recorded batch: start-up (imports, connections) is over
     try:
         while (position := relay_position(settings)) < last:
             if first is None and position > 0:
                 first = (time.monotonic(), position)
-            if spy.poll() is not None:
-                raise RuntimeError(f"relay exited early: {(out_dir / f'relay-saturation-{label}.log').read_text()[-2000:]}")
+            if relay.returncode is not None:
+                raise RuntimeError(f"relay exited early: {launcher.tail(name, 2000)}")
             if time.monotonic() - started > 600:
                 raise TimeoutError("relay did not catch up in 10 minutes")
             time.sleep(0.05)
         ended = time.monotonic()
         elapsed = ended - started
     finally:
-        children = Path(f"/proc/{spy.pid}/task/{spy.pid}/children")
-        for pid in (children.read_text().split() if py_spy and children.exists() else []):
-            os.kill(int(pid), signal.SIGTERM)  # the relay under py-spy (py-spy then writes the profile)
-        if not py_spy:
-            spy.send_signal(signal.SIGTERM)
-        spy.wait(timeout=60)
-        log.close()
+        launcher.stop(name, grace=60.0)  # SIGTERM to the relay itself: py-spy then writes the profile
         asyncio.run(delete_topics(settings))
     steady = (last - first[1]) / (ended - first[0]) if first is not None and ended > first[0] else None
     return {"label": label, "notifications": last, "seconds": elapsed, "notifications_per_s": last / elapsed,
@@ -173,11 +187,9 @@ def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir:
             tree: Path | None) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    logs = {part: open(out_dir / f"latency-{label}-{part}.log", "ab") for part in ("publication", "relay")}  # noqa: SIM115
-    processes = {part: subprocess.Popen([sys.executable, "-m", "services.cli", "serve", part],
-                                        env=child_env(settings, tree), cwd=tree,
-                                        stdout=logs[part], stderr=subprocess.STDOUT)
-                 for part in ("publication", "relay")}
+    launcher = launcher_for(settings, out_dir)
+    for part in ("publication", "relay"):
+        launcher.start(part, name=f"latency-{label}-{part}", **from_tree(tree))
 
     async def measure() -> dict[str, Any]:
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, linger_ms=0)
@@ -210,7 +222,7 @@ def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir:
         try:
             ids = [f"lat-{i}" for i in range(runs)]
             for r in ids:
-                for m in (admitted(r), *grant_messages(r)):
+                for m in (admitted(r), *grants(r)):
                     await send(r, m)
             await producer.flush()
             await asyncio.sleep(3)  # admissions settle; the relay is idle and waiting
@@ -234,32 +246,19 @@ def latency(settings: Settings, rate: float, seconds: float, runs: int, out_dir:
             await consumer.stop()
             await producer.stop()
         latencies = [(seen[c] - t) * 1000 for c, t in sent.items() if c in seen]
-        ordered = sorted(latencies)
-        result = stats(latencies) if latencies else {}
-        if ordered:
-            result["p99"] = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-        committed = sorted(relayed)
-        relay_result = stats(committed) if committed else {}
-        if committed:
-            relay_result["p99"] = committed[min(len(committed) - 1, round(0.99 * (len(committed) - 1)))]
+        result = latency_summary(latencies)
+        relay_result = latency_summary(relayed)
         return {"label": label, "offered_per_s": rate, "seconds": seconds, "sent": len(sent), "published": len(latencies),
                 "published_ms": result, "event_to_published_ms": relay_result,
                 "note": "published_ms: produce → answer.published read; event_to_published_ms: the committed "
                         "event's timestamp (occurred_at, taken just before its commit) → read: the relay's share"}
 
     try:
-        time.sleep(4)  # both processes connected
+        launcher.wait_ready()  # both alive for a while (at WARNING they log nothing when they run)
+        time.sleep(2)  # and connected to the broker
         return asyncio.run(measure())
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGTERM)
-        for process in processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        for handle in logs.values():
-            handle.close()
+        launcher.stop_all(grace=20.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Replay: ``imprint replay`` (a subprocess) over a cached Publication log, against the
+"""Replay: ``imprint replay`` (a child of the launcher) over a cached Publication log, against the
 raw notification-log read of the same table with psycopg.
 
 The log is built once per size and kept in its own PostgreSQL schema
@@ -13,10 +13,6 @@ when ``--rebuild-log`` is given."""
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +22,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.procs import environment, tree_rss_kb
+from bench.procs import tree_rss_kb
 from bench.workload import Sources, opening, typical_part
+from services.common.launcher import Launcher
 from services.common.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,50 +220,51 @@ def raw_read(settings: Settings, page: int = 500) -> dict[str, Any]:
 
 
 def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[str, Any]:
-    """``imprint replay`` as a subprocess (stdout to /dev/null). Its peak RSS is the largest
-    sum, sampled from /proc every 0.2 s, of the replay's process and its workers; a replay
-    whose processes pass ``rss_limit_mb`` together is stopped (reported, not hidden).
+    """``imprint replay`` as a command of the launcher (stdout to /dev/null). Its peak RSS is
+    the largest sum, sampled from /proc every 0.2 s, of the replay's process and its
+    workers; a replay whose processes pass ``rss_limit_mb`` together is killed (reported,
+    not hidden). Its CPU is the rusage the launcher reaped it with (its workers included).
 
-    ``wait4``'s ``ru_maxrss`` is kept as ``ru_maxrss_mb`` but is not the replay's memory: the
-    child is forked from this bench process, and until it executes the replay its resident
-    set is the bench's own (~300 MB in a full run, where the same replay started from a
-    small bench process measures ~100 MB)."""
-    env = environment(settings, log_level="WARNING")
+    That rusage's ``ru_maxrss`` is kept as ``ru_maxrss_mb`` but is not the replay's memory:
+    the child is forked from this bench process, and until it executes the replay its
+    resident set is the bench's own (~300 MB in a full run, where the same replay started
+    from a small bench process measures ~100 MB)."""
+    launcher = Launcher(settings.model_copy(update={"log_level": "WARNING"}))
     started = time.perf_counter()
-    with open(os.devnull, "wb") as devnull:
-        process = subprocess.Popen([sys.executable, "-m", "services.cli", "replay"], env=env, stdout=devnull,
-                                   stderr=subprocess.PIPE)
+    child = launcher.start_command("replay", "services.cli", ["replay"], discard_stdout=True)
     stopped: dict[str, Any] = {}
     sampled = {"max_rss_kb": 0}
+    done = threading.Event()
 
     def watch() -> None:
-        while process.poll() is None:
-            rss = tree_rss_kb(process.pid) or 0
+        while True:
+            rss = tree_rss_kb(child.pid) or 0
             sampled["max_rss_kb"] = max(sampled["max_rss_kb"], rss)
             if rss > rss_limit_mb * 1024 and not stopped:
                 stopped["why"] = f"RSS passed {rss_limit_mb} MB"
-                process.send_signal(signal.SIGKILL)
+                launcher.kill("replay")
             elif time.perf_counter() - started > timeout and not stopped:
                 stopped["why"] = f"ran longer than {timeout:.0f} s"
-                process.send_signal(signal.SIGKILL)
-            time.sleep(0.2)
+                launcher.kill("replay")
+            if done.wait(0.2):
+                return
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    _, status, usage = os.wait4(process.pid, 0)
+    code = launcher.wait_exit("replay", timeout=None)
     seconds = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
+    done.set()
     watcher.join(timeout=2)
-    stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+    usage = child.usage
     result: dict[str, Any] = {
-        "seconds": round(seconds, 2), "exit": process.returncode,
-        "peak_rss_mb": round(sampled["max_rss_kb"] / 1024), "ru_maxrss_mb": round(usage.ru_maxrss / 1024),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "seconds": round(seconds, 2), "exit": code, "peak_rss_mb": round(sampled["max_rss_kb"] / 1024),
+        "ru_maxrss_mb": round(usage.ru_maxrss / 1024) if usage else None,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2) if usage else None,
     }
     if stopped:
         result["stopped"] = stopped["why"]
-    elif process.returncode != 0:
-        result["stderr_tail"] = stderr[-800:]
+    elif code != 0:
+        result["stderr_tail"] = launcher.log("replay")[-800:]
     return result
 
 

@@ -1,16 +1,23 @@
-"""The one way imprint starts its processes: ``imprint up`` and every test tier that runs
-real parts (e2e, fault, integration, browser) go through :class:`Launcher`.
+"""The one way imprint starts its processes: ``imprint up``, every test tier that runs
+real parts (e2e, fault, integration, browser) and the bench go through :class:`Launcher`.
 
     launcher = Launcher(settings)                   # state folder: settings.state_dir
     launcher.start("publication")                   # python -m services.cli serve publication
     launcher.start("publication", name="publication-2")         # a second instance
     launcher.start("delivery", name="delivery-2",
                    settings=settings.model_copy(update={"http_port": 8081}))  # its own port
+    launcher.start("journal", settings=settings.model_copy(update={"log_level": "WARNING"}))
     launcher.start("relay", module="tests.fault.crash_relay",   # any ``python -m <module> <args>``
                    env={"IMPRINT_TEST_RELAY_PAUSE": "0.2"})      # that ends in a part's serve
-    launcher.wait_ready()                           # every child alive and ready (or LaunchError)
+    launcher.start("delivery", wrap=["py-spy", "record", "-o", "out.txt", "--"])  # under a profiler
+    launcher.start("relay", cwd=tree, env={"PYTHONPATH": f"{tree}:{tree}/libs"})  # another checkout
+    launcher.start_command("replay", "services.cli", ["replay"],  # not a part: any module, its
+                           discard_stdout=True)                  # stdout to /dev/null if unread
+    launcher.wait_ready()                           # every part alive and ready (or LaunchError)
     launcher.ready("journal")                       # the same check once, without waiting
-    launcher.wait_exit("relay")                     # a crash wrapper's self-kill; its exit code
+    launcher.wait_exit("replay")                    # a command's or a crash wrapper's exit code
+    launcher.children["replay"].usage               # its rusage once reaped (CPU, ru_maxrss)
+    launcher.children["delivery"].target_pid        # the part's own process (under a wrapper too)
     launcher.kill("relay")                          # SIGKILL now; returns the exit code (-9)
     launcher.stop("delivery")                       # SIGTERM, then SIGKILL after ``grace`` seconds
     launcher.restart("delivery")                    # the same command, env and settings again
@@ -19,32 +26,46 @@ real parts (e2e, fault, integration, browser) go through :class:`Launcher`.
     launcher.stop_all()                             # every child, in reverse start order
 
 (The test tiers use :class:`tests.support.stack.Stack`, this launcher as a context
-manager that starts some parts, waits until they are ready and stops them all.)
+manager that starts some parts, waits until they are ready and stops them all; the bench's
+:class:`bench.procs.Stack` measures the CPU and RSS of the children of one.)
 
 Every child is known by its *name* (by default its part). For each one:
 
-- its pid is in ``<state>/run/<name>.pid`` while it runs (removed when it is stopped);
-- its stdout and stderr are appended to ``<state>/logs/<name>.log``;
+- its pid (the wrapper's, for a wrapped child) is in ``<state>/run/<name>.pid`` while it
+  runs (removed when it is stopped);
+- its stdout and stderr are appended to ``<state>/logs/<name>.log`` (only its stderr with
+  ``discard_stdout``);
 - its environment is this process's environment without any ``IMPRINT_*`` variable, then
   :meth:`Settings.to_env` of the launcher's (or the child's own) settings, then ``env``:
-  the child reads back exactly the settings it was given, never a stale variable;
-- it is *ready* when Delivery answers ``GET /readyz`` with 200 on the child's own
+  the child reads back exactly the settings it was given, never a stale variable; a child's
+  log level is its settings' ``log_level``;
+- a part is *ready* when Delivery answers ``GET /readyz`` with 200 on the child's own
   ``http_host:http_port``, or, for the other parts, when it has logged ``part running``
   (:func:`services.common.lifecycle.run_until_stopped`) since it was started (with a log
-  level above INFO, when it has stayed alive for ``QUIET_READY_SECONDS``).
+  level above INFO, when it has stayed alive for ``QUIET_READY_SECONDS``); a command
+  (:meth:`Launcher.start_command`) is ready while it runs and is not awaited by default.
 
-Processes are stopped and killed by their own pid only (never by name)."""
+A *wrapped* child (``wrap``: a command prefix ending in ``--``, like ``py-spy record … --``)
+runs the part as the wrapper's child. Its ``target_pid`` is that process; stopping it sends
+SIGTERM there, so the wrapper sees its target end, finishes (a profiler writes its output)
+and exits; ``grace`` then bounds the wait for the wrapper.
+
+The launcher reaps its children itself (``os.wait4``), so each child's exit code and
+resource usage stay known. Processes are stopped and killed by their own pid only (never
+by name)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,30 +87,121 @@ class LaunchError(RuntimeError):
 
 @dataclass
 class Child:
-    """One started process: how it was started (to restart it the same way) and its Popen."""
+    """One started process: how it was started (to restart it the same way), its Popen, and
+    its exit code and resource usage once the launcher has reaped it."""
 
     name: str
-    part: str
+    part: str | None
+    """The part it serves; ``None`` for a command (:meth:`Launcher.start_command`)."""
     argv: list[str]
+    """The whole command line, a wrapper's prefix included."""
     env: dict[str, str]
     settings: Settings
     log_path: Path
     pid_path: Path
     process: subprocess.Popen[bytes]
+    cwd: Path | None = None
+    wrapped: bool = False
+    """Started under a wrapper (``wrap``): the part is the wrapper's child, see :attr:`target_pid`."""
+    discard_stdout: bool = False
     log_offset: int = 0
     """Size of the log when this process was started: readiness reads only what came after."""
     started_at: float = field(default_factory=time.monotonic)
     stopped: bool = False
     """Stopped or killed through the launcher (so not a part that exited on its own)."""
     seen_ready: bool = False
+    usage: resource.struct_rusage | None = None
+    """What ``os.wait4`` reported when the launcher reaped it: its CPU time and that of the
+    processes it waited for, ``ru_maxrss``. ``None`` while it runs (or when something else
+    reaped it through :attr:`process`)."""
+    _reaping: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _target: int | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
+        """The process the launcher started (the wrapper, for a wrapped child)."""
         return self.process.pid
 
     @property
+    def target_pid(self) -> int | None:
+        """The process that runs the child's command: :attr:`pid`, or for a wrapped child the
+        wrapper's child (``None`` until the wrapper has started it, or once it has ended).
+        A part's CPU and RSS are read here."""
+        if not self.wrapped:
+            return self.pid
+        if self._target is None or _parent(self._target) != self.pid:
+            started = child_pids(self.pid)
+            self._target = started[0] if started else None
+        return self._target
+
+    @property
     def returncode(self) -> int | None:
-        return self.process.poll()
+        """Its exit code once it has exited (reaping it, which records :attr:`usage`), else ``None``."""
+        with self._reaping:
+            if self.process.returncode is None:
+                try:
+                    pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped through the Popen by its other users
+                    return self.process.poll()
+                if pid:
+                    self.process.returncode = os.waitstatus_to_exitcode(status)
+                    self.usage = usage
+            return self.process.returncode
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Its exit code once it exits, within ``timeout`` seconds (``None``: however long it
+        takes); ``None`` when it is still running then. Checked at most 20 ms apart."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.001
+        while (code := self.returncode) is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(2 * pause, 0.02)
+        return code
+
+    def signal(self, number: int, *, wrapper: bool = False) -> None:
+        """Send ``number`` to :attr:`target_pid` (to the wrapper while it has no child yet), or
+        with ``wrapper`` to the process the launcher started, unless the child was reaped."""
+        with self._reaping:  # a reaped pid may already be another process's
+            if self.process.returncode is not None:
+                return
+            try:
+                os.kill(self.pid if wrapper else (self.target_pid or self.pid), number)
+            except ProcessLookupError:  # the wrapper's child ended meanwhile
+                pass
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started and that still exist: its threads' ``children`` lists
+    in /proc, or, on a kernel without them, every process whose parent it is."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    started: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                started.extend(int(found) for found in handle.read().split())
+        except FileNotFoundError:
+            return [p for p in _all_pids() if _parent(p) == pid]
+        except OSError:
+            continue
+    return started
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def answers_ready(base_url: str) -> bool:
@@ -99,20 +211,6 @@ def answers_ready(base_url: str) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
-
-
-def wait_answering(base_url: str, process: subprocess.Popen[bytes], *, timeout: float = 60.0,
-                   describe: Callable[[], str] = lambda: "") -> None:
-    """Block until the Delivery ``process`` serves ``base_url`` (:func:`answers_ready`), for a
-    Delivery started outside a :class:`Launcher`. Raises :class:`LaunchError`, with
-    ``describe()`` (say, its log tail), when it exits meanwhile or the time runs out."""
-    deadline = time.monotonic() + timeout
-    while not answers_ready(base_url):
-        if process.poll() is not None:
-            raise LaunchError(f"delivery at {base_url} exited with {process.returncode}:\n{describe()}")
-        if time.monotonic() > deadline:
-            raise LaunchError(f"delivery at {base_url} not ready after {timeout:.0f}s:\n{describe()}")
-        time.sleep(0.2)
 
 
 def child_environment(settings: Settings, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -139,37 +237,55 @@ class Launcher:
     # ------------------------------------------------------------------ starting
 
     def start(self, part: str, *, name: str | None = None, module: str | None = None, args: Iterable[str] = (),
-              env: Mapping[str, str] | None = None, settings: Settings | None = None) -> Child:
+              env: Mapping[str, str] | None = None, settings: Settings | None = None,
+              wrap: Sequence[str] = (), cwd: Path | None = None) -> Child:
         """Start ``part`` as ``name`` (default: the part's name).
 
         Without ``module`` the child is the real ``python -m services.cli serve <part>``;
-        with it, ``python -m <module> <args>`` (a wrapper that ends in the part's serve).
+        with it, ``python -m <module> <args>`` (a stand-in that ends in the part's serve, like
+        the fault tier's crash relay).
         ``settings`` replaces the launcher's settings for this child only; ``env`` is
-        added on top of the derived environment. A live child of the same name is an error."""
+        added on top of the derived environment. ``wrap`` is a command prefix the part runs
+        under (``[py_spy, "record", …, "--"]``; see the module docstring); ``cwd`` the folder
+        it starts in (default: this process's). A live child of the same name is an error."""
         name = name or part
-        running = self.children.get(name)
-        if running is not None and running.returncode is None:
-            raise LaunchError(f"{name} is already running (pid {running.pid})")
         child_settings = settings or self.settings
         argv = [sys.executable, "-m", module, *args] if module else [sys.executable, "-m", "services.cli", "serve", part]
-        return self._spawn(name, part, argv, child_environment(child_settings, env), child_settings)
+        return self._spawn(name, part, [*wrap, *argv], child_environment(child_settings, env), child_settings,
+                           cwd=cwd, wrapped=bool(wrap))
+
+    def start_command(self, name: str, module: str, args: Iterable[str] = (), *,
+                      env: Mapping[str, str] | None = None, settings: Settings | None = None,
+                      discard_stdout: bool = False) -> Child:
+        """Start ``python -m <module> <args>`` as ``name``: a child that is not one of imprint's
+        parts (``imprint replay``, a bench's helper process), configured like a part. It is
+        ready while it runs and :meth:`wait_ready` does not wait for it unless named; wait
+        for its end with :meth:`wait_exit`. ``discard_stdout`` sends its stdout to /dev/null
+        (an output nobody reads, which would only fill the log); its stderr is still logged."""
+        child_settings = settings or self.settings
+        return self._spawn(name, None, [sys.executable, "-m", module, *args], child_environment(child_settings, env),
+                           child_settings, discard_stdout=discard_stdout)
 
     def restart(self, name: str) -> Child:
         """Start ``name`` again with the command, environment and settings it was last started with."""
         old = self.children[name]
-        if old.returncode is None:
-            raise LaunchError(f"{name} is still running (pid {old.pid})")
-        return self._spawn(name, old.part, old.argv, old.env, old.settings)
+        return self._spawn(name, old.part, old.argv, old.env, old.settings, cwd=old.cwd, wrapped=old.wrapped,
+                           discard_stdout=old.discard_stdout)
 
-    def _spawn(self, name: str, part: str, argv: list[str], env: dict[str, str], settings: Settings) -> Child:
+    def _spawn(self, name: str, part: str | None, argv: list[str], env: dict[str, str], settings: Settings, *,
+               cwd: Path | None = None, wrapped: bool = False, discard_stdout: bool = False) -> Child:
+        running = self.children.get(name)
+        if running is not None and running.returncode is None:
+            raise LaunchError(f"{name} is still running (pid {running.pid})")
         log_path = self.log_dir / f"{name}.log"
         pid_path = self.run_dir / f"{name}.pid"
         with open(log_path, "ab") as log:  # the child keeps its own descriptor
             offset = log.tell()
-            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL if discard_stdout else log,
+                                       stderr=log if discard_stdout else subprocess.STDOUT, stdin=subprocess.DEVNULL)
         pid_path.write_text(str(process.pid))
-        child = Child(name, part, argv, env, settings, log_path, pid_path, process, log_offset=offset)
+        child = Child(name, part, argv, env, settings, log_path, pid_path, process, cwd=cwd, wrapped=wrapped,
+                      discard_stdout=discard_stdout, log_offset=offset)
         self.children[name] = child
         return child
 
@@ -177,7 +293,8 @@ class Launcher:
 
     @property
     def processes(self) -> dict[str, subprocess.Popen[bytes]]:
-        """Every child's ``Popen`` by name (live or exited)."""
+        """Every child's ``Popen`` by name (live or exited). A child's exit read here is lost to
+        :attr:`Child.usage`; :attr:`Child.returncode` keeps it."""
         return {name: child.process for name, child in self.children.items()}
 
     def log(self, name: str) -> str:
@@ -200,6 +317,8 @@ class Launcher:
 
     @staticmethod
     def _answers(child: Child) -> bool:
+        if child.part is None:
+            return True
         if child.part == "delivery":
             return answers_ready(f"http://{child.settings.http_host}:{child.settings.http_port}")
         if logging.getLevelName(child.settings.log_level.upper()) > logging.INFO:
@@ -209,10 +328,11 @@ class Launcher:
             return READY_LINE.encode() in log.read()
 
     def wait_ready(self, names: Iterable[str] | None = None, timeout: float = 60.0) -> None:
-        """Block until every named child (default: all not stopped or killed through the
-        launcher) is ready. Raises :class:`LaunchError` with the child's log tail when one
+        """Block until every named child (default: every part not stopped or killed through
+        the launcher) is ready. Raises :class:`LaunchError` with the child's log tail when one
         exits meanwhile or the time runs out."""
-        waiting = list(names) if names is not None else [n for n, c in self.children.items() if not c.stopped]
+        waiting = list(names) if names is not None else [
+            n for n, c in self.children.items() if not c.stopped and c.part is not None]
         deadline = time.monotonic() + timeout
         while waiting:
             for name in list(waiting):
@@ -227,13 +347,13 @@ class Launcher:
             if waiting:
                 time.sleep(0.2)
 
-    def wait_exit(self, name: str, timeout: float = 60.0) -> int:
-        """Wait for ``name`` to exit on its own (a crash wrapper's self-kill); its exit code."""
+    def wait_exit(self, name: str, timeout: float | None = 60.0) -> int:
+        """Wait for ``name`` to exit on its own (a command's end, a crash wrapper's self-kill);
+        its exit code. ``timeout=None`` waits however long it takes."""
         child = self.children[name]
-        try:
-            code = child.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise LaunchError(f"{name} did not exit within {timeout:.0f}s:\n{self.tail(name)}") from None
+        code = child.wait(timeout)
+        if code is None:
+            raise LaunchError(f"{name} did not exit within {timeout:.0f}s:\n{self.tail(name)}")
         child.pid_path.unlink(missing_ok=True)
         return code
 
@@ -243,23 +363,24 @@ class Launcher:
     # ------------------------------------------------------------------ stopping
 
     def stop(self, name: str, *, grace: float | None = None) -> int | None:
-        """SIGTERM ``name``, SIGKILL it if it is still alive after ``grace`` seconds; its exit code
-        (None when no such child was started)."""
+        """SIGTERM ``name`` (its target, when wrapped), SIGKILL it if it is still alive after
+        ``grace`` seconds; its exit code (None when no such child was started)."""
         child = self.children.get(name)
         if child is None:
             return None
         child.stopped = True
-        code = _terminate(child.process, self.grace if grace is None else grace)
-        child.pid_path.unlink(missing_ok=True)
-        return code
+        child.signal(signal.SIGTERM)
+        return _reap(child, self.grace if grace is None else grace)
 
     def kill(self, name: str) -> int:
-        """SIGKILL ``name`` now (the fault tiers' crash); its exit code, ``-SIGKILL`` when it was alive."""
+        """SIGKILL ``name`` now (the fault tiers' crash; a wrapped child's target and wrapper
+        both); its exit code, ``-SIGKILL`` when it was alive."""
         child = self.children[name]
         child.stopped = True
-        if child.process.poll() is None:
-            child.process.send_signal(signal.SIGKILL)
-        code = child.process.wait(timeout=10)
+        _kill(child)
+        code = child.wait(10)
+        if code is None:
+            raise LaunchError(f"{name} outlived SIGKILL for 10 s")
         child.pid_path.unlink(missing_ok=True)
         return code
 
@@ -268,20 +389,24 @@ class Launcher:
         children = list(reversed(self.children.values()))
         for child in children:
             child.stopped = True
-            if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+            child.signal(signal.SIGTERM)
         deadline = time.monotonic() + (self.grace if grace is None else grace)
         for child in children:
-            _terminate(child.process, max(0.1, deadline - time.monotonic()), signalled=True)
-            child.pid_path.unlink(missing_ok=True)
+            _reap(child, max(0.1, deadline - time.monotonic()))
 
 
-def _terminate(process: subprocess.Popen[bytes], grace: float, *, signalled: bool = False) -> int:
-    if process.poll() is None and not signalled:
-        process.send_signal(signal.SIGTERM)
-    try:
-        return process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait()
+def _kill(child: Child) -> None:
+    child.signal(signal.SIGKILL)
+    if child.wrapped:
+        child.signal(signal.SIGKILL, wrapper=True)
 
+
+def _reap(child: Child, grace: float) -> int:
+    """Wait ``grace`` seconds for a signalled ``child`` to exit, SIGKILL it if it has not; its exit code."""
+    code = child.wait(grace)
+    if code is None:
+        _kill(child)
+        code = child.wait(None)
+    child.pid_path.unlink(missing_ok=True)
+    assert code is not None
+    return code

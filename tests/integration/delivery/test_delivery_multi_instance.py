@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,12 +24,11 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from imprint.contracts.topics import Topic
 from imprint.delivery.summary import validate_stream
-from services.common.launcher import wait_answering
+from services.common.launcher import Child, Launcher
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.integration.delivery.support import SSE, free_port, read_stream
 from tests.support.kafka import produce, read_topic
-from tests.support.stack import environment
 from tests.unit.delivery.delivery_builders import closed, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -41,41 +37,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 @dataclass
 class Instance:
     name: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
+    child: Child
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return f"http://127.0.0.1:{self.child.settings.http_port}"
 
 
-def start(settings: Settings, name: str, directory: Path) -> Instance:
-    port = free_port()
-    env = environment(settings)
-    env.update(IMPRINT_HTTP_PORT=str(port), IMPRINT_SSE_POLL_SECONDS="60", IMPRINT_SSE_KEEPALIVE_SECONDS="1",
-               IMPRINT_STREAM_OPEN_WAIT_SECONDS="1")  # a stream for an unknown run waits this long, then 404
-    log = directory / f"delivery-{name}.log"
-    process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "delivery"], env=env,
-                               stdout=log.open("ab"), stderr=subprocess.STDOUT)
-    return Instance(name, port, process, log)
-
-
-def stop(instance: Instance) -> None:
-    if instance.process.poll() is None:
-        instance.process.send_signal(signal.SIGTERM)
-        try:
-            instance.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            instance.process.kill()
-            instance.process.wait()
-
-
-def wait_ready(instance: Instance) -> None:
-    wait_answering(instance.url, instance.process, describe=instance.tail)
+def start(launcher: Launcher, settings: Settings, name: str) -> Instance:
+    own = settings.model_copy(update={
+        "http_port": free_port(), "sse_poll_seconds": 60.0, "sse_keepalive_seconds": 1.0,
+        "stream_open_wait_seconds": 1.0})  # a stream for an unknown run waits this long, then 404
+    return Instance(name, launcher.start("delivery", name=f"delivery-{name}", settings=own))
 
 
 def assignment(settings: Settings) -> dict[int, list[str]]:
@@ -101,28 +78,27 @@ def assignment(settings: Settings) -> dict[int, list[str]]:
 
 
 @pytest.fixture
-def pair(isolated: Settings, tmp_path: Path) -> Iterator[tuple[Instance, Instance]]:
-    a = start(isolated, "a", tmp_path)
-    b = start(isolated, "b", tmp_path)
+def pair(isolated: Settings) -> Iterator[tuple[Instance, Instance]]:
+    launcher = Launcher(isolated, grace=20.0)
+    a = start(launcher, isolated, "a")
+    b = start(launcher, isolated, "b")
     try:
-        wait_ready(a)
-        wait_ready(b)
+        launcher.wait_ready()
         deadline = time.monotonic() + 60
         while True:  # until the group settled with one topic partition on each instance
             owned = assignment(isolated)
-            if sorted(owned) == sorted([a.process.pid, b.process.pid]) and all(len(t) == 1 for t in owned.values()):
+            if sorted(owned) == sorted([a.pid, b.pid]) and all(len(t) == 1 for t in owned.values()):
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(f"the consumer group never split the topics: {owned}")
             time.sleep(0.5)
         yield a, b
     except BaseException:
-        for instance in (a, b):
-            print(f"----- delivery {instance.name} -----\n{instance.tail()}", file=sys.stderr)
+        for name in launcher.children:
+            print(launcher.tail(name, 3000), file=sys.stderr)
         raise
     finally:
-        stop(a)
-        stop(b)
+        launcher.stop_all()
 
 
 class Reader(threading.Thread):
@@ -178,7 +154,7 @@ def test_clients_on_either_instance_follow_live_and_resume_on_the_other(
     a, b = pair
     owned = assignment(isolated)
     publication = isolated.topic(Topic.PUBLICATION)
-    consumer_of_blocks = a if owned[a.process.pid] == [publication] else b
+    consumer_of_blocks = a if owned[a.pid] == [publication] else b
     other = b if consumer_of_blocks is a else a
     run, token = "run-two-instances", mint_token(isolated, "acct-1")
 
@@ -269,8 +245,8 @@ def test_a_lost_wake_up_connection_loses_no_frame(isolated: Settings, pair: tupl
     publication = isolated.topic(Topic.PUBLICATION)
     # The watcher's clients' blocks must come from the other instance, through the store's
     # NOTIFY: an instance that consumes the publication topic wakes its own feeds in-process.
-    watcher = b if publication in owned[a.process.pid] else a
-    assert publication not in owned[watcher.process.pid]
+    watcher = b if publication in owned[a.pid] else a
+    assert publication not in owned[watcher.pid]
     run, token = "run-lost-wakeup", mint_token(isolated, "acct-1")
     asyncio.run(produce(isolated, Topic.RUNS, running(run)))
     wait_for_run(watcher, run, token)
