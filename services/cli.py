@@ -28,7 +28,11 @@ DEPLOY_LOCAL = Path(__file__).resolve().parent.parent / "deploy" / "local"
 def _serve(args: argparse.Namespace) -> int:
     import uvloop
 
+    from services.common.tracing import configure_tracing
+
     module = importlib.import_module(PARTS[args.part])
+    # off unless the standard OTEL_* environment asks for it; one service name per part
+    configure_tracing(f"imprint-{'publication-relay' if args.part == 'relay' else args.part}")
     # Every part is one event loop carrying polls, produce requests, notifications and (in
     # Delivery) a socket write per SSE client per wake-up: uvloop runs that loop in C.
     uvloop.run(module.serve(get_settings()))
