@@ -40,14 +40,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from services.common.tracing import configure_tracing
     from services.stack import run_stack
 
+    configure_tracing("imprint-runtime")  # the demo's runtime, when it plays here; the parts trace themselves
     return run_stack(get_settings(), demo=args.demo, exit_after_demo=args.exit_after_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from services.common.tracing import configure_tracing
     from services.demo import run_demo
 
+    configure_tracing("imprint-runtime")  # the demo is a runtime: its proposals start their traces
     return asyncio.run(run_demo(get_settings(), watch=not args.no_watch))
 
 
