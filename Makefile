@@ -13,7 +13,7 @@ TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
 .PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 .PHONY: soak test-cluster
-.PHONY: bench-quick
+.PHONY: bench-quick otelcol
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ run: install
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-127.0.0.1:$(KAFKA_PORT)} $(BIN)/imprint up --demo $(RUN_ARGS)
 
 ## make test: install, start Kafka and PostgreSQL, run every tier.
-test: install browser-deps node-deps infra-up
+test: install browser-deps node-deps otelcol infra-up
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
 	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)} \
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not cluster" $(PYTEST_ARGS)
@@ -59,6 +59,11 @@ browser-deps:
 
 infra-up:
 	bash deploy/local/infra.sh up
+
+## The OpenTelemetry Collector the trace tests export to (tests/support/otel.py starts one per test);
+## built from its Go modules once per checkout, compiled once per machine.
+otelcol:
+	bash deploy/local/otelcol.sh build >/dev/null
 
 infra-down:
 	bash deploy/local/infra.sh down

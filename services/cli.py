@@ -29,7 +29,11 @@ DEPLOY_LOCAL = Path(__file__).resolve().parent.parent / "deploy" / "local"
 def _serve(args: argparse.Namespace) -> int:
     import uvloop
 
+    from services.common.tracing import configure_tracing
+
     module = importlib.import_module(PARTS[args.part])
+    # off unless the standard OTEL_* environment asks for it; one service name per part
+    configure_tracing(f"imprint-{'publication-relay' if args.part == 'relay' else args.part}")
     # Every part is one event loop carrying polls, produce requests, notifications and (in
     # Delivery) a socket write per SSE client per wake-up: uvloop runs that loop in C.
     uvloop.run(module.serve(get_settings()))
@@ -37,14 +41,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from services.common.tracing import configure_tracing
     from services.stack import run_stack
 
+    configure_tracing("imprint-runtime")  # the demo's runtime, when it plays here; the parts trace themselves
     return run_stack(get_settings(), demo=args.demo, exit_after_demo=args.exit_after_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from services.common.tracing import configure_tracing
     from services.demo import run_demo
 
+    configure_tracing("imprint-runtime")  # the demo is a runtime: its proposals start their traces
     return asyncio.run(run_demo(get_settings(), watch=not args.no_watch))
 
 

@@ -52,6 +52,15 @@ def database_url() -> str:
 
 
 @pytest.fixture
+def otel_collector(tmp_path: Path) -> Iterator[object]:
+    """A real OpenTelemetry Collector for this test (``tests/support/otel.py``): its OTLP/HTTP
+    endpoint and the spans it received."""
+    from tests.support.otel import run_collector
+
+    yield from run_collector(tmp_path)
+
+
+@pytest.fixture
 def topic_partitions() -> int:
     """Partitions of each of a test's topics. 1 here (the integration tier's in-process
     drivers read partition 0); the e2e, fault and browser tiers override it with

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventsourcing.persistence import Tracking
+from opentelemetry.context import Context
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class Inbound:
     raw: bytes = b""
     """The original envelope, kept for a dead letter if processing refuses the message."""
     key: bytes | None = None
+    trace: Context | None = None
+    """The remote parent the record's ``traceparent`` header named (``None``: it named none):
+    a part's span for this message opens under it (``services.common.tracing.handling``)."""
 
     @property
     def tracking(self) -> Tracking:

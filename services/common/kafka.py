@@ -31,12 +31,14 @@ from aiokafka.errors import KafkaError
 from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
+from opentelemetry.context import Context
 from pydantic import ValidationError
 
 from imprint.contracts.base import Message
 from imprint.contracts.deadletter import ORIGINAL_CAP_BYTES, DeadLetter
 from imprint.contracts.registry import TOPIC_OF_TYPE, TRANSPORT_CAP_BYTES, decode, encode
 from imprint.contracts.topics import Topic
+from imprint.runtime import tracecontext
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.common.inbound import Inbound
@@ -69,6 +71,10 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
 def topic_of(settings: Settings, name: str) -> Topic:
     """The contract topic of a (possibly prefixed) Kafka topic name."""
     return Topic(name.removeprefix(settings.topic_prefix))
+
+
+Outgoing = tuple[Topic, Message] | tuple[Topic, Message, Context | None]
+"""What the outbox sends: a topic and a message, and optionally the trace context it continues."""
 
 
 class Outbox:
@@ -106,24 +112,30 @@ class Outbox:
         if self._producer is not None:
             await self._producer.stop()
 
-    async def publish(self, topic: Topic, message: Message) -> None:
-        await confirmed(await self.send_many([(topic, message)]))
+    async def publish(self, topic: Topic, message: Message, trace: Context | None = None) -> None:
+        await confirmed(await self.send_many([(topic, message, trace)]))
 
-    async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None:
+    async def publish_many(self, items: Iterable[Outgoing]) -> None:
         """Send in order, confirm together: one round of acknowledgements per batch."""
         await confirmed(await self.send_many(items))
 
-    async def send_many(self, items: Iterable[tuple[Topic, Message]]) -> list[asyncio.Future[Any]]:
+    async def send_many(self, items: Iterable[Outgoing]) -> list[asyncio.Future[Any]]:
         """Send in order now; the broker's acknowledgements are the returned futures, for a
-        caller with something better to do than wait for them (:func:`confirmed`)."""
+        caller with something better to do than wait for them (:func:`confirmed`).
+
+        An item may carry a trace context third (:data:`Outgoing`): its ``traceparent`` goes
+        out in the record's headers, so the consumer's span continues that trace."""
         if self._producer is None:
             raise RuntimeError(f"outbox {self._client_id} sends before it was started")
         send, topic_name = self._producer.send, self._settings.topic
-        return [
-            await send(topic_name(topic), encode(message), key=_key_of(message),
-                       headers=[("type", message.type.encode())])
-            for topic, message in items
-        ]
+        futures = []
+        for item in items:
+            topic, message = item[0], item[1]
+            headers = [("type", message.type.encode())]
+            if len(item) > 2 and item[2] is not None:
+                headers = tracecontext.inject(headers, item[2])
+            futures.append(await send(topic_name(topic), encode(message), key=_key_of(message), headers=headers))
+        return futures
 
 
 async def confirmed(acknowledgements: Sequence[asyncio.Future[Any]]) -> None:
@@ -177,7 +189,7 @@ def decode_records(
                 reason, detail = "unparseable", str(error)[:2000]
         if reason is None:
             inbound.append(Inbound(record.topic, record.partition, record.offset, message, size=len(raw),
-                                   raw=raw, key=record.key))
+                                   raw=raw, key=record.key, trace=tracecontext.extract(record.headers)))
             continue
         refused.append(dead_letter(consumer, record.topic, record.partition, record.offset, record.key, raw,
                                    reason, detail))

@@ -18,14 +18,21 @@ SERVICES = ROOT / "services"
 IO_LIBRARIES = frozenset({
     "services", "aiokafka", "kafka", "faststream", "psycopg", "psycopg_pool", "sqlite3", "fastapi", "starlette",
     "uvicorn", "httpx", "requests", "socket", "subprocess", "pydantic_settings", "structlog",
-    "pydantic_ai",
+    "pydantic_ai", "opentelemetry",
 })
 ADAPTERS = {
-    "runtime/kafka.py": {"aiokafka"},
+    "runtime/kafka.py": {"aiokafka", "opentelemetry"},
     "runtime/pydantic_ai.py": {"pydantic_ai"},
+    "runtime/tracecontext.py": {"opentelemetry"},
 }
 """The runtime SDK is a client library: its transport adapter and its agent-framework tool
-are the only modules under ``libs/`` that may import an I/O library (see their docstrings)."""
+are the only modules under ``libs/`` that may import an I/O library (see their docstrings).
+OpenTelemetry counts as one (its SDK exports over the network): the transport and the trace
+context helpers it shares with the services may use its API, nothing else in ``libs/`` may."""
+
+OPENTELEMETRY_API = ("opentelemetry.trace", "opentelemetry.context", "opentelemetry.propagate")
+"""What of OpenTelemetry ``libs/`` may import: the API. The SDK and its exporters are the
+application's choice (``services.common.tracing`` for imprint's parts)."""
 
 ROOTS = {"cli.py", "stack.py", "demo.py", "__init__.py"}
 
@@ -62,6 +69,18 @@ def test_no_module_in_libs_imports_services_or_an_io_library() -> None:
         if bad:
             offenders[relative] = sorted(bad)
     assert offenders == {}, f"libs/ must stay pure: {offenders}"
+
+
+@pytest.mark.rule("P15")
+def test_libs_use_only_the_opentelemetry_api() -> None:
+    offenders = {}
+    for path in sorted(LIBS.rglob("*.py")):
+        bad = sorted(module for module in imported_modules(path)
+                     if module.split(".")[0] == "opentelemetry" and module != "opentelemetry"
+                     and not module.startswith(OPENTELEMETRY_API))
+        if bad:
+            offenders[path.relative_to(LIBS).as_posix()] = bad
+    assert offenders == {}, f"libs/ may use the OpenTelemetry API only: {offenders}"
 
 
 @pytest.mark.rule("P15")

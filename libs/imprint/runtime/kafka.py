@@ -14,6 +14,12 @@ everything else there is pure.)
 
 ``topic_prefix`` is prepended to contract topic names, as ``IMPRINT_TOPIC_PREFIX`` does
 for the services.
+
+Tracing: each send is a PRODUCER span (``send <topic>``, the record's ids as attributes,
+never its value) whose W3C ``traceparent`` goes out in the record's headers, so the parts
+that handle the message continue its trace (:mod:`imprint.runtime.tracecontext`). The spans
+go to the application's OpenTelemetry SDK (``tracer_provider``, default the global one);
+with none configured they are no-ops and the headers stay as the writer built them.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from imprint.contracts.registry import decode
 from imprint.contracts.topics import Topic
+from imprint.runtime import tracecontext
 from imprint.runtime.decisions import Decisions
 from imprint.runtime.writer import Record
 
@@ -50,10 +59,11 @@ class _Started:
 
 class KafkaTransport(_Started):
     def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime",
-                 **producer_options: Any) -> None:
+                 tracer_provider: trace.TracerProvider | None = None, **producer_options: Any) -> None:
         self._prefix = topic_prefix
         self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, client_id=client_id,
                                           enable_idempotence=True, acks="all", **producer_options)
+        self._tracer = trace.get_tracer("imprint.runtime", tracer_provider=tracer_provider)
 
     async def start(self) -> None:
         await self._producer.start()
@@ -62,8 +72,13 @@ class KafkaTransport(_Started):
         await self._producer.stop()
 
     async def send(self, record: Record) -> None:
-        await self._producer.send_and_wait(f"{self._prefix}{record.topic}", record.value, key=record.key,
-                                           headers=list(record.headers))
+        topic = f"{self._prefix}{record.topic}"
+        with tracecontext.span(self._tracer, f"send {topic}", kind=SpanKind.PRODUCER,
+                               messaging={"messaging.system": "kafka", "messaging.operation.type": "send",
+                                          "messaging.destination.name": topic},
+                               **dict(record.ids)):
+            await self._producer.send_and_wait(topic, record.value, key=record.key,
+                                               headers=tracecontext.inject(record.headers))
 
 
 class KafkaDecisions(Decisions, _Started):

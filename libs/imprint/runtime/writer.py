@@ -64,12 +64,15 @@ TOPIC = Topic.RUNTIME
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One Kafka record, ready to send: contract topic (unprefixed), key, value, headers."""
+    """One Kafka record, ready to send: contract topic (unprefixed), key, value, headers, and
+    the ids a transport may put on the record's span (:mod:`imprint.runtime.tracecontext`)."""
 
     topic: Topic
     key: bytes
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
+    ids: tuple[tuple[str, str], ...] = ()
+    """``run_id``, ``event_id``, ``message_type`` and, for a proposal, ``candidate_id``: never text."""
 
 
 class Transport(Protocol):
@@ -163,18 +166,20 @@ class RunWriter:
     # -- the two entries (P1) ---------------------------------------------------------
     async def text(self, text: str, *, turn_id: str, segment: int = 0) -> Proposal:
         """Entry A: plain assistant text of model turn ``turn_id`` (``segment``: its position in the turn)."""
-        message = await self._write(f"answer.text:{turn_id}:{segment}", AnswerText, turn_id=turn_id,
+        candidate_id = candidate_id_for("text", turn_id, segment)
+        message = await self._write(f"answer.text:{turn_id}:{segment}", AnswerText, candidate_id, turn_id=turn_id,
                                     segment=segment, text=text)
-        return Proposal(message, candidate_id_for("text", turn_id, segment), 1)
+        return Proposal(message, candidate_id, 1)
 
     async def send_answer_part(self, arguments: Mapping[str, Any] | str, *, tool_call_id: str,
                                turn_id: str) -> Proposal:
         """Entry B: a closed ``send_answer_part`` call, arguments as the model gave them
         (an object, or its JSON text). Publication settles each block (P3, P6)."""
         payload: dict[str, Any] | str = arguments if isinstance(arguments, str) else dict(arguments)
-        message = await self._write(f"answer.part:{tool_call_id}", AnswerPart, turn_id=turn_id,
+        candidate_id = candidate_id_for("tool", tool_call_id)
+        message = await self._write(f"answer.part:{tool_call_id}", AnswerPart, candidate_id, turn_id=turn_id,
                                     tool_call_id=tool_call_id, sealed=True, arguments=payload)
-        return Proposal(message, candidate_id_for("tool", tool_call_id), _block_count(payload))
+        return Proposal(message, candidate_id, _block_count(payload))
 
     async def tool_receipt(self, tool_call_id: str, status: Literal["ok", "failed", "unknown"] = "ok") -> ToolReceipt:
         """P19: the tool call's own settlement, separate from its publication effect."""
@@ -182,13 +187,15 @@ class RunWriter:
                                  status=status)
 
     # -- one path for every message ------------------------------------------------
-    async def _write(self, identity: str, model: type[Any], **fields: Any) -> Any:
+    async def _write(self, identity: str, model: type[Any], candidate_id: str | None = None, /,
+                     **fields: Any) -> Any:
         async with self._lock:
-            message, record = self._build(identity, model, fields)
+            message, record = self._build(identity, model, fields, candidate_id)
             await self._transport.send(record)
             return message
 
-    def _build(self, identity: str, model: type[RunMessage], fields: dict[str, Any]) -> tuple[RunMessage, Record]:
+    def _build(self, identity: str, model: type[RunMessage], fields: dict[str, Any],
+               candidate_id: str | None = None) -> tuple[RunMessage, Record]:
         message = model(run_id=self.run_id, event_id=event_id_for(self.run_id, identity), occurred_at=self._clock(),
                         **fields)
         earlier = self._built.get(identity)
@@ -198,7 +205,10 @@ class RunWriter:
             return earlier
         value = encode(message)
         decode(TOPIC, value)  # the topic's union must accept it, exactly as intake will read it
-        record = Record(TOPIC, self.run_id.encode(), value, (("type", message.type.encode()),))
+        ids = (("run_id", self.run_id), ("event_id", str(message.event_id)), ("message_type", message.type))
+        if candidate_id is not None:
+            ids += (("candidate_id", candidate_id),)
+        record = Record(TOPIC, self.run_id.encode(), value, (("type", message.type.encode()),), ids)
         self._built[identity] = (message, record)
         return message, record
 
