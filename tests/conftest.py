@@ -20,6 +20,7 @@ from tests.support.net import free_port  # noqa: F401 - also imported from here 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rule(id): the SPEC rule this test proves")
+    config.addinivalue_line("markers", "backends(*names): the store backends a test runs on (default: both)")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -74,18 +75,38 @@ def several_partitions() -> int:
     return Settings(_env_file=None).topic_partitions  # type: ignore[call-arg]
 
 
+STORE_BACKENDS = ("sqlite", "postgres")
+"""The backends a deployment keeps its stores on: every test that runs imprint's stores
+runs once on each (``store_backend``), unless it proves a mechanism only one of them has
+(``@pytest.mark.backends("postgres")``: several instances on one shared store, LISTEN/NOTIFY,
+advisory locks, a proxy or a restart of the database server)."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        names = marker.args if marker else STORE_BACKENDS
+        assert set(names) <= set(STORE_BACKENDS), names
+        # a module's shared stack (``module_settings``) keeps one backend for the whole module
+        scope = "module" if "module_settings" in metafunc.fixturenames else "function"
+        metafunc.parametrize("store_backend", names, scope=scope)
+
+
 @pytest.fixture
-def isolated(kafka_bootstrap: str, database_url: str, tmp_path: Path, topic_partitions: int) -> Iterator[Settings]:
-    """Settings for one test: its own topics (prefix, ``topic_partitions`` each), schema
-    and HTTP port on 127.0.0.1."""
+def isolated(kafka_bootstrap: str, store_backend: str, request: pytest.FixtureRequest, tmp_path: Path,
+             topic_partitions: int) -> Iterator[Settings]:
+    """Settings for one test on one store backend: its own topics (prefix,
+    ``topic_partitions`` each), its own stores (a PostgreSQL schema, or SQLite files under its
+    own state folder) and HTTP port on 127.0.0.1."""
     from services.common.backends import backend_for
     from tests.support.kafka import create_topics
 
     tag = uuid.uuid4().hex[:10]
+    postgres = store_backend == "postgres"
     settings = Settings(
         kafka_bootstrap=kafka_bootstrap,
-        database_url=database_url,
-        database_schema=f"t_{tag}",
+        database_url=request.getfixturevalue("database_url") if postgres else None,
+        database_schema=f"t_{tag}" if postgres else None,
         topic_prefix=f"t{tag}.",
         group_prefix=f"imprint-{tag}",
         state_dir=tmp_path / "state",

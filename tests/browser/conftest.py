@@ -29,8 +29,8 @@ def delivery(isolated: Settings) -> Iterator[Delivery]:
 
 
 @pytest.fixture
-def page(delivery: Delivery) -> Iterator[object]:
-    """A fresh Chromium per test. Playwright's sync API keeps an event loop on this
+def chromium() -> Iterator[object]:
+    """A fresh Chromium page per test. Playwright's sync API keeps an event loop on this
     thread, so it starts after the fixtures that use ``asyncio.run`` (topics), and
     tests read Kafka through ``support.off_thread``."""
     if not os.path.exists(CHROMIUM):
@@ -50,3 +50,8 @@ def page(delivery: Delivery) -> Iterator[object]:
         finally:
             browser.close()
 
+
+@pytest.fixture
+def page(delivery: Delivery, chromium: object) -> object:
+    """A Chromium page beside a running Delivery (the ``delivery`` fixture)."""
+    return chromium

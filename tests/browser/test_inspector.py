@@ -31,7 +31,7 @@ from tests.integration.recovery.recovery_support import (
     registered,
     text,
 )
-from tests.integration.recovery.test_recovery_journal_pg import committed_announcements, journal_sees
+from tests.integration.recovery.test_recovery_journal import committed_announcements, journal_sees
 from tests.support.kafka import produce, read_topic
 from tests.unit.delivery.delivery_builders import running
 

@@ -23,10 +23,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
-from psycopg import sql
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
@@ -190,10 +188,11 @@ def test_a_standby_relay_takes_over_from_the_recorded_position_when_the_active_o
 
 def journal_position(settings: Settings) -> int:
     """The Journal relay's recorded position (its tracking record beside the journal log)."""
-    with psycopg.connect(str(settings.database_url), autocommit=True) as connection:
-        row = connection.execute(sql.SQL("SELECT max(notification_id) FROM {} WHERE application_name = %s").format(
-            sql.Identifier(str(settings.database_schema), "journal_tracking")), (JOURNAL_RELAY,)).fetchone()
-    return int(row[0] or 0) if row else 0
+    journal = open_journal(settings)
+    try:
+        return journal.recorder.max_tracking_id(JOURNAL_RELAY) or 0
+    finally:
+        journal.close()
 
 
 def journal_run(i: int) -> tuple[str, list[Message]]:

@@ -1,7 +1,7 @@
-"""Fixtures for the Publication integration tests over real Kafka and PostgreSQL.
+"""Fixtures for the Publication integration tests over real Kafka, on each store backend.
 
-``stack``: ONE publication + relay process pair per test module, on the module's own
-topic prefix and PostgreSQL schema (each test uses its own run ids and source ids,
+``stack``: ONE publication + relay process pair per test module and backend, on the
+module's own topic prefix and stores (each test uses its own run ids and source ids,
 so tests never read each other's outcomes). ``driver``: the in-process
 ``PublicationLog`` on the test's own ``isolated`` settings, for precise log
 assertions and for faults that need to land between two statements."""
@@ -22,15 +22,19 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def module_settings(kafka_bootstrap: str, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def module_settings(kafka_bootstrap: str, store_backend: str, request: pytest.FixtureRequest,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     from services.common.backends import backend_for
     from tests.conftest import free_port
     from tests.support.kafka import create_topics
     from tests.support.postgres import drop_schema
 
     tag = uuid.uuid4().hex[:10]
+    postgres = store_backend == "postgres"
     settings = Settings(
-        kafka_bootstrap=kafka_bootstrap, database_url=database_url, database_schema=f"t_{tag}",
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=request.getfixturevalue("database_url") if postgres else None,
+        database_schema=f"t_{tag}" if postgres else None,
         topic_prefix=f"t{tag}.", group_prefix=f"imprint-{tag}", state_dir=tmp_path_factory.mktemp("state"),
         http_host="127.0.0.1", http_port=free_port(),
     )

@@ -1,4 +1,4 @@
-"""Writes a real Publication log (PostgreSQL, per-test schema) through
+"""Writes a real Publication log (on the test's store backend) through
 ``PublicationLog.process`` with ``Inbound`` records, as the consumer would, and runs
 the recovery commands against it."""
 
@@ -9,9 +9,6 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from typing import Any
-
-import psycopg
-from psycopg import sql
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
@@ -26,9 +23,11 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceRegistered
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
+from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.publication.application import PublicationLog
+from services.publication.service import open_log
 from services.recovery import cli
 from tests.support.feeder import Feeder as OneFeeder
 
@@ -112,43 +111,50 @@ def block_ids(view_line: dict) -> list[str]:
     return [b["block_id"] for b in view_line["view"]["blocks"]]
 
 
-def events_table(settings: Settings) -> sql.Composed:
-    assert settings.database_schema
-    return sql.SQL("{}").format(sql.Identifier(settings.database_schema, "publication_events"))
+@contextmanager
+def log_rows(settings: Settings) -> Iterator[tuple[Any, str, Callable[[str], str]]]:
+    """A write transaction on the Publication log's own datastore, on its backend: the
+    cursor, the events table's name and the dialect's placeholder fit (``?`` → its own)."""
+    with closing(open_log(settings)) as app:
+        recorder: Any = app.recorder
+        tables = backend_for(settings).tables("publication")
+        try:
+            with recorder.datastore.transaction(commit=True) as cursor:
+                yield cursor, tables.table(recorder.events_table_name), tables.q
+        finally:
+            tables.close()
 
 
 def stored_state(settings: Settings, run_id: str, version: int) -> dict[str, Any]:
-    with psycopg.connect(settings.database_url) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT state FROM {} WHERE originator_id = %s AND originator_version = %s").format(
-                events_table(settings)), (PublicationRun.id_for(run_id), version)).fetchone()
+    with log_rows(settings) as (cursor, events, q):
+        cursor.execute(q(f"SELECT state FROM {events} WHERE originator_id = ? AND originator_version = ?"),
+                       (_id(settings, run_id), version))
+        row = cursor.fetchone()
     assert row is not None
-    return json.loads(bytes(row[0]))
+    return json.loads(bytes(row["state"]))
 
 
 def overwrite_state(settings: Settings, run_id: str, version: int, state: bytes) -> None:
     """Damage one stored event row, as disk corruption or a stray manual edit would."""
-    with psycopg.connect(settings.database_url) as conn:
-        updated = conn.execute(
-            sql.SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = %s").format(
-                events_table(settings)), (state, PublicationRun.id_for(run_id), version)).rowcount
-        conn.commit()
-    assert updated == 1
+    with log_rows(settings) as (cursor, events, q):
+        cursor.execute(q(f"UPDATE {events} SET state = ? WHERE originator_id = ? AND originator_version = ? "
+                         "RETURNING originator_version"), (state, _id(settings, run_id), version))
+        assert len(cursor.fetchall()) == 1
+
+
+def _id(settings: Settings, run_id: str) -> Any:
+    """The run's aggregate id as the backend stores it (a UUID; its hex in SQLite)."""
+    aggregate_id = PublicationRun.id_for(run_id)
+    return aggregate_id if settings.database_url else aggregate_id.hex
 
 
 def table_exists(settings: Settings, table: str) -> bool:
-    with psycopg.connect(settings.database_url) as conn:
-        row = conn.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-            (settings.database_schema, table)).fetchone()
-    return row is not None
+    """Whether the deployment's stores hold ``table`` (``journal_events``: the journal's store)."""
+    return backend_for(settings).has_log(table.removesuffix("_events"))
 
 
 def snapshot_versions(settings: Settings, run_id: str) -> list[int]:
-    assert settings.database_schema
-    with psycopg.connect(settings.database_url) as conn:
-        rows = conn.execute(
-            sql.SQL("SELECT originator_version FROM {} WHERE originator_id = %s ORDER BY 1").format(
-                sql.Identifier(settings.database_schema, "publication_snapshots")),
-            (PublicationRun.id_for(run_id),)).fetchall()
-    return [int(version) for (version,) in rows]
+    """The versions the run's stored snapshots were taken at (the log's own snapshot store)."""
+    with closing(open_log(settings)) as app:
+        assert app.snapshots is not None
+        return sorted(int(s.originator_version) for s in app.snapshots.get(PublicationRun.id_for(run_id)))

@@ -16,7 +16,7 @@ from services.common.backends import backend_for
 from services.common.recorders import PostgresPollRecorder
 from services.common.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends("postgres")]  # PostgreSQL's poll recorder (binary inserts, one-statement positions)
 
 
 @contextmanager

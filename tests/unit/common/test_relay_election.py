@@ -1,6 +1,6 @@
 """Exactly one relay of a log is active (issue 12.3): the file lock that elects it on
 SQLite (one machine). The PostgreSQL advisory lock is proven in
-``tests/integration/publication/test_publication_pg_relay_election.py`` and, with real
+``tests/integration/publication/test_publication_relay_election_pg.py`` and, with real
 SIGKILLs, in ``tests/fault/test_fault_relay_failover.py``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The live-feed hub without a database: a fake store stands in for ``read_feeds``/``heads``
-(the real store and HTTP are in tests/integration/delivery/test_delivery_feed_pg.py)."""
+(the real store and HTTP are in tests/integration/delivery/test_delivery_live_feed.py)."""
 
 from __future__ import annotations
 

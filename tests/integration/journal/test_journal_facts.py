@@ -1,4 +1,4 @@
-"""The journal on real PostgreSQL: refusals, QCS, verified index, redaction, tracking, shredding in a dump."""
+"""The journal on each store backend: refusals, QCS, verified index, redaction, tracking, shredding in a dump."""
 
 from __future__ import annotations
 
@@ -31,9 +31,8 @@ from services.journal.queries import JournalQueries
 pytestmark = pytest.mark.integration
 
 
-def _count_events(settings) -> int:
-    with psycopg.connect(settings.database_url) as conn:
-        return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(settings.database_schema, "journal_events"))).fetchone()[0]
+def _count_events(journal) -> int:
+    return len(journal.recorder.select_notifications(start=1, limit=1_000_000))
 
 
 @pytest.mark.rule("X2")
@@ -69,7 +68,7 @@ def test_qcs_inherited_within_a_conversation_and_refused_across(open_journal) ->
 
 
 @pytest.mark.rule("X4")
-def test_tampered_lookup_index_is_detected(open_journal, pg_settings) -> None:
+def test_tampered_lookup_index_is_detected(open_journal) -> None:
     journal = open_journal()
     feed = Feeder(journal)
     feed(*to_running("r1", message_id="m1"), completed("r1"))
@@ -77,13 +76,13 @@ def test_tampered_lookup_index_is_detected(open_journal, pg_settings) -> None:
     queries = JournalQueries(journal)
     states = {"r1": "completed", "r2": "completed"}
     assert [i.status for i in queries.history("conv-1", ACCOUNT, states).items] == ["ok", "ok"]
-    table = sql.Identifier(pg_settings.database_schema, "journal_message_index")
-    with psycopg.connect(pg_settings.database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("UPDATE {} SET run_id = 'r2' WHERE message_id = 'm1'").format(table))
+    index = journal.message_index  # its table, written behind the journal's back
+    with index.tables.transaction(commit=True) as cursor:
+        cursor.execute(index._q("UPDATE {t} SET run_id = 'r2' WHERE message_id = 'm1'"))
     items = {i.message_id: i for i in queries.history("conv-1", ACCOUNT, states).items}
     assert items["m1"].status == "integrity_error" and items["m1"].error == "binding_mismatch" and items["m1"].execution is None
-    with psycopg.connect(pg_settings.database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DELETE FROM {} WHERE message_id = 'm1'").format(table))
+    with index.tables.transaction(commit=True) as cursor:
+        cursor.execute(index._q("DELETE FROM {t} WHERE message_id = 'm1'"))
     items = {i.message_id: i for i in queries.history("conv-1", ACCOUNT, states).items}
     assert items["m1"].status == "not_found" and items["m1"].execution is None  # no fallback to r2 or "latest"
     assert items["m2"].status == "ok" and items["m2"].execution.answer_text == "Another answer"
@@ -104,7 +103,7 @@ def test_redaction_while_the_run_is_still_generating(open_journal) -> None:
 
 
 @pytest.mark.rule("X2")
-def test_events_and_tracking_commit_together(open_journal, pg_settings, monkeypatch) -> None:
+def test_events_and_tracking_commit_together(open_journal, monkeypatch) -> None:
     journal = open_journal()
     feed = Feeder(journal)
     batch = feed.wrap(*to_running("r1"))
@@ -113,9 +112,9 @@ def test_events_and_tracking_commit_together(open_journal, pg_settings, monkeypa
         journal.process(batch)
     # the transaction committed (events + tracking) before the index write failed
     assert journal.recorder.max_tracking_id(f"{Topic.RUNTIME}#0") == 2
-    count = _count_events(pg_settings)
+    count = _count_events(journal)
     journal.process(batch)
-    assert _count_events(pg_settings) == count
+    assert _count_events(journal) == count
     monkeypatch.undo()
     assert journal.rebuild_message_index("conv-1") == 1
 
@@ -140,7 +139,8 @@ def _dump(settings) -> str | None:
 
 
 @pytest.mark.rule("X8")
-def test_after_deletion_no_private_string_is_in_any_table_or_dump(open_journal, pg_settings, sql_rows) -> None:
+@pytest.mark.backends("postgres")  # pg_dump and VACUUM of the key table; test_retention_sweep covers both
+def test_after_deletion_no_private_string_is_in_any_table_or_dump(open_journal, journal_settings, sql_rows) -> None:
     journal = open_journal()
     feed = Feeder(journal)
     question = "Zebrafinch merger terms for Kestrel AG?"
@@ -171,16 +171,16 @@ def test_after_deletion_no_private_string_is_in_any_table_or_dump(open_journal, 
     feed(delete_requested())
     journal.keyring.vacuum()
     rows = sql_rows()
-    dump = _dump(pg_settings)
+    dump = _dump(journal_settings)
     assert dump is not None or shutil.which("pg_dump") is None
     for text in filter(None, [rows, dump]):
         assert "conv-1" in text and "src-z" in text and "esv1." in text  # the scan sees the journal's rows
         for private in privates:
             assert private not in text
-    with psycopg.connect(pg_settings.database_url) as conn:
+    with psycopg.connect(journal_settings.database_url) as conn:
         key, destroyed_at = conn.execute(
             sql.SQL("SELECT data_key, destroyed_at FROM {} WHERE conversation_id = 'conv-1'").format(
-                sql.Identifier(pg_settings.database_schema, "imprint_conversation_keys")
+                sql.Identifier(journal_settings.database_schema, "imprint_conversation_keys")
             )
         ).fetchone()
     assert key is None and destroyed_at is not None
@@ -193,7 +193,7 @@ def test_after_deletion_no_private_string_is_in_any_table_or_dump(open_journal, 
 
 
 @pytest.mark.rule("X8")
-def test_retention_sweep_on_postgres(open_journal, sql_rows) -> None:
+def test_retention_sweep_leaves_no_private_string_in_any_table(open_journal, sql_rows) -> None:
     from datetime import timedelta
 
     journal = open_journal()
@@ -207,11 +207,12 @@ def test_retention_sweep_on_postgres(open_journal, sql_rows) -> None:
 
 
 @pytest.mark.rule("X8")
-def test_postgres_keyring_contract(pg_settings) -> None:
+@pytest.mark.backends("postgres")  # its VACUUM; the contract on every backend is tests/unit/common/test_keyring_bulk.py
+def test_postgres_keyring_contract(journal_settings) -> None:
     from imprint.shredding import KeyDestroyed
     from services.common.backends import backend_for
 
-    ring = backend_for(pg_settings).keyring()
+    ring = backend_for(journal_settings).keyring()
     try:
         key = ring.key_for("c1", create=True)
         assert len(key) == 32 and ring.key_for("c1", create=True) == key == ring.key_for("c1")

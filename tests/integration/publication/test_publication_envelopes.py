@@ -28,7 +28,7 @@ from tests.integration.publication.pubsupport import (
     wait_committed,
     wait_run,
 )
-from tests.integration.publication.test_publication_pg_fuzz import envelope, produce_raw
+from tests.integration.publication.test_publication_fuzz import envelope, produce_raw
 from tests.support.kafka import read_topic
 from tests.support.stack import Stack
 

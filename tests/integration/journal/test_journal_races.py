@@ -1,4 +1,4 @@
-"""Races between two journal processes on real PostgreSQL: admission vs deletion (X8), tombstone vs completion (X7)."""
+"""Races between two journal processes on one store, on each backend: admission vs deletion (X8), tombstone vs completion (X7)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_tombstone_racing_completion_always_ends_redacted(rivals, linked_at_gran
 
 
 @pytest.mark.rule("X2")
-def test_processes_opening_the_same_fresh_store_at_once(pg_settings) -> None:
+def test_processes_opening_the_same_fresh_store_at_once(journal_settings) -> None:
     """Several journal processes starting together race to create the tables, key and index tables."""
     from services.journal.application import RuntimeJournal
 
@@ -111,7 +111,7 @@ def test_processes_opening_the_same_fresh_store_at_once(pg_settings) -> None:
 
     def start() -> None:
         barrier.wait()
-        opened.append(RuntimeJournal.from_settings(pg_settings))
+        opened.append(RuntimeJournal.from_settings(journal_settings))
 
     threads = [threading.Thread(target=start) for _ in range(4)]
     for t in threads:

@@ -25,7 +25,7 @@ from services.journal.application import RuntimeJournal
 from services.publication.service import open_log
 from services.recovery import cli
 from tests.integration.recovery.recovery_support import admitted, replay_lines, run_cli, table_exists
-from tests.integration.recovery.test_recovery_pg import write_run
+from tests.integration.recovery.test_recovery import write_run
 
 pytestmark = pytest.mark.integration
 

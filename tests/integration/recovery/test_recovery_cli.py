@@ -14,7 +14,7 @@ import pytest
 
 from services.common.settings import Settings
 from tests.integration.delivery.support import free_port
-from tests.integration.recovery.test_recovery_pg import damage_body, version_of, write_run
+from tests.integration.recovery.test_recovery import damage_body, version_of, write_run
 from tests.support.stack import environment
 
 pytestmark = pytest.mark.integration

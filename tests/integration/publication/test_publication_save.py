@@ -1,5 +1,5 @@
-"""P13 + P14 + P15: a modification is previewed, then its commit fails for real in
-PostgreSQL. In-process (the real ``PublicationLog`` fed from the real topics), so the
+"""P13 + P14 + P15: a modification is previewed, then its commit fails for real in the
+store. In-process (the real ``PublicationLog`` fed from the real topics), so the
 failure lands exactly between the preview and the tracked commit:
 
 * a concurrent writer commits to the same run between the preview and the commit →
@@ -128,6 +128,7 @@ def test_a_concurrent_write_fails_the_commit_after_the_preview(isolated: Setting
 @pytest.mark.rule("P13")
 @pytest.mark.rule("P14")
 @pytest.mark.rule("P15")
+@pytest.mark.backends("postgres")  # a privilege revoked on the tracking table: SQLite has no privileges
 def test_a_refused_tracked_transaction_fails_the_commit_after_the_preview(isolated: Settings, driver: Driver) -> None:
     run = "run-save-privilege"
     block_id = first_block(driver, run)

@@ -30,7 +30,7 @@ from tests.integration.recovery.recovery_support import (
     text,
     views,
 )
-from tests.integration.recovery.test_recovery_pg import damage_seal, version_of
+from tests.integration.recovery.test_recovery import damage_seal, version_of
 
 pytestmark = pytest.mark.integration
 
