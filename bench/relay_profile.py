@@ -73,7 +73,7 @@ def from_tree(tree: Path | None) -> dict[str, Any]:
 def fill(settings: Settings, runs: int, per_run: int) -> int:
     """Commit ``runs × per_run`` typical proposals in polls of 500; returns the last notification id."""
     from services.common.inbound import Inbound
-    from services.publication.service import open_log
+    from services.publication.application import open_log
 
     app = open_log(settings)
     offset = 0

@@ -168,7 +168,7 @@ def _write_until(settings: Settings, target: int, lane: int) -> None:
     configure_logging(json=False, level="WARNING")  # before the services bind their loggers
     from imprint.contracts.registry import encode
     from services.common.inbound import Inbound
-    from services.publication.service import open_log
+    from services.publication.application import open_log
 
     app = open_log(settings)
     topic = settings.topic("imprint.runtime.v1")

@@ -96,10 +96,12 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from services.delivery.view_store import ViewStore
     from services.recovery.cli import inspect
 
     preflight()
-    return inspect(get_settings(), run_id=args.run, output=_output(args))
+    settings = get_settings()
+    return inspect(settings, run_id=args.run, output=_output(args), open_store=lambda: ViewStore(settings))
 
 
 def preflight() -> None:

@@ -1,7 +1,7 @@
 """The aggregates one unit of work reads and changes — the one seam between a
 consumer's pure message policy and its store.
 
-A policy (``imprint.journal.intake``, ``imprint.publication.handling``) asks a
+A policy (``imprint.journal.handling``, ``imprint.publication.handling``) asks a
 :class:`Workspace` for aggregates by id and adds the ones it creates; it never
 saves. Whoever runs the policy records every pending event of the workspace in
 one transaction with the Kafka position (``services.common.unit_of_work``); a

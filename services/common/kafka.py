@@ -68,7 +68,7 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
     )
 
 
-def topic_of(settings: Settings, name: str) -> Topic:
+def contract_topic(settings: Settings, name: str) -> Topic:
     """The contract topic of a (possibly prefixed) Kafka topic name."""
     return Topic(name.removeprefix(settings.topic_prefix))
 
@@ -173,7 +173,7 @@ def decode_records(
             reason, detail = "oversized", f"{len(raw)} bytes over the {TRANSPORT_CAP_BYTES} byte transport cap"
         else:
             try:
-                message = decode(topic_of(settings, record.topic), raw)
+                message = decode(contract_topic(settings, record.topic), raw)
             except ValidationError as error:
                 first = error.errors()[0] if error.errors() else {}
                 if first.get("type") in {"json_invalid", "json_type"}:
@@ -200,7 +200,7 @@ def _not_applied(settings: Settings, record: ConsumerRecord[Any, Any], applies: 
     for key, value in record.headers or ():
         if key == "type":
             kind = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-            return kind not in applies and TOPIC_OF_TYPE.get(kind) == topic_of(settings, record.topic)
+            return kind not in applies and TOPIC_OF_TYPE.get(kind) == contract_topic(settings, record.topic)
     return False
 
 

@@ -36,10 +36,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from imprint.shredding import KeyDestroyed, Keyring, new_data_key
+from imprint.shredding import KeyDestroyed, new_data_key
 from services.common.tables import Tables
-
-__all__ = ["KeyDestroyed", "KeyTable", "Keyring", "PostgresKeyring", "SqliteKeyring"]
 
 TABLE = "imprint_conversation_keys"
 

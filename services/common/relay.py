@@ -60,7 +60,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, Notification, ProcessRecorder, Recording, Tracking
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, Recording, StoredEvent, Tracking
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
@@ -73,9 +73,10 @@ from services.common.settings import Settings
 from services.common.wakeups import ChannelListener
 
 Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
-Decode = Callable[[Sequence[Notification]], list[Any]]
-"""Committed notifications → domain events, a batch at a time (a log whose bodies are
-sealed opens them here, once per event, with one key lookup per batch)."""
+DecodeBatch = Callable[[Sequence[StoredEvent]], list[Any]]
+"""Stored events (the notifications a relay reads are stored events too) → domain events, a
+batch at a time: a log whose bodies are sealed opens them here, once per event, with one key
+lookup per batch (:class:`services.publication.sealing.BatchOpener`)."""
 Batch = list[tuple[int, Sequence[tuple[Topic, Message]]]]
 log = get_logger(__name__)
 
@@ -192,7 +193,7 @@ class Relay:
         outbox: Publisher,
         *,
         name: str,
-        decode: Decode | None = None,
+        decode: DecodeBatch | None = None,
         batch_size: int = 1000,
         idle_seconds: float = 0.05,
         wakeups: ChannelListener | None = None,
@@ -207,7 +208,7 @@ class Relay:
         self._app = app
         self._recorder: ProcessRecorder = app.recorder
         self._announce = announce
-        self._decode: Decode = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
+        self._decode: DecodeBatch = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
         self._outbox = outbox
         self._producer: Outbox | None = None
         if starts_outbox:
@@ -424,7 +425,7 @@ class Relay:
 
 
 def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
-              decode: Decode | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None) -> Relay:
+              decode: DecodeBatch | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None) -> Relay:
     """The relay of one log in this deployment, with its own producer, its backend's
     wake-ups and election (:mod:`services.common.backends`)."""
     backend = backend_for(settings)

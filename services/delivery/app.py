@@ -3,7 +3,7 @@ execution / history snapshots, client receipts, cancel and delete requests, heal
 metrics, the OpenAPI document (``/openapi.json``) and the reference web client.
 
 ``create_app(settings, store, publish)``: ``publish`` sends a contract message to its
-topic (see :func:`topic_for`); the Kafka consumer that feeds ``store.process()`` pokes
+topic (the contract's own map, :func:`imprint.contracts.registry.topic_of`); the Kafka consumer that feeds ``store.process()`` pokes
 ``app.state.notifier`` with the run ids that got frames. The routes live in
 :mod:`services.delivery.routes`, one router per concern."""
 
@@ -16,8 +16,6 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from imprint.contracts.base import Message
-from imprint.contracts.registry import topic_of
-from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.delivery.auth import (
     RateLimiter,
@@ -36,11 +34,6 @@ from services.delivery.stream import StreamConfig
 from services.delivery.view_store import ViewStore
 
 Publish = Callable[[Message], Awaitable[None]]
-
-def topic_for(message: Message) -> Topic:
-    """The contract topic of a message Delivery produces (the contract's one map)."""
-    return topic_of(message)
-
 
 def create_app(
     settings: Settings,

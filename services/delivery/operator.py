@@ -29,6 +29,10 @@ from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.delivery.auth import ALGORITHM, ISSUER, bearer, verify_token
 from services.delivery.view_store import ViewStore
+from services.publication.application import open_log
+from services.recovery.cli import assemble_timeline, observe_run
+from services.recovery.journal_reader import JournalReader
+from services.recovery.log_reader import read_ledger
 
 log = get_logger(__name__)
 
@@ -79,8 +83,6 @@ def operator_router(settings: Settings, store: ViewStore) -> APIRouter:
 
     @router.get("/v1/operator/runs/{run_id}/timeline")
     async def run_timeline(run_id: RunId, account: Operator) -> dict[str, Any]:
-        from services.recovery.service import observe_run
-
         observed = await observe_run(settings, run_id)
         document = await asyncio.to_thread(_assemble, settings, store, run_id, observed)
         if document is None:
@@ -92,9 +94,6 @@ def operator_router(settings: Settings, store: ViewStore) -> APIRouter:
 
 
 def _assemble(settings: Settings, store: ViewStore, run_id: str, observed: Any) -> dict[str, Any] | None:
-    from services.publication.service import open_log
-    from services.recovery.service import JournalReader, assemble_timeline, read_ledger
-
     app = open_log(settings)
     try:
         if read_ledger(app, run_id) is None and store.run(run_id) is None:

@@ -21,12 +21,10 @@ from services.common.lifecycle import settle_heap
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.delivery import consumer
-from services.delivery.app import create_app, topic_for
+from imprint.contracts.registry import topic_of
+from services.delivery.app import create_app
 from services.delivery.notifier import Notifier, StoreWakeups
 from services.delivery.view_store import ViewStore
-
-__all__ = ["ViewStore", "serve"]
-"""Delivery as the operator tools see it: its view store."""
 
 log = get_logger(__name__)
 
@@ -47,7 +45,7 @@ async def serve(settings: Settings) -> None:
         wakeups.start(asyncio.get_running_loop())
 
     async def publish(message: Message) -> None:
-        await outbox.publish(topic_for(message), message)
+        await outbox.publish(topic_of(message), message)
 
     started = asyncio.Event()
     app = create_app(settings, store, publish, notifier=notifier, caught_up=started.is_set,

@@ -7,7 +7,7 @@ one database transaction:
 1. skips every message at or below the partition's recorded tracking position
    (``max_tracking_id("<topic>#<partition>")``) — a redelivered batch is a no-op;
 2. applies the rest to the journal's aggregates through
-   :class:`imprint.journal.intake.Intake` (executions, conversations, QCS
+   :class:`imprint.journal.handling.JournalHandling` (executions, conversations, QCS
    identities, source standings);
 3. records all resulting events together with the tracking record of the
    partition's last offset (eventsourcing ``ProcessingEvent`` + ``_record``, on a
@@ -44,7 +44,7 @@ from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
-from imprint.journal.intake import IndexIntent, Intake, retention_event_id
+from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
 from imprint.shredding import Keyring
 from services.common.backends import backend_for
 from services.common.settings import Settings
@@ -80,8 +80,8 @@ class RuntimeJournal(HotCacheApplication):
         super().__init__(env)
         self.recorder: ProcessRecorder
         self.keyring = keyring
-        self.intake = Intake(keyring)
-        self.sealer = self.intake.sealer
+        self.handling = JournalHandling(keyring)
+        self.sealer = self.handling.sealer
         self.message_index: MessageIndex = message_index if message_index is not None else InMemoryMessageIndex()
         self.max_attempts = max_attempts
         self.processing_lock = threading.RLock()
@@ -117,7 +117,7 @@ class RuntimeJournal(HotCacheApplication):
     def process(self, batch: Sequence[Inbound]) -> None:
         """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
         with self.processing_lock:
-            outcome = self.units.run(batch, _Intake(self.intake), self.sink)
+            outcome = self.units.run(batch, _Handled(self.handling), self.sink)
             match outcome:
                 case Committed(intents):
                     self._after_commit(intents)
@@ -165,7 +165,7 @@ class RuntimeJournal(HotCacheApplication):
         """Delete outside Kafka (e.g. an operator tool); same path as ``conversation.delete_requested``."""
 
         def work(ws: StoredWorkspace) -> list[IndexIntent]:
-            return self.intake.delete_conversation(ws, conversation_id, account_id, event_id, reason)
+            return self.handling.delete_conversation(ws, conversation_id, account_id, event_id, reason)
 
         with self.processing_lock:
             return self._untracked(work)
@@ -195,7 +195,7 @@ class RuntimeJournal(HotCacheApplication):
                 if conv is None or conv.deleted or conv.last_activity_at > cutoff:
                     return None
                 eid = retention_event_id(cid, conv.last_activity_at.isoformat())
-                return self.intake.delete_conversation(ws, cid, conv.account_id, eid, "retention")
+                return self.handling.delete_conversation(ws, cid, conv.account_id, eid, "retention")
 
             with self.processing_lock:
                 if self._untracked(work):
@@ -245,17 +245,17 @@ def open_journal(settings: Settings, *, keyring: Keyring | None = None) -> Runti
     return RuntimeJournal.from_settings(settings, keyring=keyring)
 
 
-class _Intake:
-    """The Journal's policy over a poll: each message through its intake (keys fetched once per unit)."""
+class _Handled:
+    """The Journal's policy over a poll: each message through its handler (keys fetched once per unit)."""
 
-    def __init__(self, intake: Intake) -> None:
-        self.intake = intake
+    def __init__(self, handling: JournalHandling) -> None:
+        self.handling = handling
 
     def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[IndexIntent]:
         intents: list[IndexIntent] = []
-        intake = self.intake.scoped()
+        handling = self.handling.scoped()
         for item in fresh:
-            intents.extend(intake.apply(ws, item.message))
+            intents.extend(handling.apply(ws, item.message))
         return intents
 
     def shown(self, intents: list[IndexIntent]) -> bool:

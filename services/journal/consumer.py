@@ -7,7 +7,7 @@ import asyncio
 from faststream.kafka import KafkaBroker
 
 from imprint.contracts.topics import Topic
-from imprint.journal.intake import APPLIED_TYPES
+from imprint.journal.handling import APPLIED_TYPES
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox, subscribe_tracked

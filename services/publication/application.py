@@ -24,11 +24,13 @@ from imprint.publication import Policy, PublicationRun, SourceRecord, saving
 from imprint.publication.handling import Context, SettledCandidate, Unit, aggregates_read, apply_all
 from imprint.publication.sources import SourceDependents
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
+from services.common.backends import backend_for
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.recorders import PollRecorder, binary_inserts
 from services.common.relay import Handoff
+from services.common.settings import Settings
 from services.common.unit_of_work import Committed, Conflict, Refused, TrackedUnitOfWork, Unconfirmed
 from services.publication.sealing import RecentKeys, SealingMapper
 
@@ -232,3 +234,16 @@ def _records_held(aggregate: object) -> int:
     """How many records an aggregate's state holds: what one snapshot of it costs."""
     state = vars(aggregate)
     return max(len(state.get(name, ())) for name in ("blocks", "candidates", "dependents", "runs"))
+
+
+def open_log(settings: Settings) -> PublicationLog:
+    """The Publication log of this deployment, on its backend, with its key store and policy."""
+    backend = backend_for(settings)
+    policy = Policy(
+        modifications_per_block=settings.block_modification_quota,
+        modifications_per_run=settings.run_modification_quota,
+        display_char_limit=settings.display_char_limit,
+    )
+    env = backend.environment(PublicationLog.name)
+    keyring = backend.keyring()
+    return backend.open(lambda: PublicationLog(keyring, env=env, policy=policy))

@@ -18,7 +18,7 @@ from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.lifecycle import run_until_stopped
 from services.common.relay import Handoff, Relay, relay_for
 from services.common.settings import Settings
-from services.publication.application import PublicationLog
+from services.publication.application import PublicationLog, open_log
 from services.publication.sealing import BatchOpener
 
 RELAY_NAME = "relay→imprint.publication.v1"
@@ -40,8 +40,6 @@ def publication_relay(settings: Settings, app: PublicationLog, *, inline: bool) 
 
 
 async def serve(settings: Settings) -> None:
-    from services.publication.service import open_log
-
     app = open_log(settings)
     relay = publication_relay(settings, app, inline=False)
     try:

@@ -19,13 +19,14 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
 from imprint.shredding import FieldSealer, Keyring, Shredded
+from services.common.relay import DecodeBatch
 
 PRIVATE_FIELDS = frozenset({"markdown"})
 SEALED, KEY = "__sealed__", "__key__"
@@ -269,13 +270,9 @@ def _key_name(found: bytes) -> str:
     return json.loads(b'"' + found + b'"') if b"\\" in found else found.decode()
 
 
-Decode = Callable[[Sequence[StoredEvent]], list[DomainEventProtocol[uuid.UUID]]]
-"""Stored events in, domain events out (in the same order)."""
-
-
 class BatchOpener:
-    """How the Publication relay decodes a batch of notifications (issue 9: the relay
-    opened every body with a key-table round trip and walked every event's state).
+    """How the Publication relay decodes a batch of notifications: one key-table read for the
+    batch, and each event's seals opened without walking its whole state.
 
     The bodies must go out in clear (``answer.published`` carries the committed block's
     markdown to Delivery), so they are opened — once per event, in the relay's reading
@@ -304,7 +301,7 @@ class BatchOpener:
     def __call__(self, stored: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
         return self.for_batch(stored)(stored)
 
-    def for_batch(self, stored: Sequence[StoredEvent]) -> Decode:
+    def for_batch(self, stored: Sequence[StoredEvent]) -> DecodeBatch:
         """A decoder holding the keys of every seal in ``stored`` (read in one query), for
         ``stored`` or any part of it. A replay reads a page of runs at once and decodes it
         one run at a time, each run folded and viewed right after: its events are then

@@ -43,7 +43,7 @@ from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from itertools import chain, islice
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 from imprint.canonical import canonical_json
 from imprint.contracts.topics import Topic
@@ -67,7 +67,7 @@ from imprint.recovery import (
 )
 from services.common.lifecycle import GC_THRESHOLD, settle_heap
 from services.common.settings import Settings
-from services.publication.service import PublicationLog, open_log
+from services.publication.application import PublicationLog, open_log
 from services.recovery import render
 from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import (
@@ -437,7 +437,15 @@ def observations_of(messages: list[Any]) -> list[Observation]:
     return seen
 
 
-def frames_of(store: Any, run_id: str) -> list[SentFrame]:
+class DeliveredFrames(Protocol):
+    """What the inspector reads of Delivery's store: a run's frames after a position."""
+
+    def frames_after(self, run_id: str, last_id: int, limit: int = 1000) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+def frames_of(store: DeliveredFrames, run_id: str) -> list[SentFrame]:
     """The frames Delivery wrote for the run (ids, events, block revisions; no bodies)."""
     frames: list[SentFrame] = []
     last = 0
@@ -451,7 +459,7 @@ def frames_of(store: Any, run_id: str) -> list[SentFrame]:
         last = page[-1].id
 
 
-def assemble_timeline(app: PublicationLog, run_id: str, *, store: Any | None, observed: Observations,
+def assemble_timeline(app: PublicationLog, run_id: str, *, store: DeliveredFrames | None, observed: Observations,
                       journal: JournalReader) -> dict[str, Any]:
     """The inspector's document: the log's ledger, Delivery's frames (``store``), Kafka's
     announcements and the journal's facts, put side by side by :func:`imprint.recovery.timeline`."""
@@ -468,8 +476,10 @@ async def observe_run(settings: Settings, run_id: str) -> Observations:
     return await observe(settings, run_id, INSPECT_TOPICS, INSPECT_TYPES)
 
 
-def inspect(settings: Settings, run_id: str, *, out: TextIO | None = None, err: TextIO | None = None,
-            output: Output = "json", open_store: Callable[[], Any] | None = None) -> int:
+def inspect(settings: Settings, run_id: str, *, open_store: Callable[[], DeliveredFrames],
+            out: TextIO | None = None, err: TextIO | None = None, output: Output = "json") -> int:
+    """One run's timeline; ``open_store`` opens Delivery's store, read for its frames (the
+    composition root hands it over: the operator tools read Delivery's store, never import it)."""
     out, err = out or sys.stdout, err or sys.stderr
     app = open_log(settings)
     store = None
@@ -477,9 +487,7 @@ def inspect(settings: Settings, run_id: str, *, out: TextIO | None = None, err: 
         if read_ledger(app, run_id) is None:
             return _no_run(run_id, err)
         try:
-            from services.delivery.service import ViewStore
-
-            store = (open_store or (lambda: ViewStore(settings)))()
+            store = open_store()
         except Exception as error:  # noqa: BLE001 — the timeline says the frames are unknown
             print(f"imprint: Delivery's store could not be read ({type(error).__name__}); frames unknown", file=err)
         observed = read_observations(settings, run_id, INSPECT_TOPICS, INSPECT_TYPES)

@@ -40,8 +40,9 @@ from services.common.recorders import PollRecorder
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.publication.service import (REMOVED, RUN_OPENED, SEAL_MARK, UNREADABLE, BatchOpener, Decode,
-                                          PublicationLog)
+from services.common.relay import DecodeBatch
+from services.publication.application import RUN_OPENED, PublicationLog
+from services.publication.sealing import REMOVED, SEAL_MARK, UNREADABLE, BatchOpener
 
 log = get_logger(__name__)
 PAGE = 500
@@ -86,7 +87,7 @@ def _opener(app: PublicationLog) -> BatchOpener:
     return BatchOpener(app.mapper, app.keyring)
 
 
-def _decoded(app: PublicationLog, decode: Decode, page: Sequence[StoredEvent]
+def _decoded(app: PublicationLog, decode: DecodeBatch, page: Sequence[StoredEvent]
              ) -> list[tuple[StoredEvent, object | None, Exception | None]]:
     """Each stored event with its domain event, or with the error that kept it from decoding."""
     try:
@@ -102,7 +103,7 @@ def _decoded(app: PublicationLog, decode: Decode, page: Sequence[StoredEvent]
     return decoded
 
 
-def _fold_page(app: PublicationLog, decode: Decode, fold: LogFold, page: Sequence[StoredEvent]) -> None:
+def _fold_page(app: PublicationLog, decode: DecodeBatch, fold: LogFold, page: Sequence[StoredEvent]) -> None:
     _fold_decoded(fold, _decoded(app, decode, page))
 
 

@@ -40,7 +40,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from imprint.contracts.topics import Topic
 from imprint.recovery import answer_views
 from services.common.settings import Settings
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.recovery.log_reader import current_bound, read_fold
 from tests.fault.workload import Workload
 

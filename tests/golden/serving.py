@@ -40,7 +40,8 @@ from imprint.journal.announcements import ANNOUNCED_TOPICS as JOURNAL_TOPICS
 from services.journal.application import open_journal
 from services.journal.relay import RELAY_NAME as JOURNAL_RELAY, BatchAnnouncer
 from services.publication.relay import RELAY_NAME as PUBLICATION_RELAY, announce_publication
-from services.publication.service import BatchOpener, open_log
+from services.publication.application import open_log
+from services.publication.sealing import BatchOpener
 from tests.support.kafka import create_topics
 from tests.support.stack import Stack
 

@@ -31,7 +31,8 @@ from imprint.publication import announce
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.journal.application import open_journal
-from services.publication.service import BatchOpener, open_log
+from services.publication.application import open_log
+from services.publication.sealing import BatchOpener
 from tests.support.feeder import Feeder
 
 MESSAGE_IDS = uuid.UUID("6f1d2c3b-4a59-5e68-9d7c-8b0a1f2e3d4c")

@@ -1,7 +1,6 @@
-"""The layout's two promises, checked on the source: the rules in ``libs/`` are pure
-(no services, no I/O library), and no service reaches into another service's
-internals: only ``services.common`` is shared, and another part is reached only
-through its public face, ``services.<part>.service`` (how its store is opened);
+"""The layout's promises, checked on the source: the rules in ``libs/`` are pure (no
+services, no I/O library); the parts of ``services/`` import each other in one direction only
+(:data:`PARTS_MAY_USE`: no cycle, hidden or not) and hand on no other part's names;
 ``services/cli.py``, ``stack.py`` and ``demo.py`` are the composition roots."""
 
 from __future__ import annotations
@@ -83,23 +82,64 @@ def test_libs_use_only_the_opentelemetry_api() -> None:
     assert offenders == {}, f"libs/ may use the OpenTelemetry API only: {offenders}"
 
 
-@pytest.mark.rule("P15")
-def test_no_service_imports_another_services_internals() -> None:
-    offenders = {}
+PARTS_MAY_USE = {
+    "common": set(),
+    "tools": {"common"},
+    "publication": {"common"},
+    "journal": {"common"},
+    "recovery": {"common", "publication", "journal"},
+    "delivery": {"common", "publication", "recovery"},
+}
+"""Which other parts each part's modules may import: the operator tools read the logs of
+Publication and the Journal; Delivery's operator page shows a run's timeline from them. One
+direction only, so no cycle; Delivery's own store reaches the operator tools as an argument
+(``inspect(open_store=…)``), never as an import."""
+
+
+def part_imports() -> dict[str, dict[str, set[str]]]:
+    """Per part: each module (relative path) → the other parts it imports, wherever in the
+    module the import is (a function-local import counts: it would only hide a cycle)."""
+    found: dict[str, dict[str, set[str]]] = {}
     for path in sorted(SERVICES.rglob("*.py")):
         relative = path.relative_to(SERVICES)
         if len(relative.parts) == 1:
             continue  # services/cli.py, stack.py, demo.py: the composition roots
         own = relative.parts[0]
-        if own in {"common", "tools"}:
-            owner_may = {"common"}
-        else:
-            owner_may = {"common", own}
-        bad = sorted(
-            module for module in imported_modules(path)
-            if module.startswith("services.") and module.split(".")[1] not in owner_may
-            and not (len(module.split(".")) == 3 and module.split(".")[2] == "service")
-        )
-        if bad:
-            offenders[relative.as_posix()] = bad
-    assert offenders == {}, f"a service reaches into another's internals: {offenders}"
+        others = {module.split(".")[1] for module in imported_modules(path)
+                  if module.startswith("services.") and module.split(".")[1] != own}
+        found.setdefault(own, {})[relative.as_posix()] = others
+    return found
+
+
+@pytest.mark.rule("P15")
+def test_a_part_imports_only_the_parts_below_it() -> None:
+    imports = part_imports()
+    assert set(imports) == set(PARTS_MAY_USE), "every part is placed in the layering"
+    offenders = {module: sorted(others - PARTS_MAY_USE[part])
+                 for part, modules in imports.items() for module, others in modules.items()
+                 if others - PARTS_MAY_USE[part]}
+    assert offenders == {}, f"a part imports a part above it (a cycle in the making): {offenders}"
+
+
+@pytest.mark.rule("P15")
+def test_the_parts_import_each_other_without_a_cycle() -> None:
+    graph = {part: set().union(*modules.values()) for part, modules in part_imports().items()}
+    placed: list[str] = []
+    while len(placed) < len(graph):
+        ready = sorted(part for part, uses in graph.items() if part not in placed and uses <= set(placed))
+        assert ready, f"a cycle among {sorted(set(graph) - set(placed))}: {graph}"
+        placed.extend(ready)
+
+
+@pytest.mark.rule("P15")
+def test_no_part_reexports_another_parts_names() -> None:
+    """A part's module defines or uses what it imports; it does not hand another part's names on
+    (``__all__`` facades made "reach a part only through its service" a formality)."""
+    offenders = []
+    for path in sorted(SERVICES.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                    for t in node.targets):
+                offenders.append(path.relative_to(SERVICES).as_posix())
+    assert offenders == [], f"re-export lists in services/: {offenders}"

@@ -14,7 +14,7 @@ from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.publication.sealing import REMOVED
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.support.dump import dump_schema
 
 pytestmark = pytest.mark.integration

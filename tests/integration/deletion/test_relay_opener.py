@@ -13,7 +13,7 @@ from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.publication.relay import announce_publication
 from services.publication.sealing import REMOVED, BatchOpener
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.integration.deletion.test_publication_shredding import Feed, admitted, part
 
 pytestmark = pytest.mark.integration

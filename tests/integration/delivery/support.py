@@ -22,7 +22,8 @@ from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
 from services.common.settings import Settings
 from services.common.inbound import Inbound
-from services.delivery.app import create_app, topic_for
+from imprint.contracts.registry import topic_of
+from services.delivery.app import create_app
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
@@ -82,7 +83,7 @@ class KafkaPublish:
                 await producer.stop()
         key = getattr(message, "key", None)
         await self.producer.send_and_wait(
-            self.settings.topic(topic_for(message)), encode(message),
+            self.settings.topic(topic_of(message)), encode(message),
             key=key.encode() if isinstance(key, str) else None, headers=[("type", message.type.encode())],
         )
         self.sent.append(message)

@@ -33,7 +33,7 @@ from services.common.inbound import Inbound
 from services.common.kafka import Outbox, decode_records, make_broker
 from services.common.settings import Settings
 from services.publication.application import PublicationLog
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.common.relay import Relay
 from services.publication.relay import RELAY_NAME, announce_publication
 from tests.support.kafka import produce, read_topic
@@ -85,19 +85,15 @@ def tombstoned(source: str) -> SourceTombstoned:
 # --------------------------------------------------------------------------- Kafka
 
 
-def topic_for(message: Message) -> Topic:
-    return topic_of(message)
-
-
 def send(settings: Settings, *messages: Message) -> None:
     """Produce in order, each to its contract topic (runtime or sources)."""
 
     async def go() -> None:
         for message in messages:
-            await produce(settings, topic_for(message), message)
+            await produce(settings, topic_of(message), message)
 
-    if len({topic_for(m) for m in messages}) <= 1 and messages:
-        asyncio.run(produce(settings, topic_for(messages[0]), *messages))
+    if len({topic_of(m) for m in messages}) <= 1 and messages:
+        asyncio.run(produce(settings, topic_of(messages[0]), *messages))
     else:
         asyncio.run(go())
 
@@ -248,7 +244,7 @@ class Driver:
                     topic, raw = message
                     await self.broker.publish(raw, self.settings.topic(topic))
                 else:
-                    await self.outbox.publish(topic_for(message), message)
+                    await self.outbox.publish(topic_of(message), message)
 
         self.call(go())
 

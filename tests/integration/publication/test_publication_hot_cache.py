@@ -12,7 +12,7 @@ import pytest
 
 from imprint.publication import PublicationRun
 from services.common.event_log import HOT_ENTRIES, stored
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.integration.publication.pubsupport import admitted, part
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder

@@ -19,7 +19,7 @@ from imprint.contracts.topics import Topic
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.publication.application import PublicationLog
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.integration.publication.pubsupport import admitted, granted, part, read_run, registered, revoked
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90), pytest.mark.backends("postgres")]  # two Publication instances on one shared log

@@ -15,7 +15,7 @@ from imprint.publication import PublicationRun
 from imprint.publication.conversations import ConversationRuns
 from imprint.publication.handling import aggregates_read
 from services.common.event_log import StoredWorkspace, evict, stored
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
 from tests.support.runs import admitted, opened

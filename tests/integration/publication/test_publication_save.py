@@ -25,7 +25,7 @@ from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
 from services.common.settings import Settings
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.integration.publication.pubsupport import (
     Driver,
     admitted,

@@ -11,7 +11,6 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 from imprint.contracts.base import Message
-from imprint.contracts.registry import encode
 from imprint.contracts.runtime import (
     AnswerPart,
     AnswerText,
@@ -27,7 +26,7 @@ from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.publication.application import PublicationLog
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.recovery import cli
 from tests.support.feeder import Feeder as OneFeeder
 
@@ -60,7 +59,7 @@ class Feeder(OneFeeder[None]):
 @contextmanager
 def feeding(settings: Settings) -> Iterator[tuple[PublicationLog, Feeder]]:
     """The Publication log on ``settings`` and a feeder into it; the log is closed afterwards."""
-    from services.publication.service import open_log
+    from services.publication.application import open_log
 
     with closing(open_log(settings)) as app:
         yield app, Feeder(app)

@@ -16,7 +16,7 @@ import pytest
 from imprint.contracts.sources import SourceRevoked
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.recovery import cli
 from tests.integration.recovery.recovery_support import (
     ACCOUNT,

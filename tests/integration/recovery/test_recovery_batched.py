@@ -12,7 +12,7 @@ import pytest
 from imprint.contracts.topics import Topic
 from imprint.recovery import answer_view, view_hash
 from services.common.settings import Settings
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.recovery import cli, log_reader
 from tests.integration.recovery.recovery_support import (
     ACCOUNT,

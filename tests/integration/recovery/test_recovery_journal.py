@@ -22,7 +22,7 @@ from imprint.publication.announcements import announce, save_unknown_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.journal.application import RuntimeJournal
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.recovery import cli
 from tests.integration.recovery.recovery_support import admitted, replay_lines, run_cli, table_exists
 from tests.integration.recovery.test_recovery import write_run

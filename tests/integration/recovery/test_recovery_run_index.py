@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from services.publication.service import RUN_OPENED, open_log
+from services.publication.application import RUN_OPENED, open_log
 from services.recovery import log_reader
 from services.recovery.log_reader import opened_runs, run_index
 from tests.support.backends import Backend

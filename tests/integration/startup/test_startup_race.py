@@ -34,7 +34,7 @@ ROUNDS = 10
 def open_stores(part: str, settings: Settings) -> None:
     """What ``imprint serve <part>`` opens before it consumes anything."""
     if part in ("publication", "relay"):  # the relay runs over the Publication log and its tracking
-        from services.publication.service import open_log
+        from services.publication.application import open_log
 
         open_log(settings).close()
     elif part == "journal":

@@ -16,7 +16,7 @@ from psycopg import sql
 from services.common.recorders import COMMITTER
 from services.common.settings import Settings
 from services.common.backends import backend_for
-from services.publication.service import open_log
+from services.publication.application import open_log
 from services.common.inbound import Inbound
 from imprint.contracts.topics import Topic
 from tests.integration.publication.pubsupport import admitted

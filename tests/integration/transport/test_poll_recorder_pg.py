@@ -110,7 +110,7 @@ def test_a_polls_trackings_go_in_one_statement_and_one_position_already_recorded
 
 @pytest.mark.rule("R1")
 def test_the_publication_logs_snapshots_go_in_binary_and_come_back_byte_for_byte(isolated: Settings) -> None:
-    from services.publication.service import open_log
+    from services.publication.application import open_log
 
     app = open_log(isolated)
     try:

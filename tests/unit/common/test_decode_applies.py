@@ -13,7 +13,7 @@ from aiokafka import ConsumerRecord
 
 from imprint.contracts.registry import TOPIC_OF_TYPE, encode
 from imprint.contracts.topics import Topic
-from imprint.journal.intake import APPLIED_TYPES
+from imprint.journal.handling import APPLIED_TYPES
 from services.common.kafka import decode_records
 from services.common.settings import Settings
 from services.journal.consumer import JOURNAL_TOPICS

@@ -21,7 +21,7 @@ from services.common.relay import Handoff, Relay
 from services.common.settings import Settings
 from services.publication.relay import RELAY_NAME, announce_publication
 from services.publication.sealing import BatchOpener
-from services.publication.service import open_log
+from services.publication.application import open_log
 
 
 class Topic_:

@@ -30,7 +30,7 @@ from services.publication.sealing import BatchOpener
 from imprint.shredding import InMemoryKeyring
 from tests.support.backends import memory_environment
 from services.journal.application import RuntimeJournal
-from services.publication.service import open_log
+from services.publication.application import open_log
 from tests.support import runs
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "journal"))

@@ -18,7 +18,8 @@ from imprint.contracts.base import Message
 from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
-from services.delivery.app import create_app, topic_for
+from imprint.contracts.registry import topic_of
+from services.delivery.app import create_app
 from services.delivery.auth import RateLimiter, mint_token, verify_token
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
@@ -48,7 +49,7 @@ class Collect:
         self.messages: list[Message] = []
 
     async def __call__(self, message: Message) -> None:
-        topic_for(message)  # every message Delivery sends has a topic
+        topic_of(message)  # every message Delivery sends has a topic
         self.messages.append(message)
 
     def types(self) -> list[str]:
@@ -175,7 +176,7 @@ async def test_receipts_are_published_as_client_observations_with_the_token_acco
         assert response.status_code == 202, response.text
     assert publish.types() == ["client.received", "client.rendered", "client.conflict"]
     assert {m.account_id for m in publish.messages} == {"acct-1"}  # type: ignore[attr-defined]
-    assert {topic_for(m) for m in publish.messages} == {"imprint.delivery.v1"}
+    assert {topic_of(m) for m in publish.messages} == {"imprint.delivery.v1"}
     bad = await client.post(f"/v1/runs/{RUN}/receipts", headers=auth(settings),
                             json={"type": "client.rendered", "last_event_id": 99})
     assert bad.status_code == 422, "a receipt for a frame never sent is refused"
@@ -194,7 +195,7 @@ async def test_cancel_publishes_run_cancel_requested_and_not_after_the_end(
     response = await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings))
     assert response.status_code == 202
     assert publish.types() == ["run.cancel_requested"]
-    assert topic_for(publish.messages[0]) == "imprint.control.v1"
+    assert topic_of(publish.messages[0]) == "imprint.control.v1"
     store.feed(settled(RUN), closed(RUN))  # type: ignore[attr-defined]
     assert (await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings))).status_code == 409
     assert publish.types() == ["run.cancel_requested"]

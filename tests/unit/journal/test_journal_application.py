@@ -49,7 +49,7 @@ def test_batch_over_several_partitions_tracks_each(journal) -> None:
 def test_failure_in_one_partition_leaves_no_partial_state(journal, monkeypatch) -> None:
     ok = Inbound(str(Topic.RUNTIME), 0, 0, admitted("r1"))
     bad = [Inbound(str(Topic.RUNTIME), 1, 0, admitted("r2", message_id="m2")), Inbound(str(Topic.RUNTIME), 1, 1, RunQueued(run_id="r2"))]
-    from imprint.journal.intake import HANDLERS
+    from imprint.journal.handling import HANDLERS
 
     def explode(self, ws, m):
         raise RuntimeError("crash while applying")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from journal_helpers import admitted, completed, to_running
 
 from imprint.contracts.runtime import RunFailed, RunQueued, RunRejected, RunStage, RunStarted, RunStopped, RunThrottled, ToolReceipt
-from imprint.journal.intake import APPLIED_TYPES
+from imprint.journal.handling import APPLIED_TYPES
 from imprint.journal.lifecycle import MESSAGE_TARGETS, OUTCOMES, TERMINAL, TRANSITIONS, State, check_transition
 from imprint.journal.refusals import Refusal, RefusalCode
 

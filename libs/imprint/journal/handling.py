@@ -1,10 +1,10 @@
 """What one inbound message does to the journal's aggregates — pure, storage-agnostic.
 
-The application hands :meth:`Intake.apply` a decoded v1 message and a
-:class:`Workspace` (aggregates loaded for the current unit of work). Intake
+The application hands :meth:`JournalHandling.apply` a decoded v1 message and a
+:class:`Workspace` (aggregates loaded for the current unit of work). JournalHandling
 decides through the rule modules and triggers events on the aggregates; the
 caller records every pending event of the workspace in one transaction, with the
-Kafka tracking record. Intake returns :class:`IndexIntent`\\ s — updates of the
+Kafka tracking record. JournalHandling returns :class:`IndexIntent`\\ s — updates of the
 mutable message → execution index to perform *after* that transaction commits.
 
 Side effect before commit, on purpose: deletion destroys the conversation key
@@ -91,15 +91,15 @@ class IndexIntent:
     run_id: str | None = None
 
 
-class Intake:
+class JournalHandling:
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
         self.sealer = FieldSealer(keyring)
 
-    def scoped(self) -> Intake:
-        """An intake for one unit of work: conversation keys are fetched once (see ``ScopedKeyring``)."""
+    def scoped(self) -> JournalHandling:
+        """A handling for one unit of work: conversation keys are fetched once (see ``ScopedKeyring``)."""
         base = self.keyring.inner if isinstance(self.keyring, ScopedKeyring) else self.keyring
-        return Intake(ScopedKeyring(base))
+        return JournalHandling(ScopedKeyring(base))
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -363,31 +363,31 @@ class Intake:
         return [IndexIntent("drop", conversation_id)]
 
 
-Handler = Callable[[Intake, Workspace, Any], list[IndexIntent] | None]
-"""An :class:`Intake` method for one message class: it triggers events on the workspace's
+Handler = Callable[[JournalHandling, Workspace, Any], list[IndexIntent] | None]
+"""An :class:`JournalHandling` method for one message class: it triggers events on the workspace's
 aggregates and returns the index updates to make after the commit (``None``: none)."""
 
 HANDLERS: dict[type, Handler] = {
-    RunAdmitted: Intake.admit,
-    RunQueued: Intake.transition,
-    RunStarted: Intake.transition,
-    RunStopped: Intake.transition,
-    RunFailed: Intake.transition,
-    RunThrottled: Intake.transition,
-    RunRejected: Intake.transition,
-    RunCompleted: Intake.complete,
-    RunStage: Intake.stage,
-    EvidenceGranted: Intake.grant,
-    ToolReceipt: Intake.receipt,
-    AnswerPublished: Intake.published,
-    AnswerUnchanged: Intake.unchanged,
-    SourceTombstoned: Intake.tombstone,
-    ConversationDeleteRequested: Intake.delete_requested,
+    RunAdmitted: JournalHandling.admit,
+    RunQueued: JournalHandling.transition,
+    RunStarted: JournalHandling.transition,
+    RunStopped: JournalHandling.transition,
+    RunFailed: JournalHandling.transition,
+    RunThrottled: JournalHandling.transition,
+    RunRejected: JournalHandling.transition,
+    RunCompleted: JournalHandling.complete,
+    RunStage: JournalHandling.stage,
+    EvidenceGranted: JournalHandling.grant,
+    ToolReceipt: JournalHandling.receipt,
+    AnswerPublished: JournalHandling.published,
+    AnswerUnchanged: JournalHandling.unchanged,
+    SourceTombstoned: JournalHandling.tombstone,
+    ConversationDeleteRequested: JournalHandling.delete_requested,
 }
 """One table: a reader finds what happens to a message by its type here."""
 
 APPLIED_TYPES: frozenset[str] = frozenset(message_class.model_fields["type"].default for message_class in HANDLERS)
-"""Every message type :meth:`Intake.apply` acts on. Any other message of the journal's
+"""Every message type :meth:`JournalHandling.apply` acts on. Any other message of the journal's
 topics (a proposal, a preview, a refusal…) changes nothing here, so its consumer may
 acknowledge it without decoding it (the Publication and Delivery consumers, which apply
 them, refuse what is malformed)."""
@@ -398,4 +398,4 @@ def retention_event_id(conversation_id: str, last_activity_iso: str) -> str:
     return str(uuid5(ids.conversation_id(conversation_id), f"retention:{last_activity_iso}"))
 
 
-__all__ = ["IndexIntent", "Intake", "MemoryWorkspace", "Workspace", "retention_event_id", "State"]
+__all__ = ["IndexIntent", "JournalHandling", "MemoryWorkspace", "Workspace", "retention_event_id", "State"]
