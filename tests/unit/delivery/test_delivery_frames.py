@@ -21,7 +21,7 @@ from imprint.delivery.frames import (
     terminal_drafts,
 )
 from imprint.delivery.summary import DONE_DATA, digest, summarize, validate_stream
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     closed,
     deleted,
     preview,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from imprint.delivery import merge
 from imprint.delivery.merge import AnswerState, apply, client_reason, display, view
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     preview,
     published,
     rejected,

@@ -21,7 +21,7 @@ from imprint.delivery.frames import RunProjection, skeleton, step, terminal_draf
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     closed,
     preview,
     published,
