@@ -17,9 +17,9 @@ from imprint.delivery.frames import (
     RunProjection,
     chunk_text,
     skeleton,
-    step,
     terminal_drafts,
 )
+from imprint.delivery.handling import step
 from imprint.delivery.summary import DONE_DATA, digest, summarize, validate_stream
 from tests.support.delivery_builders import (
     closed,
