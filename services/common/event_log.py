@@ -34,9 +34,12 @@ from services.common.recorders import PollRecorder
 A = TypeVar("A", bound=Aggregate)
 
 HOT_CACHE = {
-    # Enough for every run in flight on one instance; a larger heap makes each of the
-    # process's garbage collections slower (least recently used aggregates go first).
-    "AGGREGATE_CACHE_MAXSIZE": "2000",
+    # Every run in flight on one instance must fit, however many there are: a run evicted
+    # between two of its proposals is read back from its snapshot and events at the next
+    # one, so a count bound below the runs in flight turns every proposal into a reload.
+    # What the cached aggregates hold is bounded by HOT_ENTRIES instead, which grows with
+    # what the runs hold, not with how many they are.
+    "AGGREGATE_CACHE_MAXSIZE": "100000",
     "AGGREGATE_CACHE_FASTFORWARD": "n",
     "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
 }
