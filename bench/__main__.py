@@ -85,7 +85,7 @@ class Plan:
 QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2,
              naive_sizes=(25,), naive_proposals=250, run_size_proposals=400, earlier_runs=300, age_proposals=300,
              stack_cpu_proposals=500, latency_seconds=6, latency_runs=50, ladder=(0.4, 0.8), step_seconds=3,
-             many_runs=(40, 1000), many_runs_per_run=2, many_runs_rounds=1, overload_seconds=10,
+             many_runs=(20, 500), many_runs_per_run=2, many_runs_rounds=1, overload_seconds=10,
              overload_drain_timeout=120, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
              replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
 

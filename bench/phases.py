@@ -275,10 +275,12 @@ async def many_runs(ctx: Context) -> None:
     for runs, rows in shaped.items():
         row = out["shapes"][str(runs)] = median_of_rounds(
             rows, rate="machine_cpu_ms_per_proposal",
-            figures=("machine_cpu_ms_per_proposal", "drained_s", "in_window_per_s", "achieved_per_s"))
+            figures=("machine_cpu_ms_per_proposal", "processes_cpu_ms_per_proposal", "drained_s", "in_window_per_s",
+                     "achieved_per_s", "admit_seconds"))
         ctx.windows[f"{runs:,} runs in flight ({rate:.0f}/s)"] = row["window"]
-        ctx.say(f"  {runs:,} runs, median of {len(rows)}: machine CPU {row['machine_cpu_ms_per_proposal']} ms/proposal, "
-                f"drained {row['drained_s']} s after the window")
+        ctx.say(f"  {runs:,} runs, median of {len(rows)}: machine CPU {row['machine_cpu_ms_per_proposal']} ms/proposal "
+                f"(the parts and the bench alone {row['processes_cpu_ms_per_proposal']}), drained {row['drained_s']} s "
+                f"after the window; admitted in {row['admit_seconds']} s")
 
 
 async def overload(ctx: Context) -> None:
