@@ -589,15 +589,17 @@ def many_runs_section(many: dict[str, Any]) -> list[str]:
     out = ["", f"## Many runs in flight (offered {_fmt(many.get('offered_per_s'))}/s, {_fmt(many.get('load'), 2)}× "
            f"the burst, {_fmt(many.get('proposals'))} proposals over {_fmt(many.get('seconds'))} s; no SSE client)", "",
            "| runs in flight | published in the window, /s | drained s after the window (each round) | "
-           "drained per part, s | machine CPU ms/proposal (each round) | CPU ms/proposal (publication / journal / delivery) |",
-           "|---|---|---|---|---|---|"]
+           "drained per part, s | machine CPU ms/proposal (each round) | the parts' and the bench's CPU ms/proposal | "
+           "CPU ms/proposal (publication / journal / delivery) | runs admitted in, s |",
+           "|---|---|---|---|---|---|---|---|"]
     for runs, row in shapes:
         rounds = row.get("rounds") or []
         out.append(f"| {int(runs):,} | {_fmt(row.get('in_window_per_s'))} | {_fmt(row.get('drained_s'), 2)} ("
                    + " / ".join(_fmt(r.get("drained_s"), 2) for r in rounds) + f") | {_drains(row.get('drain_s'))} | "
                    f"{_fmt(row.get('machine_cpu_ms_per_proposal'), 2)} ("
                    + " / ".join(_fmt(r.get("machine_cpu_ms_per_proposal"), 2) for r in rounds)
-                   + f") | {_parts(row.get('cpu_ms_per_proposal'))} |")
+                   + f") | {_fmt(row.get('processes_cpu_ms_per_proposal'), 2)} | "
+                   f"{_parts(row.get('cpu_ms_per_proposal'))} | {_fmt(row.get('admit_seconds'))} |")
     return out
 
 
