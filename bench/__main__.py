@@ -69,10 +69,13 @@ class Plan:
     many_runs_per_run: int = 3
     """Proposals per run over the most runs (the same proposals over the fewer runs)."""
     many_runs_load: float = 0.5
-    many_runs_rounds: int = 3
+    many_runs_rounds: int = 2
+    """Rounds of the many-runs shapes, interleaved (2: the 5,000 runs' admission and drain are long)."""
     overload_load: float = 1.2
     overload_seconds: float = 60
-    overload_drain_timeout: float = 300
+    drain_timeout: float = 300
+    """How long after its window the bench waits for a many-runs or overload backlog to drain
+    (for the last publication, then as long again for the parts); past it, "not drained"."""
     fanout_clients: int = 1000
     fanout_rate: float = 4
     fanout_seconds: float = 15
@@ -86,7 +89,7 @@ QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1
              naive_sizes=(25,), naive_proposals=250, run_size_proposals=400, earlier_runs=300, age_proposals=300,
              stack_cpu_proposals=500, latency_seconds=6, latency_runs=50, ladder=(0.4, 0.8), step_seconds=3,
              many_runs=(20, 500), many_runs_per_run=2, many_runs_rounds=1, overload_seconds=10,
-             overload_drain_timeout=120, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
+             drain_timeout=120, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
              replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
 
 

@@ -57,11 +57,14 @@ class Context:
     async def paced(self, label: str, rate: float, seconds: float, runs: int, clients: bool,
                     drain: float) -> dict[str, Any]:
         row = await self.driver.paced(label, rate, seconds, runs, sources(label), clients=clients, drain=drain)
-        self.say(f"  offered {row['offered_per_s']}/s (sent {row.get('sent_per_s')}/s): in window "
-                 f"{row.get('in_window_per_s')}/s, achieved {row.get('achieved_per_s')}/s, keeps_up={row['keeps_up']}, "
-                 f"drained {row.get('drained_s')} s after {row.get('drain_s')}, machine CPU "
-                 f"{row['machine_cpu_ms_per_proposal']} ms/proposal; published {row['published_ms']}"
-                 + (f"; sse {row['sse_ms']}" if row.get("sse_ms") else ""))
+        drained = (f"drained {row['drained_s']} s after ({report._drains(row.get('drain_s'))})"
+                   if row.get("drained_s") is not None else
+                   f"not drained {drain:.0f} s after ({report._drains(row.get('drain_s'))})")
+        self.say(f"  offered {row['offered_per_s']}/s (sent {row.get('sent_per_s')}/s, runs admitted in "
+                 f"{row['admit_seconds']} s): published {row.get('in_window_per_s')}/s in the window, achieved "
+                 f"{row.get('achieved_per_s')}/s, keeps_up={row['keeps_up']}, {drained}; machine CPU "
+                 f"{row['machine_cpu_ms_per_proposal']} ms/proposal (parts and bench {row['processes_cpu_ms_per_proposal']}); "
+                 f"published {row['published_ms']}" + (f"; sse {row['sse_ms']}" if row.get("sse_ms") else ""))
         return row
 
 
@@ -267,7 +270,7 @@ async def many_runs(ctx: Context) -> None:
                     f"{plan.many_runs_load:.0%} of the burst ({rate:.0f}/s, {seconds:.0f} s; "
                     f"round {round_ + 1}/{plan.many_runs_rounds})")
             row = await ctx.paced(f"runs{runs}r{round_}", rate, seconds, runs, clients=False,
-                                  drain=max(30.0, seconds))
+                                  drain=plan.drain_timeout)
             row.pop("_samples", None)
             shaped[runs].append(row)
     out = ctx.e2e["many_runs"] = {"load": plan.many_runs_load, "burst_per_s": burst, "offered_per_s": round(rate, 1),
@@ -291,7 +294,7 @@ async def overload(ctx: Context) -> None:
     count = max(1, int(rate * plan.overload_seconds))
     ctx.say(f"overload: offered {plan.overload_load:.0%} of the burst ({rate:.0f}/s) for {plan.overload_seconds:.0f} s")
     row = await ctx.paced("overload", rate, plan.overload_seconds, math.ceil(count / PER_RUN), clients=False,
-                          drain=plan.overload_drain_timeout)
+                          drain=plan.drain_timeout)
     row.pop("_samples", None)
     row.update(load=plan.overload_load, burst_per_s=burst)
     ctx.e2e["overload"] = row

@@ -31,7 +31,7 @@ def _parts(cpu: Any) -> str:
     return " / ".join(_fmt(cpu.get(part), 2) for part in ("publication", "journal", "delivery"))
 
 
-def _drains(drain: Any) -> str:
+def _drains(drain: Any) -> str:  # also bench.phases' progress lines
     """Seconds after a load's window until each part caught up (``behind``: not within the deadline)."""
     if not drain:
         return "—"
@@ -119,7 +119,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     offered = f"offered {float(many.get('load') or plan.get('many_runs_load') or 0.5):g}× the burst"
     drained = _get(shapes, most, "drained_s")
     add("many_runs_drain_s", f"Many runs: {int(most):,} runs in flight, {offered}: the backlog drained, s after "
-        f"the window", drained if drained is not None or not shapes else "not drained", 5.0, "lower", "s")
+        f"the window", drained if drained is not None or not shapes else
+        (f"not drained ({plan['drain_timeout']:.0f} s after, in a round)" if plan.get("drain_timeout")
+         else "not drained"), 5.0, "lower", "s")
     add("many_runs_cpu_ratio", f"Many runs: machine CPU per proposal, {int(most):,} ÷ {int(fewest):,} runs in flight",
         _ratio(_get(shapes, most, "machine_cpu_ms_per_proposal"), _get(shapes, fewest, "machine_cpu_ms_per_proposal")),
         1.2, "lower")
@@ -277,7 +279,8 @@ def markdown(results: dict[str, Any]) -> str:
             limit = "drains"
         else:
             limit = f"{'≥' if row['better'] == 'higher' else '≤'} {_fmt(bound, 2)} {row['unit']}"
-        value = "—" if row["value"] is None else f"{_fmt(row['value'], 2)} {row['unit']}"
+        value = ("—" if row["value"] is None else row["value"] if isinstance(row["value"], str)
+                 else f"{_fmt(row['value'], 2)} {row['unit']}")
         out.append(f"| `{row.get('key')}` | {row['target']} | {value} | {limit} "
                    f"| **{row['status']}** |")
     out += ["", "## Throughput", "", "| measure | proposals/s | notes |", "|---|---|---|"]
