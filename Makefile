@@ -79,7 +79,7 @@ infra-status:
 schemas: install
 	$(BIN)/python -m services.tools.schemas
 
-## make bench / make bench-quick: issue 9's side-by-side benchmark (~20 min / under 3 min); results in bench/results/.
+## make bench / make bench-quick: the performance issue's side-by-side benchmark (~20–25 min / under 4 min); results in bench/results/.
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_ENV = IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
 	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)}

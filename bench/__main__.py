@@ -29,13 +29,16 @@ RESULTS = ROOT / "bench" / "results"
 PARTS = ("publication", "journal", "delivery")
 """What ``imprint up`` runs (``services.common.launcher.PARTS``): Publication relays its own log."""
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
+E2E_PHASES = ("cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs", "overload")
+"""The end-to-end phases (``bench.phases.RUNNERS``), in the order they run."""
 CONSUMER_FLOOR_TOPICS = ("bench.floor.in", "bench.floor.out")
 """The consumer floor's topics: as many partitions as imprint's own."""
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Sizes of every measurement (``--quick`` fits in 3 minutes, the full run in ~20)."""
+    """Sizes of every measurement (``--quick`` fits in 4 minutes, the full run in ~25).
+    Loads are fractions of the burst saturation measured in the same run."""
 
     transport_rates: tuple[int, ...] = (100, 300, 1000)
     transport_seconds: float = 5
@@ -47,14 +50,32 @@ class Plan:
     naive_proposals: int = 800
     run_sizes: tuple[int, ...] = (25, 100, 400)
     run_size_proposals: int = 2000
+    rounds: int = 3
+    """Rounds of the bursts compared with each other (run sizes; fresh and aged source) and of
+    the whole stack's CPU burst, interleaved; each figure is the median of its rounds."""
     earlier_runs: int = 10_000
     age_proposals: int = 1000
-    ladder: tuple[int, ...] = (100, 150, 200, 250, 300, 400, 500, 650, 725, 800, 900, 1000)
-    required_rates: tuple[int, ...] = (100, 300, 1000)
+    stack_cpu_proposals: int = 2000
+    """The whole stack's CPU burst (runs of 25, one SSE client per run)."""
+    latency_loads: tuple[float, ...] = (0.05, 0.3)
+    latency_seconds: float = 30
+    latency_runs: int = 100
+    """Runs the latency loads are spread over, one SSE client on each."""
+    ladder: tuple[float, ...] = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    """The paced ladder's offered loads, up to the first that does not keep up."""
     step_seconds: float = 10
-    rounds: int = 3
-    """Rounds of the bursts compared with each other (run sizes; fresh and aged source),
-    interleaved; each figure is the median of its rounds."""
+    many_runs: tuple[int, ...] = (200, 5000)
+    """Runs in flight of the many-runs load: the target compares the last with the first."""
+    many_runs_per_run: int = 3
+    """Proposals per run over the most runs (the same proposals over the fewer runs)."""
+    many_runs_load: float = 0.5
+    many_runs_rounds: int = 2
+    """Rounds of the many-runs shapes, interleaved (2: the 5,000 runs' admission and drain are long)."""
+    overload_load: float = 1.2
+    overload_seconds: float = 60
+    drain_timeout: float = 300
+    """How long after its window the bench waits for a many-runs or overload backlog to drain
+    (for the last publication, then as long again for the parts); past it, "not drained"."""
     fanout_clients: int = 1000
     fanout_rate: float = 4
     fanout_seconds: float = 15
@@ -64,9 +85,11 @@ class Plan:
     replay_timeout: float = 400
 
 
-QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2, naive_sizes=(25,), naive_proposals=250,
-             run_size_proposals=400, earlier_runs=300, age_proposals=300, ladder=(100, 300, 1000),
-             step_seconds=2, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
+QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2,
+             naive_sizes=(25,), naive_proposals=250, run_size_proposals=400, earlier_runs=300, age_proposals=300,
+             stack_cpu_proposals=500, latency_seconds=6, latency_runs=50, ladder=(0.4, 0.8), step_seconds=3,
+             many_runs=(20, 500), many_runs_per_run=2, many_runs_rounds=1, overload_seconds=10,
+             drain_timeout=120, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
              replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
 
 
@@ -228,148 +251,17 @@ def run_floors(settings: Any, plan: Plan, results: dict[str, Any], samples: dict
 
 
 async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any], samples: dict[str, list[float]],
-                  profile_dir: Path | None) -> None:
-    from bench import profile, report
+                  profile_dir: Path | None, selected: tuple[str, ...], errors: dict[str, str],
+                  checkpoint: Any) -> None:
+    from bench import phases
     from bench.e2e import Driver
-    from bench.stats import median_of_rounds
-    from bench.workload import Sources, opening, typical_part
 
-    e2e = results["e2e"]
-    windows = results["windows"]
     driver = Driver(settings, stack, say)
     driver.token = mint_token(settings)
     await driver.start()
     try:
-        await asyncio.to_thread(stack.wait_ready)  # in a thread: the driver's consumers run on this loop
-        say("warm-up")
-        await driver.burst("warm", 50, 25, Sources(), delivery=True, timeout=120)
-
-        e2e["run_size"] = {}
-        sized: dict[int, list[dict[str, Any]]] = {size: [] for size in plan.run_sizes}
-        for round_ in range(plan.rounds):  # the sizes interleaved, round after round
-            for size in plan.run_sizes:
-                say(f"burst: {plan.run_size_proposals} proposals in runs of {size} (round {round_ + 1}/{plan.rounds})")
-                row = await driver.burst(f"size{size}r{round_}", plan.run_size_proposals, size, Sources(
-                    public=f"src:public:size-{size}-r{round_}", private=f"src:private:acct-bench:size-{size}-r{round_}"))
-                sized[size].append(row)
-                say(f"  {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}  delivery {row['delivery_per_s']}/s")
-        for size, rows in sized.items():
-            row = e2e["run_size"][str(size)] = median_of_rounds(rows)
-            windows[f"burst {size}/run"] = row["delivery_window"]
-            say(f"  {size}/run, median of {len(rows)}: {row['per_s']}/s  cpu ms/proposal {row['cpu_ms_per_proposal']}")
-        e2e["saturation"] = dict(e2e["run_size"][str(plan.run_sizes[0])])
-
-        say("burst with 2 Publication instances in one consumer group (issue 12)")
-        stack.add("publication", "publication-2")
-        await asyncio.sleep(10)  # the new member joins; the group rebalances the partitions
-        two = await driver.burst("two-publications", plan.run_size_proposals, plan.run_sizes[0], Sources(
-            public="src:public:two", private="src:private:acct-bench:two"))
-        stack.remove("publication-2")
-        await asyncio.sleep(5)
-        e2e["publication_instances"] = {
-            "1": {"per_s": e2e["saturation"]["per_s"], "cpu_ms_per_proposal": e2e["saturation"]["cpu_ms_per_proposal"]},
-            "2": {"per_s": two["per_s"], "cpu_ms_per_proposal": two["cpu_ms_per_proposal"],
-                  "publication_window": two["publication_window"]},
-        }
-        say(f"  1 instance {e2e['saturation']['per_s']}/s, 2 instances {two['per_s']}/s")
-
-        say(f"source age: {plan.earlier_runs:,} earlier runs cite one source")
-        hot = Sources(public="src:public:hot", private="src:private:acct-bench:hot")
-        runs = [f"run-old-{r:06d}" for r in range(plan.earlier_runs)]
-        started = time.perf_counter()
-        for chunk in range(0, len(runs), 1000):
-            part = runs[chunk:chunk + 1000]
-            await driver.send(m for run in part for m in (*opening(run, hot), typical_part(run, f"old-{run}", hot)))
-        await driver.caught_up("publication", driver.runtime, timeout=900)
-        await driver.caught_up("delivery", driver.publication, timeout=900)
-        say(f"  built in {time.perf_counter() - started:.0f} s")
-        fresh_rounds, aged_rounds = [], []
-        for round_ in range(plan.rounds):  # fresh and aged interleaved, round after round
-            fresh_rounds.append(await driver.burst(f"fresh-r{round_}", plan.age_proposals, 25, Sources(
-                public=f"src:public:fresh-r{round_}", private=f"src:private:acct-bench:fresh-r{round_}")))
-            aged_rounds.append(await driver.burst(f"aged-r{round_}", plan.age_proposals, 25, hot))
-        fresh, aged = median_of_rounds(fresh_rounds), median_of_rounds(aged_rounds)
-        e2e["source_age"] = {"earlier_runs": plan.earlier_runs, "fresh": fresh, "aged": aged,
-                             "build_seconds": round(time.perf_counter() - started, 1)}
-        windows["burst, fresh source"] = fresh["delivery_window"]
-        windows[f"burst, source cited by {plan.earlier_runs:,} runs"] = aged["delivery_window"]
-        say(f"  fresh {fresh['per_s']}/s {fresh['cpu_ms_per_proposal']}  aged {aged['per_s']}/s "
-            f"{aged['cpu_ms_per_proposal']}")
-
-        say(f"fan-out: {plan.fanout_clients} SSE clients on one run")
-        fan = await driver.fanout("fanout", plan.fanout_clients, plan.fanout_rate, plan.fanout_seconds, Sources(
-            public="src:public:fanout", private="src:private:acct-bench:fanout"), drain=60)
-        raw = fan.pop("_samples", None)
-        if raw:
-            samples[f"published→SSE, {plan.fanout_clients} clients"] = raw
-        e2e["fanout"] = fan
-        windows[f"fan-out {plan.fanout_clients} clients"] = fan["window"]
-        say(f"  {fan['published_to_client_ms']}  missing {fan['missing_deliveries']}  "
-            f"delivery RSS {fan['window']['peak_rss_mb'].get('delivery')} MB")
-        if profile_dir is not None:
-            say("profile: py-spy on delivery during a second fan-out")
-            recorder = profile.start(stack.pids()["delivery"], profile_dir / "delivery-fanout.txt",
-                                     plan.profile_seconds)
-            await driver.fanout("fanout-profile", plan.fanout_clients, plan.fanout_rate, plan.profile_seconds,
-                                Sources(public="src:public:fanout", private="src:private:acct-bench:fanout"),
-                                drain=20)
-            error = profile.finish(recorder)
-            results["profiles"]["delivery (fan-out)"] = (
-                {**profile.top_costs(profile_dir / "delivery-fanout.txt"),
-                 "when": f"{plan.fanout_clients} SSE clients on one run, {plan.fanout_rate}/s"}
-                if error is None else error)
-            await driver.caught_up("delivery", driver.publication, timeout=300)
-
-        e2e["paced"] = {}
-        failed = False
-        steps = [r for r in plan.ladder]
-        backlog = False
-        for index, rate in enumerate(steps):
-            if failed and rate not in plan.required_rates:
-                continue
-            say(f"paced: offered {rate}/s for {plan.step_seconds:.0f} s (one SSE client per run)")
-            row = await driver.paced(f"paced{rate}", rate, plan.step_seconds, 25, Sources(
-                public=f"src:public:paced-{rate}", private=f"src:private:acct-bench:paced-{rate}"),
-                clients=True, drain=max(5.0, 1.5 * plan.step_seconds))
-            raw = row.pop("_samples", {})
-            if rate in plan.required_rates:
-                for kind, values in raw.items():
-                    if kind == "published" or (kind in ("preview", "sse") and rate == 300):
-                        samples[f"produce→{kind} @{rate}/s"] = values
-            e2e["paced"][str(rate)] = row
-            windows[f"paced {rate}/s"] = row["window"]
-            say(f"  achieved {row.get('achieved_per_s')}/s keeps_up={row['keeps_up']} slope={row.get('latency_slope')} "
-                f"unfinished {row['unfinished_at_deadline']}  preview {row['preview_ms']}  "
-                f"published {row['published_ms']}  sse {row.get('sse_ms')}")
-            if not row["keeps_up"]:
-                failed = True
-            last = index == len(steps) - 1
-            backlog = last and row["unfinished_at_deadline"] > 0
-            if not last:
-                await driver.quiet()
-        e2e["sustained"] = report.sustained(e2e["paced"])
-
-        if profile_dir is not None:
-            recorders = {part: profile.start(pid, profile_dir / f"{part}.txt", plan.profile_seconds)
-                         for part, pid in stack.pids().items()}
-            if backlog:
-                when = f"draining the backlog of the {steps[-1]}/s step (saturated)"
-                say(f"profile: py-spy on every part while {when}")
-                await asyncio.sleep(plan.profile_seconds + 1)
-            else:
-                rate = (e2e["saturation"].get("per_s") or 300) * 1.5
-                count = int(rate * plan.profile_seconds)
-                when = f"an overload burst of {count} proposals, 25/run"
-                say(f"profile: py-spy on every part during {when}")
-                await driver.burst("profile", count, 25, Sources(public="src:public:profile",
-                                                                 private="src:private:acct-bench:profile"),
-                                   delivery=False, timeout=600)
-            for part, recorder in recorders.items():
-                error = profile.finish(recorder)
-                results["profiles"][part] = ({**profile.top_costs(profile_dir / f"{part}.txt"), "when": when}
-                                             if error is None else error)
-            for part, prof in results["profiles"].items():
-                say(f"  {part}: {prof.get('cpu', prof) if isinstance(prof, dict) else prof}")
+        await phases.run(phases.Context(settings, stack, plan, driver, results, samples, say, profile_dir),
+                         selected, errors, checkpoint)
     finally:
         await driver.stop()
 
@@ -384,8 +276,10 @@ def _stop_on_term(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_on_term)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes: the whole run in under 3 minutes")
-    parser.add_argument("--only", choices=("floors", "e2e", "replay"), action="append")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes: the whole run in under 4 minutes")
+    parser.add_argument("--only", choices=("floors", "e2e", "replay", *E2E_PHASES), action="append",
+                        help="run these sections only (repeatable); e2e runs every phase of the stack, "
+                             "a phase's name only that one (after a burst that sets the loads)")
     parser.add_argument("--label", default=None,
                         help="a name for this run, kept in latest.json and its history line (e.g. before, after)")
     parser.add_argument("--profile", action="store_true", help="py-spy every part at saturation (top five costs)")
@@ -421,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if overrides:
         plan = dataclasses.replace(plan, **overrides)
     parts = args.only or ["floors", "e2e", "replay"]
+    selected = E2E_PHASES if "e2e" in parts else tuple(p for p in E2E_PHASES if p in parts)
     tag = uuid.uuid4().hex[:8]
     settings = bench_settings(tag)
     started = time.monotonic()
@@ -457,13 +352,14 @@ def main(argv: list[str] | None = None) -> int:
                 errors["floors"] = f"{type(error).__name__}: {error}"
             results["seconds"]["floors"] = round(time.monotonic() - phase, 1)
             checkpoint()
-        if "e2e" in parts:
+        if selected:
             phase = time.monotonic()
             stack = Stack(settings, PARTS)
             say(f"starting {', '.join(PARTS)} (schema {settings.database_schema}, prefix {settings.topic_prefix})")
             stack.start()
             try:
-                asyncio.run(run_e2e(settings, stack, plan, results, samples, profile_dir))
+                asyncio.run(run_e2e(settings, stack, plan, results, samples, profile_dir, selected, errors,
+                                    checkpoint))
             except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001
                 import traceback
 

@@ -211,6 +211,34 @@ class Driver:
             for topic in topics:
                 await self.caught_up(consumer, self.settings.topic(topic), timeout)
 
+    async def drained(self, timeout: float = 300) -> dict[str, float | None]:
+        """Wait until every consumer has committed every offset of every topic it reads
+        (:data:`QUIET`), watched side by side; returns when each part was seen caught up
+        (``perf_counter``; the latest over its topics), ``None`` for a part still behind after
+        ``timeout``. Offsets are committed at most every ``IMPRINT_OFFSET_COMMIT_SECONDS``
+        (0.25 s), checked every 0.1 s: each time is late by at most about a third of a second."""
+        async def one(consumer: str, topic: str) -> float | None:
+            try:
+                return await self.caught_up(consumer, topic, timeout)
+            except TimeoutError:
+                return None
+
+        pairs = [(consumer, self.settings.topic(topic)) for consumer, topics in QUIET.items() for topic in topics]
+        times = await asyncio.gather(*(one(consumer, topic) for consumer, topic in pairs))
+        caught: dict[str, float | None] = {}
+        for (consumer, _), at in zip(pairs, times, strict=True):
+            before = caught.get(consumer, 0.0)
+            caught[consumer] = None if at is None or before is None else max(before, at)
+        return caught
+
+    def pause_reader(self) -> None:
+        """Stop reading the publication topic (the bench's Kafka reader is no part of the
+        stack): a window measured to the SSE frame then holds only what a client's frames cost."""
+        self.consumer.pause(*self.consumer.assignment())
+
+    def resume_reader(self) -> None:
+        self.consumer.resume(*self.consumer.assignment())
+
     async def completed(self, calls: list[str], timeout: float, kind: str = "published") -> bool:
         deadline = time.monotonic() + timeout
         pending = list(calls)
@@ -260,14 +288,60 @@ class Driver:
         result["cpu_ms_per_proposal"] = {part: round(seconds * 1000 / proposals, 3) for part, seconds in cpu.items()}
         return result
 
-    async def paced(self, label: str, rate: float, seconds: float, per_run: int, sources: Sources,
+    async def whole_stack(self, label: str, proposals: int, per_run: int, sources: Sources,
+                          timeout: float = 600) -> dict[str, Any]:
+        """A burst read by one SSE client per run, the bench's Kafka reader paused: the whole
+        stack's cost to the SSE frame. Two windows from the first produce: to the last SSE
+        frame (``window``), and on until every part has caught up (``drained_window``: the
+        Journal may trail the frames)."""
+        runs = [f"run-{label}-{r:05d}" for r in range(max(1, math.ceil(proposals / per_run)))]
+        await self.admit(runs, sources, clients=True)
+        await self.quiet()
+        calls = [f"{label}-{i:06d}" for i in range(proposals)]
+        self.pause_reader()
+        try:
+            window = self.stack.window()
+            started = time.perf_counter()
+            await self.send(typical_part(runs[i % len(runs)], call, sources) for i, call in enumerate(calls))
+            complete = await self.streamed(calls, timeout, poll=0.01)
+            sse_window = self.stack.close(window)
+            last = max((self.streamed_at(c) or 0.0) for c in calls)
+            caught = await self.drained(timeout)
+            drained_window = self.stack.close(window)
+            if any(at is None for at in caught.values()):
+                raise TimeoutError(f"not every part caught up within {timeout} s: {caught}")
+        finally:
+            self.resume_reader()
+            self.close_clients()
+        return {
+            "proposals": proposals, "per_run": per_run, "runs": len(runs), "sse_clients": len(runs),
+            "complete": complete, "seconds": round(last - started, 3),
+            "per_s": round(proposals / (last - started), 1) if complete else None,
+            "machine_cpu_ms_per_proposal": round(sse_window["machine_cpu_s"] * 1000 / proposals, 3),
+            "processes_cpu_ms_per_proposal": round(
+                (sum(sse_window["cpu_s"].values()) + sse_window["bench_cpu_s"]) * 1000 / proposals, 3),
+            "drained_seconds": round(max(at for at in caught.values() if at is not None) - started, 3),
+            "drained_machine_cpu_ms_per_proposal": round(drained_window["machine_cpu_s"] * 1000 / proposals, 3),
+            "cpu_ms_per_proposal": {part: round(cpu * 1000 / proposals, 3)
+                                    for part, cpu in drained_window["cpu_s"].items()},
+            "window": sse_window, "drained_window": drained_window,
+        }
+
+    async def paced(self, label: str, rate: float, seconds: float, runs: int, sources: Sources,
                     clients: bool, drain: float) -> dict[str, Any]:
         """Offered load ``rate`` proposals/s for ``seconds``, open loop (each proposal's clock
-        starts at its scheduled time), round-robin over runs of ``per_run``."""
+        starts at its scheduled time), round-robin over ``runs`` runs (admitted first; with
+        ``clients``, one SSE client on each). The deadline for the last proposal is ``drain``
+        seconds after its scheduled send; when everything was published by then, the window
+        goes on until every part has caught up (``drain_s``, per part, after the window's
+        last scheduled send). ``in_window_per_s``: proposals published while the load was
+        offered, per second of it."""
         count = max(1, int(rate * seconds))
-        runs = [f"run-{label}-{r:05d}" for r in range(max(1, math.ceil(count / per_run)))]
+        runs = [f"run-{label}-{r:05d}" for r in range(max(1, min(runs, count)))]
+        admitting = time.perf_counter()
         await self.admit(runs, sources, clients=clients)
         await self.quiet()
+        admitted = time.perf_counter() - admitting
         calls = [f"{label}-{i:06d}" for i in range(count)]
         scheduled: dict[str, float] = {}
         window = self.stack.window()
@@ -290,6 +364,7 @@ class Driver:
         if clients:  # the streams' frames follow the Kafka events; give them the same deadline
             await self.streamed(calls, max(1.0, last_due + drain - time.perf_counter()))
         ended = time.perf_counter()
+        caught = await self.drained(max(30.0, drain)) if complete else {}
         window_result = self.stack.close(window)
 
         def latencies(kind: str) -> tuple[list[float], int]:
@@ -308,21 +383,39 @@ class Driver:
         lat_pre, unfinished_preview = latencies("preview")
         published = [(scheduled[c], d) for c in calls if (d := self.arrivals.done(c)) is not None]
         result: dict[str, Any] = {
-            "offered_per_s": rate, "seconds": seconds, "proposals": count, "runs": len(runs),
+            "offered_per_s": round(rate, 1), "seconds": seconds, "proposals": count, "runs": len(runs),
             "completed": len(published), "complete": complete, "unfinished_at_deadline": unfinished,
             "deadline_s_after_last_send": drain,
             "producer_max_lateness_ms": round(late * 1000, 1),
             "preview_ms": latency_summary(lat_pre),
             "published_ms": latency_summary(lat_pub),
             "hops_ms": self.arrivals.hops(calls, scheduled, sent, time.time() - time.perf_counter()),
+            "sent_per_s": round(count / max(1e-9, (max(sent.values()) - min(sent.values())) / 1000), 1)
+            if count > 1 else None,
+            "machine_cpu_ms_per_proposal": round(window_result["machine_cpu_s"] * 1000 / count, 3),
+            "processes_cpu_ms_per_proposal": round(
+                (sum(window_result["cpu_s"].values()) + window_result["bench_cpu_s"]) * 1000 / count, 3),
+            "cpu_ms_per_proposal": {part: round(cpu * 1000 / count, 3) for part, cpu in window_result["cpu_s"].items()},
+            "admit_seconds": round(admitted, 1),
             "window": window_result,
         }
+        if caught:
+            last_published = max(d for _, d in published)
+            drain: dict[str, float | None] = {"published": round(max(0.0, last_published - last_due), 3)}
+            drain.update({part: None if at is None else round(max(0.0, at - last_due), 3)
+                          for part, at in caught.items()})
+            result["drain_s"] = drain
+            behind = [part for part, at in drain.items() if at is None]
+            result["drained_s"] = None if behind else max(v for v in drain.values() if v is not None)
+            if behind:
+                result["still_behind"] = behind
+        if count > 1:
+            result["in_window_per_s"] = round(sum(1 for _, d in published if d <= last_due) / (last_due - start), 1)
         if unfinished or unfinished_preview:
             result["note"] = "unfinished proposals count with the time waited (lower bounds)"
         if published:
             finished = max(d for _, d in published)
             result["achieved_per_s"] = round(len(published) / (finished - start), 1)
-            result["drain_seconds"] = round(max(0.0, finished - last_due), 3)
             # Growing backlog ⇔ latency grows with the send time (seconds of latency per second).
             result["latency_slope"] = round(slope([s - start for s, _ in published],
                                                   [(d - s) for s, d in published]), 4)
@@ -331,8 +424,7 @@ class Driver:
         if clients:
             sse_lat, missing = [], 0
             for call in calls:
-                times = sorted(self.arrivals.sse.get(call) or [])
-                seen = times[BLOCKS_PER_PROPOSAL - 1] if len(times) >= BLOCKS_PER_PROPOSAL else None
+                seen = self.streamed_at(call)
                 if seen is None:
                     missing += 1
                     seen = ended
@@ -343,14 +435,23 @@ class Driver:
             self.close_clients()
         return result
 
-    async def streamed(self, calls: list[str], timeout: float) -> bool:
+    async def streamed(self, calls: list[str], timeout: float, poll: float = 0.05) -> bool:
+        """Wait until an SSE client saw both blocks of every proposal in ``calls``."""
         deadline = time.monotonic() + timeout
+        pending = list(calls)
         while True:
-            if all(len(self.arrivals.sse.get(c) or ()) >= BLOCKS_PER_PROPOSAL for c in calls):
+            pending = [c for c in pending if len(self.arrivals.sse.get(c) or ()) < BLOCKS_PER_PROPOSAL]
+            if not pending:
                 return True
             if time.monotonic() > deadline:
                 return False
-            await asyncio.sleep(0.05)
+            self.stack.check_alive()
+            await asyncio.sleep(poll)
+
+    def streamed_at(self, call: str) -> float | None:
+        """When an SSE client saw the proposal's second block."""
+        times = sorted(self.arrivals.sse.get(call) or ())
+        return times[BLOCKS_PER_PROPOSAL - 1] if len(times) >= BLOCKS_PER_PROPOSAL else None
 
     async def fanout(self, label: str, clients: int, rate: float, seconds: float, sources: Sources,
                      drain: float) -> dict[str, Any]:

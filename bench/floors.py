@@ -49,8 +49,10 @@ the instrument, not on the system measured."""
 # ------------------------------------------------------------------ transport floor
 
 
-async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...], seconds: float,
+async def transport_floor(settings: Settings, topic: str, rates: tuple[float, ...], seconds: float,
                           burst: int) -> dict[str, Any]:
+    """Produce → consume latency at each offered rate (open loop), then a burst's messages/s
+    (none when ``burst`` is 0)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     value = proposal_bytes()
@@ -81,6 +83,8 @@ async def transport_floor(settings: Settings, topic: str, rates: tuple[int, ...]
             await asyncio.wait_for(reader, 60)
             latencies = [(arrived[k] - sent[k]) * 1000 for k in sent]
             results["paced"][str(rate)] = {**latency_summary(latencies), "_samples": latencies}
+        if not burst:
+            return results
         # burst: everything at once, produced without waiting
         sent.clear()
         arrived.clear()

@@ -64,6 +64,12 @@ def machine_cpu_seconds() -> float:
     return machine_busy()[0] / TICKS
 
 
+def own_cpu_seconds() -> float:
+    """utime + stime of this process, all its threads."""
+    times = os.times()
+    return times.user + times.system
+
+
 @dataclass
 class Window:
     """CPU used per process (and by the whole machine) between two instants."""
@@ -71,6 +77,8 @@ class Window:
     started: float
     cpu: dict[str, float]
     machine: tuple[float, float]
+    bench: float = 0.0
+    """The bench process's own CPU seconds (its producer, readers and SSE clients)."""
     peak_rss_kb: dict[str, int] = field(default_factory=dict)
 
 
@@ -142,10 +150,11 @@ class Stack:
     def window(self) -> Window:
         self.sampler.reset()
         return Window(time.perf_counter(), {p: cpu_seconds(pid) or 0.0 for p, pid in self.pids().items()},
-                      machine_busy())
+                      machine_busy(), own_cpu_seconds())
 
     def close(self, window: Window) -> dict[str, Any]:
-        """CPU seconds per part since ``window`` opened, the machine's load, peak RSS."""
+        """CPU seconds per part since ``window`` opened, the machine's busy core-seconds
+        (every process and the kernel, /proc/stat) and busy cores, peak RSS."""
         seconds = time.perf_counter() - window.started
         busy, total = machine_busy()
         cpu = {p: round((cpu_seconds(pid) or 0.0) - window.cpu.get(p, 0.0), 3) for p, pid in self.pids().items()}
@@ -154,6 +163,8 @@ class Stack:
         return {
             "seconds": round(seconds, 3),
             "cpu_s": cpu,
+            "machine_cpu_s": round((busy - window.machine[0]) / TICKS, 3),
+            "bench_cpu_s": round(own_cpu_seconds() - window.bench, 3),
             "cpu_util": {p: round(c / seconds, 3) for p, c in cpu.items()} if seconds > 0 else {},
             "machine_busy_cores": round(machine * cores, 2),
             "peak_rss_mb": {p: round(kb / 1024, 1) for p, kb in self.sampler.peaks.items()},

@@ -34,22 +34,24 @@ def slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
 
 
-def median_of_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+def median_of_rounds(rounds: list[dict[str, Any]], rate: str = "per_s",
+                     figures: tuple[str, ...] = ("per_s", "delivery_per_s")) -> dict[str, Any]:
     """One burst's figures from several rounds of it, interleaved with the bursts it is
     compared with (so the machine's drift over a few minutes falls on both sides): the
-    round whose throughput is the median (its windows and timings), with the throughputs
-    (to the last ``answer.published``; until Delivery caught up) and each part's CPU per
-    proposal the medians over the rounds, and every round's figures kept under
-    ``rounds``. A throughput is ``None`` when a round did not complete."""
-    ordered = sorted(rounds, key=lambda row: row.get("per_s") or 0.0)
+    round whose throughput (``rate``) is the median (its windows and timings), with the
+    ``figures`` (by default the throughputs to the last ``answer.published`` and until
+    Delivery caught up) and each part's CPU per proposal the medians over the rounds, and
+    every round's figures kept under ``rounds``. A figure is ``None`` when a round has none
+    (a throughput: did not complete)."""
+    ordered = sorted(rounds, key=lambda row: row.get(rate) or 0.0)
     row = dict(ordered[(len(ordered) - 1) // 2])
     parts = sorted({part for r in rounds for part in r.get("cpu_ms_per_proposal", {})})
     row["cpu_ms_per_proposal"] = {
         part: round(statistics.median(r["cpu_ms_per_proposal"][part] for r in rounds
                                       if part in r.get("cpu_ms_per_proposal", {})), 3) for part in parts}
-    for rate in ("per_s", "delivery_per_s"):
-        rates = [r[rate] for r in rounds if r.get(rate) is not None]
-        row[rate] = round(statistics.median(rates), 1) if rates and len(rates) == len(rounds) else None
-    row["rounds"] = [{"per_s": r.get("per_s"), "cpu_ms_per_proposal": r.get("cpu_ms_per_proposal"),
-                      "delivery_per_s": r.get("delivery_per_s")} for r in rounds]
+    for figure in figures:
+        values = [r[figure] for r in rounds if r.get(figure) is not None]
+        row[figure] = round(statistics.median(values), 3) if values and len(values) == len(rounds) else None
+    row["rounds"] = [{"cpu_ms_per_proposal": r.get("cpu_ms_per_proposal"), **{f: r.get(f) for f in figures}}
+                     for r in rounds]
     return row
