@@ -64,6 +64,23 @@ class Keyring(Protocol):
     def is_destroyed(self, conversation_id: str) -> bool: ...
 
 
+class BulkKeyring(Keyring, Protocol):
+    """A keyring that reads, creates and checks many conversations' keys in one round trip
+    each (a unit of work's admissions, a relay batch's bodies)."""
+
+    def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]:
+        """Each conversation's key; ``None`` when it has none or it was destroyed."""
+        ...
+
+    def create_keys(self, conversation_ids: Iterable[str]) -> None:
+        """A key for each conversation that has none (a destroyed one stays destroyed)."""
+        ...
+
+    def destroyed_among(self, conversation_ids: Iterable[str]) -> set[str]:
+        """Which of these conversations' keys were destroyed."""
+        ...
+
+
 class InMemoryKeyring:
     """A keyring held in a dict (the memory backend, and tests of one process). Thread-safe."""
 
@@ -95,6 +112,16 @@ class InMemoryKeyring:
         with self._lock:
             return {c: self._keys.get(c) for c in set(conversation_ids)}
 
+    def create_keys(self, conversation_ids: Iterable[str]) -> None:
+        with self._lock:
+            for conversation_id in conversation_ids:
+                if conversation_id not in self._keys:
+                    self._keys[conversation_id] = new_data_key()
+
+    def destroyed_among(self, conversation_ids: Iterable[str]) -> set[str]:
+        with self._lock:
+            return {c for c in conversation_ids if c in self._keys and self._keys[c] is None}
+
     def close(self) -> None:
         pass
 
@@ -102,13 +129,31 @@ class InMemoryKeyring:
 class ScopedKeyring:
     """A keyring view for one unit of work or one read: keys fetched once, destruction passed through.
 
-    ``destroy`` evicts before destroying, ``is_destroyed`` always asks the real keyring, and a
-    missing/destroyed key is never cached — so the only thing saved is repeated round trips for a
-    key that exists. Keep its lifetime short (one batch, one request)."""
+    ``destroy`` evicts before destroying, ``is_destroyed`` asks the real keyring (but for the
+    conversations :meth:`prepare` read for the unit), and a missing/destroyed key is never
+    cached — so the only thing saved is repeated round trips. Keep its lifetime short (one
+    batch, one request)."""
 
     def __init__(self, keyring: Keyring) -> None:
         self.inner = keyring
         self._keys: dict[str, bytes] = {}
+        self._prepared: dict[str, bool] = {}
+        """Conversations :meth:`prepare` read → whether their key was destroyed then."""
+
+    def prepare(self, conversation_ids: Iterable[str]) -> None:
+        """Create the missing keys of these conversations and read them all, in two round
+        trips for the whole unit instead of several per conversation. What this scope then
+        says of them is what the store said at this moment: a deletion committed later
+        reaches the unit as a lost race on the conversation, which is redone with a new scope."""
+        wanted = [c for c in dict.fromkeys(conversation_ids) if c not in self._prepared]
+        if not wanted:
+            return
+        inner: BulkKeyring = self.inner  # type: ignore[assignment]
+        inner.create_keys(wanted)
+        for conversation_id, key in inner.keys_for(wanted).items():
+            self._prepared[conversation_id] = key is None  # created just now, so None is destroyed
+            if key is not None:
+                self._keys[conversation_id] = key
 
     def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
         key = self._keys.get(conversation_id)
@@ -120,10 +165,12 @@ class ScopedKeyring:
 
     def destroy(self, conversation_id: str) -> None:
         self._keys.pop(conversation_id, None)
+        self._prepared.pop(conversation_id, None)
         self.inner.destroy(conversation_id)
 
     def is_destroyed(self, conversation_id: str) -> bool:
-        return self.inner.is_destroyed(conversation_id)
+        prepared = self._prepared.get(conversation_id)
+        return self.inner.is_destroyed(conversation_id) if prepared is None else prepared
 
 
 @dataclass(frozen=True)

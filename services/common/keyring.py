@@ -100,6 +100,34 @@ class KeyTable:
                                                                 (row["data_key"], row["destroyed_at"]), False)
         return found
 
+    def create_keys(self, conversation_ids: Iterable[str]) -> None:
+        """A key for each conversation that has none, in one transaction (a destroyed
+        conversation keeps its marker: it never gets a fresh key)."""
+        wanted = sorted(set(conversation_ids))
+        if not wanted:
+            return
+        now = _now()
+        with self.tables.transaction(commit=True) as cursor:
+            self._before_erasing(cursor)
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start:start + 500]
+                cursor.execute(self.q("INSERT INTO {t} (conversation_id, data_key, created_at) VALUES "
+                                      + ", ".join(["(?, ?, ?)"] * len(chunk))
+                                      + " ON CONFLICT (conversation_id) DO NOTHING"),
+                               [value for c in chunk for value in (c, new_data_key(), now)])
+        self._after_erasing()
+
+    def destroyed_among(self, conversation_ids: Iterable[str]) -> set[str]:
+        wanted = sorted(set(conversation_ids))
+        found: set[str] = set()
+        with self.tables.reading() as cursor:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start:start + 500]
+                cursor.execute(self.q(f"SELECT conversation_id FROM {{t}} WHERE destroyed_at IS NOT NULL AND "
+                                      f"conversation_id IN ({', '.join('?' * len(chunk))})"), chunk)
+                found.update(row["conversation_id"] for row in cursor.fetchall())
+        return found
+
     def destroy(self, conversation_id: str) -> None:
         now = _now()
         with self.tables.transaction(commit=True) as cursor:

@@ -45,7 +45,7 @@ from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
-from imprint.shredding import Keyring
+from imprint.shredding import BulkKeyring
 from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
@@ -70,7 +70,7 @@ class RuntimeJournal(HotCacheApplication):
         self,
         env: dict[str, str] | None = None,
         *,
-        keyring: Keyring,
+        keyring: BulkKeyring,
         message_index: MessageIndex | None = None,
         name: str | None = None,
         max_attempts: int = 50,
@@ -94,7 +94,7 @@ class RuntimeJournal(HotCacheApplication):
         return self.factory.process_recorder()
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, keyring: Keyring | None = None, name: str = "journal") -> RuntimeJournal:
+    def from_settings(cls, settings: Settings, *, keyring: BulkKeyring | None = None, name: str = "journal") -> RuntimeJournal:
         backend = backend_for(settings)
         index = StoreMessageIndex(backend.tables(f"{name}_index"), f"{name}_message_index")
         owned: list[Any] = [index]
@@ -145,17 +145,17 @@ class RuntimeJournal(HotCacheApplication):
         return self.units.conflicts
 
     def _after_commit(self, intents: list[IndexIntent]) -> None:
+        pointers = [(i.conversation_id, i.message_id, i.run_id) for i in intents if i.kind == "point"]
+        if pointers:
+            self.message_index.point_many(pointers)  # type: ignore[arg-type]
+            # A deletion may have committed (and dropped the conversation's rows) between our commit
+            # and this write. Deletion destroys the key before it commits, so checking the keys *after*
+            # writing the pointers closes the window: either the deletion's drop comes after our write,
+            # or we see the destroyed key here and drop it ourselves.
+            for conversation_id in sorted(self.keyring.destroyed_among({p[0] for p in pointers})):
+                self.message_index.drop_conversation(conversation_id)
         for intent in intents:
-            if intent.kind == "point":
-                assert intent.message_id is not None and intent.run_id is not None
-                self.message_index.point(intent.conversation_id, intent.message_id, intent.run_id)
-                # A deletion may have committed (and dropped the conversation's rows) between our commit
-                # and this write. Deletion destroys the key before it commits, so checking the key *after*
-                # writing the pointer closes the window: either the deletion's drop comes after our write,
-                # or we see the destroyed key here and drop it ourselves.
-                if self.keyring.is_destroyed(intent.conversation_id):
-                    self.message_index.drop_conversation(intent.conversation_id)
-            else:
+            if intent.kind == "drop":
                 self.message_index.drop_conversation(intent.conversation_id)
                 self.sink.forget()  # the cache must not keep what the destroyed key sealed
 
@@ -240,7 +240,7 @@ class RuntimeJournal(HotCacheApplication):
         return [(n.id, announce(self.mapper.to_domain_event(n), self.sealer)) for n in notifications]
 
 
-def open_journal(settings: Settings, *, keyring: Keyring | None = None) -> RuntimeJournal:
+def open_journal(settings: Settings, *, keyring: BulkKeyring | None = None) -> RuntimeJournal:
     """The journal of this deployment (PostgreSQL or SQLite per settings), with its keyring and index."""
     return RuntimeJournal.from_settings(settings, keyring=keyring)
 
@@ -254,6 +254,7 @@ class _Handled:
     def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[IndexIntent]:
         intents: list[IndexIntent] = []
         handling = self.handling.scoped()
+        handling.prepare(item.message for item in fresh)
         for item in fresh:
             intents.extend(handling.apply(ws, item.message))
         return intents

@@ -14,6 +14,8 @@ gives it (the database's schema, or a SQLite file of its own).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from services.common.tables import Tables, checked_identifier
 
 
@@ -43,6 +45,18 @@ class StoreMessageIndex:
                 "INSERT INTO {t} (conversation_id, message_id, run_id) VALUES (?, ?, ?)"
                 " ON CONFLICT (conversation_id, message_id) DO UPDATE SET run_id = excluded.run_id"
             ), (conversation_id, message_id, run_id))
+
+    def point_many(self, pointers: Sequence[tuple[str, str, str]]) -> None:
+        """Many (conversation, message, run) pointers in one transaction."""
+        if not pointers:
+            return
+        with self.tables.transaction(commit=True) as cursor:
+            for start in range(0, len(pointers), 500):
+                chunk = pointers[start:start + 500]
+                cursor.execute(self._q(
+                    "INSERT INTO {t} (conversation_id, message_id, run_id) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk))
+                    + " ON CONFLICT (conversation_id, message_id) DO UPDATE SET run_id = excluded.run_id"
+                ), [value for pointer in chunk for value in pointer])
 
     def clear(self, conversation_id: str, message_id: str) -> None:
         with self.tables.transaction(commit=True) as cursor:

@@ -20,12 +20,12 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from imprint.shredding import FieldSealer, Keyring, Shredded
+from imprint.shredding import BulkKeyring, FieldSealer, Keyring, Shredded
 from services.common.relay import DecodeBatch
 
 PRIVATE_FIELDS = frozenset({"markdown"})
@@ -233,10 +233,6 @@ class RecentKeys:
     def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]:
         """A fresh read of the table (the relay's per-batch keys), never from this cache."""
         return self._keyring.keys_for(conversation_ids)  # type: ignore[attr-defined, no-any-return]
-
-
-class BulkKeyring(Keyring, Protocol):
-    def keys_for(self, conversation_ids: Iterable[str]) -> dict[str, bytes | None]: ...
 
 
 class _BatchKeys:

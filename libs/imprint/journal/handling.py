@@ -34,7 +34,7 @@ consumer leave those undecoded.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import uuid5
@@ -100,6 +100,13 @@ class JournalHandling:
         """A handling for one unit of work: conversation keys are fetched once (see ``ScopedKeyring``)."""
         base = self.keyring.inner if isinstance(self.keyring, ScopedKeyring) else self.keyring
         return JournalHandling(ScopedKeyring(base))
+
+    def prepare(self, messages: Iterable[Any]) -> None:
+        """Before a unit's messages are handled: the keys its admissions will seal under,
+        created where missing and read, all at once (a scoped handling over a keyring that
+        reads and creates many keys at once, :class:`imprint.shredding.BulkKeyring`)."""
+        if isinstance(self.keyring, ScopedKeyring):
+            self.keyring.prepare(m.conversation_id for m in messages if isinstance(m, RunAdmitted))
 
     # -- dispatch -------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -94,6 +94,10 @@ class MessageIndex(Protocol):
 
     def point(self, conversation_id: str, message_id: str, run_id: str) -> None: ...
 
+    def point_many(self, pointers: Sequence[tuple[str, str, str]]) -> None:
+        """Many (conversation, message, run) pointers at once."""
+        ...
+
     def clear(self, conversation_id: str, message_id: str) -> None: ...
 
     def drop_conversation(self, conversation_id: str) -> None: ...
@@ -111,6 +115,11 @@ class InMemoryMessageIndex:
     def point(self, conversation_id: str, message_id: str, run_id: str) -> None:
         with self._lock:
             self._rows[(conversation_id, message_id)] = run_id
+
+    def point_many(self, pointers: Sequence[tuple[str, str, str]]) -> None:
+        with self._lock:
+            for conversation_id, message_id, run_id in pointers:
+                self._rows[(conversation_id, message_id)] = run_id
 
     def clear(self, conversation_id: str, message_id: str) -> None:
         with self._lock:

@@ -107,7 +107,7 @@ def test_events_and_tracking_commit_together(open_journal, monkeypatch) -> None:
     journal = open_journal()
     feed = Feeder(journal)
     batch = feed.wrap(*to_running("r1"))
-    monkeypatch.setattr(journal.message_index, "point", lambda *a: (_ for _ in ()).throw(RuntimeError("after commit")))
+    monkeypatch.setattr(journal.message_index, "point_many", lambda *a: (_ for _ in ()).throw(RuntimeError("after commit")))
     with pytest.raises(RuntimeError):
         journal.process(batch)
     # the transaction committed (events + tracking) before the index write failed
