@@ -48,13 +48,12 @@ from eventsourcing.persistence import ProcessRecorder
 from eventsourcing.utils import get_topic
 
 from imprint.contracts.base import Message
-from imprint.journal import ids
+from imprint.journal import ids, leases
 from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
-from imprint.journal import leases
 from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseLane
 from imprint.shredding import Keyring
 from services.common.backends import backend_for
@@ -222,24 +221,22 @@ class RuntimeJournal(HotCacheApplication):
 
     def lapse_due(self) -> list[Lapse]:
         """Close every run whose lease lapsed (``failed``, ``runtime_lost``), each in its own unit
-        of work; a run no longer open is only released. Returns what was recorded."""
+        of work, between the consumer's polls; a run no longer open is only released. Returns
+        what was recorded."""
+        with self._leases_lock:
+            due = self.leases.due(self.clock())
         done: list[Lapse] = []
-        with self.processing_lock:
-            with self._leases_lock:
-                due = self.leases.due(self.clock())
-            for run_id, lane in due:
+        for run_id, lane in due:
+            with self.processing_lock:
                 with self._leases_lock:
                     if not self.leases.is_due(run_id, self.clock()):
-                        continue  # a runtime message renewed it while this sweep was under way
+                        continue  # renewed meanwhile, or its lane went to another instance
                 lapsed: list[Lapse] = []
 
                 def work(ws: StoredWorkspace, run_id: str = run_id, lane: int = lane) -> list[Decided] | None:
-                    lapsed.clear()
                     outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
-                    if outcome is None:
-                        return None
-                    lapsed.append(outcome)
-                    return [LeaseChange("released", run_id, lane)]
+                    lapsed[:] = [] if outcome is None else [outcome]  # a redone unit decides again
+                    return None if outcome is None else [LeaseChange("released", run_id, lane)]
 
                 if not self._untracked(work):
                     self._lease_changed(LeaseChange("released", run_id, lane))  # nothing of it was open
@@ -321,8 +318,9 @@ class RuntimeJournal(HotCacheApplication):
 
     def announcements(self, after: int = 0, limit: int = 100) -> list[tuple[int, Message | None]]:
         """Committed events after log position ``after``, each with what it announces on
-        ``imprint.runs.v1`` (or, a lease lapse, on ``imprint.control.v1``; ``None``: nothing). Read from the committed log only, so a
-        ``run.closed`` is never announced before the closed execution is persisted."""
+        ``imprint.runs.v1`` (a lease lapse: on ``imprint.control.v1``; ``None``: nothing). Read
+        from the committed log only, so a ``run.closed`` is never announced before the closed
+        execution is persisted."""
         notifications = self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)
         return [(n.id, announce(self.mapper.to_domain_event(n), self.sealer)) for n in notifications]
 
