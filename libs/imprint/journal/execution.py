@@ -524,8 +524,7 @@ class AnswerExecution(Aggregate):
             check_live_fact(self.state, "run.heartbeat")
         except Refusal as r:
             self.refuse(event_id, "run.heartbeat", r)
-            return False
-        return False
+        return False  # a heartbeat never changes the run
 
     def report_stage(self, event_id: str, stage: str, detail: str | None) -> bool:
         if event_id in self.processed:
