@@ -12,7 +12,7 @@ from imprint.contracts.runs import RunTransitioned
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import Delivery, KillableProxy, off_thread
 from tests.support.kafka import read_topic
-from tests.unit.delivery.delivery_builders import closed, preview, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, preview, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 
