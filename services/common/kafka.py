@@ -374,9 +374,11 @@ class OffsetCommits:
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
     """aiokafka's rebalance hook, reduced to what a tracked consumer needs to hear."""
 
-    def __init__(self, commits: OffsetCommits, on_revoked: Callable[[list[str]], Awaitable[None]] | None) -> None:
+    def __init__(self, commits: OffsetCommits, on_revoked: Callable[[list[str]], Awaitable[None]] | None,
+                 on_assigned: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
         self._commits = commits
         self._on_revoked = on_revoked
+        self._on_assigned = on_assigned
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         await self._commits.revoked(revoked)
@@ -388,7 +390,10 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         if assigned:
-            log.info("partitions assigned", partitions=[f"{tp.topic}#{tp.partition}" for tp in assigned])
+            names = [f"{tp.topic}#{tp.partition}" for tp in assigned]
+            log.info("partitions assigned", partitions=names)
+            if self._on_assigned is not None:
+                await self._on_assigned(names)
 
 
 async def _the_poll(message: Any) -> Any:
@@ -426,6 +431,8 @@ def subscribe_tracked(
     on_revoked: Callable[[list[str]], Awaitable[None]] | None = None,
     applies: frozenset[str] | None = None,
     gather_ms: int = 0,
+    on_assigned: Callable[[list[str]], Awaitable[None]] | None = None,
+    observe: Callable[[Sequence[ConsumerRecord[Any, Any]]], None] | None = None,
 ) -> None:
     """Register ``handle`` for batches from ``topics`` with manual acknowledgement.
 
@@ -437,8 +444,11 @@ def subscribe_tracked(
     instance just lost to another member of the group, before they are reassigned: the
     store drops what it cached for them and reloads from the log if they come back.
 
+    ``on_assigned`` hears the tracking names of the partitions this instance was just given.
+
     ``applies`` names the message types the consumer acts on; the others are acknowledged
-    undecoded (see :func:`decode_records`).
+    undecoded (see :func:`decode_records`). ``observe`` sees every record of each poll,
+    decoded or not, before the poll is applied (the Journal renews run leases from it, X10).
 
     ``gather_ms`` lets the broker hold each fetch that long to gather records (Kafka's
     ``fetch.max.wait.ms``, with a ``fetch.min.bytes`` of :data:`GATHER_BYTES`). Without it a
@@ -461,13 +471,15 @@ def subscribe_tracked(
            else {"fetch_max_wait_ms": FETCH_WAIT_MS}),
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,
-        listener=_Revocations(commits, on_revoked),
+        listener=_Revocations(commits, on_revoked, on_assigned),
         decoder=_the_poll,
         parser=_tolerant_parser,
     )
     async def on_batch(msg: KafkaMessage) -> None:
         records = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
         try:
+            if observe is not None:
+                observe(records)
             inbound, refused = decode_records(settings, consumer, records, applies)
             if refused:
                 await outbox.publish_many((Topic.DEADLETTER, letter) for letter in refused)

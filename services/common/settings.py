@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     retention_seconds: float = 30 * 24 * 3600
     """X8: a conversation idle for longer than this is deleted by the retention sweeper."""
     retention_sweep_seconds: float = 3600
+    run_lease_seconds: float = Field(default=120.0, gt=0)
+    """X10: a run none of whose runtime messages reached the Journal for this long is closed
+    ``failed`` (``runtime_lost``). The runtime SDK heartbeats well within it (every 30 s by default)."""
+    run_lease_sweep_seconds: float = Field(default=5.0, gt=0)
+    """How often the Journal looks for lapsed leases (at most a quarter of the lease): a lost
+    run is closed at most this long after its lease lapsed."""
 
     @property
     def uses_development_secret(self) -> bool:

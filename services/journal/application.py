@@ -22,13 +22,22 @@ state — after re-reading the tracking position, so work another process alread
 committed is not redone. Partitions are processed one after the other, so two
 partitions of one batch never contend with each other inside this process.
 
-After a commit, the mutable message → execution index is updated (X4).
+After a commit, the mutable message → execution index is updated (X4), and the
+instance's lease book learns which runs opened or closed (X10).
+
+Run leases (X10, :mod:`imprint.journal.leases`): the consumer renews the lease of every
+run its poll's runtime records name (:meth:`RuntimeJournal.renew`, before the poll is
+applied); a unit that opens or closes a run holds or releases it in the run's
+``LeaseLane`` in the same transaction; a partition this instance takes is read from its
+lane (:meth:`RuntimeJournal.take_lanes`), one it loses is dropped; and the lease sweeper
+(``services.journal.leases``) closes the runs that are due (:meth:`RuntimeJournal.lapse_due`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
@@ -38,13 +47,14 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import ProcessRecorder
 from eventsourcing.utils import get_topic
 
-from imprint.contracts.runs import RunsMessage
-from imprint.journal import ids
+from imprint.contracts.base import Message
+from imprint.journal import ids, leases
 from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
+from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseLane
 from imprint.shredding import BulkKeyring
 from services.common.backends import backend_for
 from services.common.settings import Settings
@@ -59,12 +69,19 @@ A = TypeVar("A", bound=Aggregate)
 JournalConflict = ConflictsExhausted
 """A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
 
+Decided = IndexIntent | LeaseChange
+"""What a journal unit of work hands on after its commit: index updates (X4), lease changes (X10)."""
+
+DEFAULT_LEASE_SECONDS = 120.0
+
 
 class RuntimeJournal(HotCacheApplication):
     """Executions and conversations stay in memory between messages, changed in place by the
     units of work (no re-read of a conversation's whole history per message)."""
 
     name = "journal"
+    snapshotting_intervals = {LeaseLane: 200}
+    """A lane is read whole when an instance takes its partition: from its latest snapshot on."""
 
     def __init__(
         self,
@@ -74,6 +91,8 @@ class RuntimeJournal(HotCacheApplication):
         message_index: MessageIndex | None = None,
         name: str | None = None,
         max_attempts: int = 50,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if name:
             self.name = name  # table prefix (PostgreSQL) / environment prefix
@@ -89,6 +108,10 @@ class RuntimeJournal(HotCacheApplication):
         self.sink = EventLog(self)
         self._owned: list[Any] = []
         """What :meth:`from_settings` opened for this journal, closed with it."""
+        self.leases = LeaseBook(lease_seconds)
+        """X10: the deadlines of the open runs of the runtime partitions this instance consumes."""
+        self._leases_lock = threading.Lock()  # renewals come from the event loop, the rest from threads
+        self.clock = clock
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -102,7 +125,8 @@ class RuntimeJournal(HotCacheApplication):
             keyring = backend.keyring()
             owned.append(keyring)
         env = backend.environment(name)
-        journal = backend.open(lambda: cls(env, keyring=keyring, message_index=index, name=name))
+        journal = backend.open(lambda: cls(env, keyring=keyring, message_index=index, name=name,
+                                           lease_seconds=settings.run_lease_seconds))
         journal._owned = owned
         return journal
 
@@ -131,7 +155,7 @@ class RuntimeJournal(HotCacheApplication):
         with self.processing_lock:
             self.sink.forget_partitions(tracking_names)
 
-    def _untracked(self, work: Callable[[StoredWorkspace], list[IndexIntent] | None]) -> bool:
+    def _untracked(self, work: Callable[[StoredWorkspace], list[Decided] | None]) -> bool:
         """A unit of work no Kafka message caused; returns whether anything was recorded."""
         intents = self.units.run_untracked(_Untracked(work), self.sink)
         if intents is None:
@@ -144,8 +168,9 @@ class RuntimeJournal(HotCacheApplication):
         """How many units of work were re-run after losing a concurrency race (a metric)."""
         return self.units.conflicts
 
-    def _after_commit(self, intents: list[IndexIntent]) -> None:
-        pointers = [(i.conversation_id, i.message_id, i.run_id) for i in intents if i.kind == "point"]
+    def _after_commit(self, intents: list[Decided]) -> None:
+        pointers = [(i.conversation_id, i.message_id, i.run_id) for i in intents
+                    if isinstance(i, IndexIntent) and i.kind == "point"]
         if pointers:
             self.message_index.point_many(pointers)  # type: ignore[arg-type]
             # A deletion may have committed (and dropped the conversation's rows) between our commit
@@ -155,9 +180,69 @@ class RuntimeJournal(HotCacheApplication):
             for conversation_id in sorted(self.keyring.destroyed_among({p[0] for p in pointers})):
                 self.message_index.drop_conversation(conversation_id)
         for intent in intents:
-            if intent.kind == "drop":
+            if isinstance(intent, LeaseChange):
+                self._lease_changed(intent)
+            elif intent.kind == "drop":
                 self.message_index.drop_conversation(intent.conversation_id)
                 self.sink.forget()  # the cache must not keep what the destroyed key sealed
+
+    # -- run leases (X10) ------------------------------------------------------------------------
+
+    def renew(self, run_ids: Iterable[str]) -> None:
+        """Runtime records of these runs arrived: their leases run from now (those this instance keeps)."""
+        now = self.clock()
+        with self._leases_lock:
+            for run_id in run_ids:
+                self.leases.renew(run_id, now)
+
+    def _lease_changed(self, change: LeaseChange) -> None:
+        with self._leases_lock:
+            if change.kind == "held":
+                self.leases.hold(change.run_id, change.lane, self.clock())
+            else:
+                self.leases.release(change.run_id)
+
+    def take_lanes(self, lanes: Iterable[int]) -> int:
+        """This instance now consumes these runtime partitions: the open runs their lanes record
+        get a full lease from now. Returns how many runs it keeps the lease of."""
+        with self.processing_lock:
+            for lane in lanes:
+                recorded = self._get(LeaseLane, LeaseLane.id_for(lane))
+                if recorded is not None:
+                    now = self.clock()
+                    with self._leases_lock:
+                        self.leases.take(lane, recorded.runs, now)
+            with self._leases_lock:
+                return len(self.leases)
+
+    def drop_lanes(self, lanes: Iterable[int]) -> None:
+        """These runtime partitions went to another instance, and their leases with them."""
+        with self.processing_lock, self._leases_lock:
+            self.leases.drop(lanes)
+
+    def lapse_due(self) -> list[Lapse]:
+        """Close every run whose lease lapsed (``failed``, ``runtime_lost``), each in its own unit
+        of work, between the consumer's polls; a run no longer open is only released. Returns
+        what was recorded."""
+        with self._leases_lock:
+            due = self.leases.due(self.clock())
+        done: list[Lapse] = []
+        for run_id, lane in due:
+            with self.processing_lock:
+                with self._leases_lock:
+                    if not self.leases.is_due(run_id, self.clock()):
+                        continue  # renewed meanwhile, or its lane went to another instance
+                lapsed: list[Lapse] = []
+
+                def work(ws: StoredWorkspace, run_id: str = run_id, lane: int = lane) -> list[Decided] | None:
+                    outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
+                    lapsed[:] = [] if outcome is None else [outcome]  # a redone unit decides again
+                    return None if outcome is None else [LeaseChange("released", run_id, lane)]
+
+                if not self._untracked(work):
+                    self._lease_changed(LeaseChange("released", run_id, lane))  # nothing of it was open
+                done.extend(lapsed)
+        return done
 
     # -- deletion and retention (X8) ------------------------------------------------------------
 
@@ -232,10 +317,11 @@ class RuntimeJournal(HotCacheApplication):
             self.message_index.point(conversation_id, message_id, run_id)
         return len(latest)
 
-    def announcements(self, after: int = 0, limit: int = 100) -> list[tuple[int, RunsMessage | None]]:
+    def announcements(self, after: int = 0, limit: int = 100) -> list[tuple[int, Message | None]]:
         """Committed events after log position ``after``, each with what it announces on
-        ``imprint.runs.v1`` (``None``: nothing). Read from the committed log only, so a
-        ``run.closed`` is never announced before the closed execution is persisted."""
+        ``imprint.runs.v1`` (a lease lapse: on ``imprint.control.v1``; ``None``: nothing). Read
+        from the committed log only, so a ``run.closed`` is never announced before the closed
+        execution is persisted."""
         notifications = self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)
         return [(n.id, announce(self.mapper.to_domain_event(n), self.sealer)) for n in notifications]
 
@@ -251,26 +337,27 @@ class _Handled:
     def __init__(self, handling: JournalHandling) -> None:
         self.handling = handling
 
-    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[IndexIntent]:
-        intents: list[IndexIntent] = []
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[Decided]:
+        intents: list[Decided] = []
         handling = self.handling.scoped()
         handling.prepare(item.message for item in fresh)
         for item in fresh:
             intents.extend(handling.apply(ws, item.message))
+            intents.extend(leases.keep(ws, item.partition, item.message))  # X10: the lane of its partition
         return intents
 
-    def shown(self, intents: list[IndexIntent]) -> bool:
+    def shown(self, intents: list[Decided]) -> bool:
         return False  # the journal shows nothing before its commit
 
 
 class _Untracked:
     """A unit no Kafka message caused, as a policy."""
 
-    def __init__(self, work: Callable[[StoredWorkspace], list[IndexIntent] | None]) -> None:
+    def __init__(self, work: Callable[[StoredWorkspace], list[Decided] | None]) -> None:
         self.work = work
 
-    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[IndexIntent] | None:
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[Decided] | None:
         return self.work(ws)
 
-    def shown(self, intents: list[IndexIntent] | None) -> bool:
+    def shown(self, intents: list[Decided] | None) -> bool:
         return False

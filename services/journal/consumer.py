@@ -1,8 +1,16 @@
-"""Kafka wiring of the Runtime journal: four topics in, tracked batches into its log."""
+"""Kafka wiring of the Runtime journal: four topics in, tracked batches into its log.
+
+X10: every record of ``imprint.runtime.v1`` renews its run's lease before the poll is
+applied (decoded or not: a proposal renews it as a heartbeat does); the partitions of
+that topic this instance is given or loses carry their runs' leases with them."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import ConsumerRecord
 
 from faststream.kafka import KafkaBroker
 
@@ -19,12 +27,30 @@ GATHER_MS = 50
 reach Delivery through it, a few per run): its fetches gather up to this long."""
 
 
+def runtime_lanes(settings: Settings, tracking_names: Sequence[str]) -> list[int]:
+    """The partitions of ``imprint.runtime.v1`` among ``<topic>#<partition>`` names: the lanes of X10."""
+    runtime = settings.topic(Topic.RUNTIME)
+    return [int(partition) for topic, _, partition in (name.rpartition("#") for name in tracking_names)
+            if topic == runtime]
+
+
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: RuntimeJournal) -> None:
+    runtime = settings.topic(Topic.RUNTIME)
+
     async def handle(batch: list[Inbound]) -> None:
         await asyncio.to_thread(journal.process, batch)
 
     async def revoked(tracking_names: list[str]) -> None:
         await asyncio.to_thread(journal.revoked, tracking_names)
+        await asyncio.to_thread(journal.drop_lanes, runtime_lanes(settings, tracking_names))
+
+    async def assigned(tracking_names: list[str]) -> None:
+        await asyncio.to_thread(journal.take_lanes, runtime_lanes(settings, tracking_names))
+
+    def observe(records: Sequence[ConsumerRecord[Any, Any]]) -> None:
+        journal.renew(record.key.decode("utf-8", "replace") for record in records
+                      if record.topic == runtime and record.key)
 
     subscribe_tracked(broker, settings, outbox, consumer="journal", topics=JOURNAL_TOPICS, handle=handle,
-                      on_revoked=revoked, applies=APPLIED_TYPES, gather_ms=GATHER_MS)
+                      on_revoked=revoked, applies=APPLIED_TYPES, gather_ms=GATHER_MS,
+                      on_assigned=assigned, observe=observe)

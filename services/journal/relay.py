@@ -12,6 +12,7 @@ from typing import Any
 from eventsourcing.persistence import Notification
 
 from imprint.contracts.base import Message
+from imprint.contracts.registry import topic_of
 from imprint.contracts.topics import Topic
 from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
@@ -41,7 +42,7 @@ class BatchAnnouncer:
 
     def __call__(self, domain_event: Any) -> Sequence[tuple[Topic, Message]]:
         message = announce(domain_event, self._sealer)
-        return [] if message is None else [(Topic.RUNS, message)]
+        return [] if message is None else [(topic_of(message), message)]
 
 
 def journal_relay(settings: Settings, journal: RuntimeJournal) -> Relay:

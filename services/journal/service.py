@@ -1,15 +1,15 @@
 """``imprint serve journal``: the Runtime journal consumer and its relay to ``imprint.runs.v1``
-(``services.journal.relay``; elected, so several journal processes run one active relay)."""
+(``services.journal.relay``; elected, so several journal processes run one active relay),
+its retention sweeper (X8) and its lease sweeper (X10)."""
 
 from __future__ import annotations
 
 from services.common.settings import Settings
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
-from services.journal import consumer
+from services.journal import consumer, leases, retention
 from services.journal.application import open_journal
 from services.journal.relay import journal_relay
-from services.journal.retention import sweep_forever
 
 
 async def serve(settings: Settings) -> None:
@@ -20,7 +20,9 @@ async def serve(settings: Settings) -> None:
     relay = journal_relay(settings, journal)
     await outbox.start()
     try:
-        await run_until_stopped("journal", broker, relay.run(), sweep_forever(journal, outbox, settings))
+        await run_until_stopped("journal", broker, relay.run(),
+                               retention.sweep_forever(journal, outbox, settings),
+                               leases.sweep_forever(journal, settings))
     finally:
         relay.stop()
         await outbox.stop()

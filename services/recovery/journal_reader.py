@@ -48,6 +48,9 @@ def journal_run(execution: AnswerExecution | None, run_id: str) -> JournalRun:
                        "log_position": e.log_position, "at": e.at.isoformat()} for e in execution.effects),
         receipts=tuple({"tool_call_id": r.tool_call_id, "status": r.status, "at": r.at.isoformat()}
                        for r in execution.receipts),
+        refusals=tuple({"message_type": r.message_type, "code": r.code, "detail": r.detail, "at": r.at.isoformat()}
+                       for r in execution.refusals),
+        lapsed=getattr(execution, "lapsed", None),
     )
 
 

@@ -14,12 +14,12 @@ from imprint.contracts.topics import Topic
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 DESCRIPTIONS = {
-    Topic.RUNTIME: "runtime → publication, journal: run lifecycle, evidence grants, numeric handles, answer proposals",
+    Topic.RUNTIME: "runtime → publication, journal: run lifecycle, heartbeats, evidence grants, numeric handles, answer proposals",
     Topic.SOURCES: "source registry → publication, journal (key = source_id)",
     Topic.PUBLICATION: "publication → delivery, journal: previews, committed blocks (relayed from the log), rejections",
     Topic.RUNS: "journal → delivery: accepted run transitions and closed execution records",
     Topic.DELIVERY: "delivery →: what was sent, interrupted, completed; what clients say they received and rendered",
-    Topic.CONTROL: "delivery → runtime, journal, publication: cancel and delete requests",
+    Topic.CONTROL: "delivery → runtime, journal, publication: cancel and delete requests; journal → publication, runtime: lapsed run leases, retention deletions",
     Topic.DEADLETTER: "anything refused at intake, with the original bytes",
 }
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from imprint.contracts.runs import RunTransitioned
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import Delivery, KillableProxy, off_thread
 from tests.support.kafka import read_topic
@@ -182,3 +183,23 @@ def test_the_client_rejects_a_stream_whose_summary_or_terminal_is_wrong(
     assert page.evaluate("() => window.imprintClient.transport") == transport
     page.wait_for_function("p => window.imprintClient.errors.includes(p)", arg=problem)
     assert page.get_attribute("#integrity", "data-state") == "error"
+
+
+@pytest.mark.rule("X10")
+@pytest.mark.rule("D5")
+def test_a_run_whose_runtime_was_lost_ends_with_its_saved_blocks_and_never_reads_as_complete(
+        page: Any, delivery: Delivery) -> None:
+    run = "run-b-lost"
+    delivery.feeder.send(running(run), published(run, "b1", 1, "Saved before the runtime was lost.", 1))
+    open_run(page, delivery.url, run, delivery.token())
+    wait_blocks(page, ["b1"])
+    lost = RunTransitioned(run_id=run, account_id="acct-1", conversation_id=f"conv-{run}", state="failed",
+                           previous="running", sequence=4, reason="runtime_lost")
+    delivery.feeder.send(lost, closed(run, None, state="failed"), settled(run, "failed"))
+    page.wait_for_function("() => window.imprintClient.done")
+    assert page.get_attribute("#integrity", "data-state") == "ok", "a complete, verified stream"
+    status = page.inner_text("#status")
+    assert status.startswith("failed") and "stopped responding" in status and "incomplete" in status, status
+    assert status != "complete"
+    wait_blocks(page, ["b1"])
+    assert page.inner_text("[data-block-id=b1] .body") == "Saved before the runtime was lost."

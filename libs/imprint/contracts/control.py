@@ -13,6 +13,17 @@ class RunCancelRequested(AccountRunMessage):
     type: Literal["run.cancel_requested"] = "run.cancel_requested"
 
 
+class RunLeaseLapsed(AccountRunMessage):
+    """X10: the Journal closed the run ``failed`` because its runtime fell silent for longer
+    than the run's lease (``reason``). Announced by the Journal's relay from the committed
+    closing, so Publication ends the run too (``answer.settled``) and refuses whatever
+    that runtime proposes later; a runtime that comes back may hear it here."""
+
+    type: Literal["run.lease_lapsed"] = "run.lease_lapsed"
+    conversation_id: Identifier
+    reason: Literal["runtime_lost"] = "runtime_lost"
+
+
 class ConversationDeleteRequested(Message):
     type: Literal["conversation.delete_requested"] = "conversation.delete_requested"
     conversation_id: Identifier
@@ -24,5 +35,5 @@ class ConversationDeleteRequested(Message):
         return self.conversation_id
 
 
-ControlMessage = Annotated[Union[RunCancelRequested, ConversationDeleteRequested], Field(discriminator="type")]
+ControlMessage = Annotated[Union[RunCancelRequested, RunLeaseLapsed, ConversationDeleteRequested], Field(discriminator="type")]
 control_messages: TypeAdapter[ControlMessage] = TypeAdapter(ControlMessage)

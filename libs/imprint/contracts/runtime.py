@@ -51,6 +51,16 @@ class RunStage(RunMessage):
     detail: str = ""
 
 
+class RunHeartbeat(RunMessage):
+    """X10: the runtime is alive and working on this run (a model or tool call is in
+    flight). It renews the run's lease like any other runtime message and is no fact of
+    the run: the Journal records nothing for it while the run is open, and refuses
+    (and records) one that comes after the run was closed."""
+
+    type: Literal["run.heartbeat"] = "run.heartbeat"
+    in_flight: Literal["model", "tool"] | None = None
+
+
 class EvidenceGranted(RunMessage):
     """This run may cite ``source_id`` (P7)."""
 
@@ -194,6 +204,7 @@ RuntimeMessage = Annotated[
         RunQueued,
         RunStarted,
         RunStage,
+        RunHeartbeat,
         EvidenceGranted,
         NumericIssued,
         AnswerText,

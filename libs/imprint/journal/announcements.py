@@ -10,6 +10,7 @@ re-announces the same ids and Delivery dedupes them:
 ``AnswerExecution.StageReported``        ``run.progress``
 ``AnswerExecution.Closed``               ``run.closed`` — the closed execution record
 ``AnswerExecution.Erased``               ``conversation.deleted`` (one per run of the conversation)
+``AnswerExecution.LeaseLapsed``          ``run.lease_lapsed`` on ``imprint.control.v1`` (X10: for Publication)
 anything else (refusals, receipts, effects, redactions, conversation/QCS/source facts)  ``None``
 =======================================  ===============================================
 
@@ -21,7 +22,11 @@ ones: ``run.closed`` only exists once the closed execution is persisted.
 Private fields are opened here, at announce time, with the keyring; after the
 conversation was shredded they come out as ``None``/``""`` — never as text, never
 as an exception. ``generation_unavailable`` is announced with no answer text,
-evidence, snapshot or knowledge_version (X6).
+evidence, snapshot or knowledge_version (X6). A reason the Journal wrote itself
+(``runtime_lost``, X10) is a code, stored and announced as it is.
+
+Every message goes to the topic whose union holds its type (``topic_of``): all of them
+to ``imprint.runs.v1`` but the lease lapse, which is Publication's to hear.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any
 
 from eventsourcing.utils import get_topic
 
+from imprint.contracts.base import Message
+from imprint.contracts.control import RunLeaseLapsed
 from imprint.contracts.runs import ConversationDeleted, EvidenceSummaryItem, RunClosed, RunProgress, RunsMessage, RunTransitioned
 from imprint.journal import ids
 from imprint.journal.execution import (
@@ -42,11 +49,13 @@ from imprint.journal.execution import (
     CompletionRecord,
     title_field,
 )
+from imprint.journal.leases import JOURNAL_REASONS
 from imprint.shredding import FieldSealer, Keyring
 
 
-def announce(domain_event: Any, keyring: Keyring | FieldSealer) -> RunsMessage | None:
-    """Map one committed journal event to its ``imprint.runs.v1`` message (or ``None``)."""
+def announce(domain_event: Any, keyring: Keyring | FieldSealer) -> Message | None:
+    """Map one committed journal event to its message (or ``None``): an ``imprint.runs.v1``
+    message, or for a lease lapse ``run.lease_lapsed`` on ``imprint.control.v1``."""
     make = _ANNOUNCERS.get(type(domain_event))
     if make is None:
         return None
@@ -78,7 +87,8 @@ def _transitioned(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]
         state=domain_event.state,
         previous=domain_event.previous,
         sequence=domain_event.sequence,
-        reason=_open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason),
+        reason=(domain_event.reason if domain_event.reason in JOURNAL_REASONS
+                else _open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason)),
     )
 
 
@@ -135,12 +145,23 @@ def _erased(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> R
     )
 
 
-_ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], RunsMessage]] = {
+def _lease_lapsed(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
+    return RunLeaseLapsed(
+        **common,
+        run_id=_run_id(domain_event),
+        account_id=domain_event.account_id,
+        conversation_id=domain_event.conversation_id,
+        reason=domain_event.reason,
+    )
+
+
+_ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], Message]] = {
     AnswerExecution.Admitted: _admitted,
     AnswerExecution.Transitioned: _transitioned,
     AnswerExecution.StageReported: _stage_reported,
     AnswerExecution.Closed: _closed,
     AnswerExecution.Erased: _erased,
+    AnswerExecution.LeaseLapsed: _lease_lapsed,
 }
 ANNOUNCED_TOPICS = tuple(get_topic(event_class) for event_class in _ANNOUNCERS)
 """The stored topics of the events that announce something: the relay reads only these."""

@@ -18,6 +18,9 @@ Id: ``uuid5(JOURNAL_NAMESPACE, "run:" + run_id)`` (:func:`imprint.journal.ids.ex
 * **X7** ``EvidenceRedacted`` marks a tombstoned source; the record is untouched.
 * **X8** ``Erased`` marks the execution of a deleted conversation; its private
   fields were sealed under the conversation key, which is destroyed.
+* **X10** ``LeaseLapsed`` records that the run's runtime fell silent for longer than its
+  lease; the run is closed ``failed`` (``runtime_lost``) in the same transaction
+  (:mod:`imprint.journal.leases` decides when).
 
 Private fields are stored only as sealed strings (:mod:`imprint.shredding`);
 this module never sees plaintext.
@@ -34,7 +37,7 @@ from eventsourcing.domain import Aggregate
 from imprint.journal import ids
 from imprint.journal.diagnostics import DiagnosticRefused, DiagnosticTrace
 from imprint.journal.events import MessageEvent
-from imprint.journal.lifecycle import State, check_live_fact, check_transition
+from imprint.journal.lifecycle import LIVE, State, check_live_fact, check_transition
 from imprint.journal.refusals import Refusal, RefusalCode
 
 REQUEST_SCHEMA = "answer_execution_request/v1"
@@ -364,8 +367,24 @@ class AnswerExecution(Aggregate):
             x.erasure_reason = self.reason
             x._trace("erased", self.reason)
 
+    class LeaseLapsed(MessageEvent):
+        """X10: no runtime message of the open run reached the Journal for ``lease_seconds``;
+        the closing (``failed``, ``reason``) follows in the same transaction."""
+
+        run_id: str
+        account_id: str
+        conversation_id: str
+        reason: str
+        lease_seconds: float
+
+        def change(self, x: AnswerExecution) -> None:
+            x.lapsed = self.reason
+            x._trace("lease.lapsed", None)
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self.lapsed: str | None = None
+        """X10: why the Journal closed the run when its lease lapsed (``runtime_lost``)."""
         self.request: AnswerExecutionRequest | None = None
         self.state: State | None = None
         self.outcome: str | None = None
@@ -481,6 +500,31 @@ class AnswerExecution(Aggregate):
                 self.redact(source_id)
         self._trigger_closed(event_id, State.COMPLETED, record)
         return True
+
+    def lapse(self, event_id: str, reason: str, lease_seconds: float) -> bool:
+        """X10: the lease lapsed — record it and close the run ``failed`` with ``reason`` (a
+        Journal code, unsealed). Only an open run lapses; anything else changes nothing."""
+        if event_id in self.processed or self.erased or self.state not in LIVE:
+            return False
+        assert self.request is not None
+        self.trigger_event(self.LeaseLapsed, run_id=self.run_id, event_id=event_id,
+                           account_id=self.request.account_id, conversation_id=self.request.conversation_id,
+                           reason=reason, lease_seconds=lease_seconds)
+        self._trigger_transition(event_id, State.FAILED, None, reason)
+        self._trigger_closed(event_id, State.FAILED, None)
+        return True
+
+    def beat(self, event_id: str) -> bool:
+        """X10: a heartbeat renews the lease outside the log, so an open run records nothing;
+        one for a run that is not open (never admitted, closed, erased) is refused and recorded."""
+        if event_id in self.processed:
+            return False
+        try:
+            self._check_not_erased()
+            check_live_fact(self.state, "run.heartbeat")
+        except Refusal as r:
+            self.refuse(event_id, "run.heartbeat", r)
+        return False  # a heartbeat never changes the run
 
     def report_stage(self, event_id: str, stage: str, detail: str | None) -> bool:
         if event_id in self.processed:

@@ -20,6 +20,8 @@ Which message touches what:
 ``run.stage``              execution progress (free-text detail sealed)
 ``evidence.granted``       execution grant + source link (X7 serialization)
 ``tool.receipt``           execution receipt (P19)
+``run.heartbeat``          nothing while the run is open (X10: it renews the lease in memory);
+                           refused and recorded once the run is closed
 ``answer.published`` / ``answer.unchanged``   execution effect observed (P19, P20)
 ``source.tombstoned``      source tombstone + redaction of every linked execution (X7)
 ``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
@@ -47,6 +49,7 @@ from imprint.contracts.runtime import (
     RunAdmitted,
     RunCompleted,
     RunFailed,
+    RunHeartbeat,
     RunQueued,
     RunRejected,
     RunStage,
@@ -328,6 +331,13 @@ class JournalHandling:
         assert ex is not None
         ex.observe_effect(str(m.event_id), "unchanged", m.candidate_id, m.block_id, m.revision, None, m.receipt.receipt_id, m.receipt.log_position)
 
+    # -- X10: run leases ------------------------------------------------------------------------
+
+    def heartbeat(self, ws: Workspace, m: RunHeartbeat) -> None:
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        ex.beat(str(m.event_id))
+
     # -- X7: tombstones -------------------------------------------------------------------------
 
     def tombstone(self, ws: Workspace, m: SourceTombstoned) -> None:
@@ -390,6 +400,7 @@ HANDLERS: dict[type, Handler] = {
     AnswerUnchanged: JournalHandling.unchanged,
     SourceTombstoned: JournalHandling.tombstone,
     ConversationDeleteRequested: JournalHandling.delete_requested,
+    RunHeartbeat: JournalHandling.heartbeat,
 }
 """One table: a reader finds what happens to a message by its type here."""
 

@@ -31,6 +31,12 @@ def source_id(source: str) -> UUID:
     return uuid5(JOURNAL_NAMESPACE, f"source:{source}")
 
 
+@remembered
+def lane_id(lane: int) -> UUID:
+    """``LeaseLane`` id: uuid5 of the runtime partition number (X10)."""
+    return uuid5(JOURNAL_NAMESPACE, f"lease-lane:{lane}")
+
+
 def announcement_id(originator_id: UUID, version: int) -> UUID:
     """The deterministic ``event_id`` of what the journal announces for one stored event."""
     return uuid5(originator_id, f"announce:{version}")

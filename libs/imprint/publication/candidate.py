@@ -35,6 +35,7 @@ RefusalReason = Literal[
     "oversized_envelope",
     "conversation_deleted",
     "run_not_admitted",
+    "run_lost",
 ]
 
 MAX_CANDIDATE_ID_CHARS = 200

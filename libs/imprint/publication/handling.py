@@ -13,6 +13,8 @@ of work must do around its one transaction — and never saves, sends or sleeps.
 ``source.revoked`` / ``source.tombstoned``  withdrawal of every dependent block (P21)
 ``conversation.delete_requested``         withdrawal of every block, keys to destroy (X8)
 ``run.completed`` … ``run.rejected``       the run's end (same partition as its proposals)
+``run.lease_lapsed``                      X10: the Journal closed the run (its runtime was lost):
+                                          the run ends, later proposals are refused
 ``answer.text`` / ``answer.part`` …       a candidate: intake (P1–P3), settlement (P4–P13, P18)
 ========================================  ==================================================
 
@@ -32,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
 from imprint.contracts.publication import PublicationMessage, WithdrawalCause
 from imprint.contracts.runtime import (
     EvidenceGranted,
@@ -251,6 +253,21 @@ def end_run(ws: Workspace, message: Any, context: Context) -> Effects:
     return NOTHING
 
 
+def lose_run(ws: Workspace, message: RunLeaseLapsed, context: Context) -> Effects:
+    """X10: the Journal closed the run ``failed`` when its runtime's lease lapsed, and announced
+    it on ``imprint.control.v1``. The runtime will send no terminal event, so Publication ends
+    the run here: ``Ended`` is relayed as ``answer.settled`` after every block committed so far,
+    and Delivery, holding it and the Journal's ``run.closed``, ends the run's streams.
+
+    This message and the run's proposals travel on different topics, so a proposal the
+    runtime sent before it fell silent may be read after it. Such a proposal — and anything
+    the runtime sends if it comes back — is refused (``run_lost``) and recorded, never
+    committed: no block can follow ``answer.settled``, so ``done`` still never overtakes a
+    committed block, and committed blocks stay (P20)."""
+    run_of(ws, message.run_id).lose(message.reason)
+    return NOTHING
+
+
 def revoke_source(ws: Workspace, message: SourceRevoked, context: Context) -> Effects:
     """P21: the source is revoked (for one account, or for all), and every block relying on it is withdrawn."""
     record = source_record(ws, message.source_id, create=True)
@@ -328,6 +345,9 @@ def _not_answerable(ws: Workspace, run: PublicationRun, message: Any, candidate:
     if run.deleted:
         return IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
                              message.type, message.run_id, candidate.candidate_id)
+    if run.lost is not None:
+        return IntakeRefusal("run_lost", "the Journal closed the run when its runtime's lease lapsed",
+                             message.type, message.run_id, candidate.candidate_id)
     if run.account_id is None:
         return IntakeRefusal("run_not_admitted", "no run.admitted reached Publication for this run",
                              message.type, message.run_id, candidate.candidate_id)
@@ -351,6 +371,7 @@ HANDLERS: dict[type, Handler] = {
     RunFailed: end_run,
     RunThrottled: end_run,
     RunRejected: end_run,
+    RunLeaseLapsed: lose_run,
     **dict.fromkeys(CANDIDATE_CLASSES, propose),
 }
 """One table: a reader finds what happens to a message by its type here."""

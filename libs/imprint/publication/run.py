@@ -329,6 +329,16 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         def apply(self, run: PublicationRun) -> None:
             run.ended = self.state
 
+    class LeaseLapsed(Aggregate.Event):
+        """X10: the Journal closed the run because its runtime fell silent past its lease
+        (``run.lease_lapsed``). Whatever that runtime proposes from now on is refused."""
+
+        run_id: str
+        reason: str
+
+        def apply(self, run: PublicationRun) -> None:
+            run.lapsed = self.reason
+
     class Reconciled(Aggregate.Event):
         """R7: a recovery finding, recorded as a fact of its own. It changes no
         block, settles no candidate and is announced nowhere: recovery never
@@ -420,6 +430,11 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     def deleted(self) -> bool:
         """X8: the run's conversation was deleted (``getattr``: snapshots older than the event)."""
         return bool(getattr(self, "conversation_deleted", False))
+
+    @property
+    def lost(self) -> str | None:
+        """X10: why the Journal closed the run when its lease lapsed (``getattr``: older snapshots)."""
+        return getattr(self, "lapsed", None)
 
     def noted_standing(self, facts: SourceFacts) -> SourceFacts:
         """``facts`` from the registry, with the revocations this run has noted itself (P21)."""
@@ -566,6 +581,16 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         if getattr(self, "ended", None) is not None:  # getattr: snapshots taken before this field existed
             return False
         self.trigger_event(self.Ended, run_id=self.run_id, state=state)
+        return True
+
+    def lose(self, reason: str) -> bool:
+        """X10: the run's lease lapsed and the Journal closed it ``failed``. The run ends here
+        unless the runtime's own terminal event came first (then that end stays); from now on
+        nothing that runtime proposes is settled. Once."""
+        if self.lost is not None:
+            return False
+        self.end("failed")
+        self.trigger_event(self.LeaseLapsed, run_id=self.run_id, reason=reason)
         return True
 
     def record_save_failure(self, candidate_id: str, error: str, block_ids: Iterable[str] = ()) -> None:

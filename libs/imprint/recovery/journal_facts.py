@@ -33,6 +33,11 @@ class JournalRun:
     """``{kind, candidate_id, block_id, revision, body_sha256, receipt_id, log_position, at}``."""
     receipts: tuple[dict[str, Any], ...] = ()
     """``{tool_call_id, status, at}`` in order."""
+    refusals: tuple[dict[str, Any], ...] = ()
+    """``{message_type, code, detail, at}`` in order: what the journal refused about the run (X2),
+    e.g. what its runtime sent after the run was closed (X10)."""
+    lapsed: str | None = None
+    """X10: why the journal closed the run when its lease lapsed (``runtime_lost``), if it did."""
 
     def journaled(self) -> frozenset[tuple[str, int]]:
         """The (block_id, revision) pairs whose commit the journal observed."""
@@ -48,4 +53,4 @@ class JournalRun:
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "found": self.found, "state": self.state, "outcome": self.outcome,
                 "erased": self.erased, "transitions": list(self.transitions), "effects": list(self.effects),
-                "receipts": list(self.receipts)}
+                "receipts": list(self.receipts), "refusals": list(self.refusals), "lapsed": self.lapsed}

@@ -296,6 +296,8 @@ class LogFold:
             ledger.reconciled[reconciliation_key(event.kind, event.candidate_id, event.block_id, event.revision)] = fact
             entry.update(kind=event.kind, candidate_id=event.candidate_id, block_id=event.block_id,
                          revision=event.revision, detail=event.detail)
+        elif isinstance(event, run.LeaseLapsed):
+            entry.update(reason=event.reason)  # X10: proposals after it were refused, not settled
         else:
             entry["note"] = "event type unknown to recovery"
         if self._audit:

@@ -5,7 +5,8 @@ it), *previewed* (``answer.preview``; a previewed modification's quota fact),
 *committed* (the receipt in the Publication log), *withdrawn*, *sent* (the frame
 ids Delivery wrote and the delivery observation that covered them) and *received*
 / *rendered* (the client's receipts) — each with its time, and beside them what
-the runtime journal observed and the run's lifecycle as the journal holds it.
+the runtime journal observed and the run's lifecycle as the journal holds it (with
+what it refused, and whether it closed the run when its lease lapsed, X10).
 
 A fact never stands in for another: a block that is committed but not sent shows
 exactly that. Where two sources disagree the timeline marks it:
@@ -196,6 +197,8 @@ def timeline(
             "erased": journal.erased if journal is not None else None,
             "transitions": list(journal.transitions) if journal is not None else [],
             "tool_receipts": list(journal.receipts) if journal is not None else [],
+            "lapsed": journal.lapsed if journal is not None else None,
+            "refusals": list(journal.refusals) if journal is not None else [],
         },
         "sources": {"journal": journal is not None, "frames": frames is not None,
                     "observations": observations is not None, "observations_note": observations_note},

@@ -8,6 +8,11 @@
   that response's tool calls run, so text and blocks keep the order the model wrote
   them in — also when one response carries both.
 
+X10: while a model request or a tool call is in flight it sends ``run.heartbeat`` whenever
+the run has been silent for ``heartbeat_seconds`` (:class:`~imprint.runtime.heartbeat.Heartbeats`),
+so a slow model or a long tool keeps the run's lease at the Journal, and a runtime that
+dies stops renewing it.
+
 Pass it per run: ``await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions)])``
 (``agent.iter`` and an ``event_stream_handler`` work alike; under ``agent.run_stream`` pydantic-ai
 takes the first text as the final output and runs its tool calls first, so that order is not kept).
@@ -16,7 +21,9 @@ Without ``decisions`` the tool still sends, but cannot tell the model any block 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -34,6 +41,7 @@ from imprint.contracts.publication import (
 from imprint.contracts.runtime import BlockDraft, TableContent
 from imprint.publication.candidate import candidate_id_for
 from imprint.runtime.decisions import Decision, Decisions
+from imprint.runtime.heartbeat import DEFAULT_EVERY, Heartbeats, InFlight
 from imprint.runtime.writer import RunWriter
 
 TOOL_NAME = "send_answer_part"
@@ -50,6 +58,14 @@ class AnswerPublication(AbstractCapability[Any]):
     decisions: Decisions | None = None
     settle_timeout: float = 15.0
     """How long the tool waits for the Host's decisions before answering the model without them."""
+    heartbeat_seconds: float | None = DEFAULT_EVERY
+    """X10: silence after which a ``run.heartbeat`` goes out while a model request or tool call
+    is in flight (``None``: no heartbeats). Keep it well under the deployment's run lease."""
+    _heartbeats: Heartbeats | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_seconds is not None:
+            self._heartbeats = Heartbeats(self.writer, self.heartbeat_seconds)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -64,6 +80,20 @@ class AnswerPublication(AbstractCapability[Any]):
         for segment, text in enumerate(texts):
             await self.writer.text(text, turn_id=turn_of(ctx), segment=segment)
         return response
+
+    async def wrap_model_request(self, ctx: RunContext[Any], *, request_context: Any, handler: Any) -> Any:
+        async with self._alive("model"):
+            return await handler(request_context)
+
+    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: Any, args: Any,
+                                handler: Any) -> Any:
+        async with self._alive("tool"):
+            return await handler(args)
+
+    @asynccontextmanager
+    async def _alive(self, in_flight: InFlight) -> AsyncIterator[None]:
+        async with self._heartbeats.during(in_flight) if self._heartbeats is not None else nullcontext():
+            yield
 
     def _tool(self) -> Any:
         publication = self

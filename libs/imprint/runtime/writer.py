@@ -19,12 +19,17 @@ message under the first one's idempotency key.
 
 Which lifecycle edges are legal (X2) is the journal's rule, not the writer's: an
 illegal transition is sent and refused there, with a recorded reason.
+
+X10: every message renews the run's lease at the Journal. The writer remembers when its
+last send was acknowledged (:meth:`RunWriter.idle_for`), so
+:class:`~imprint.runtime.heartbeat.Heartbeats` sends ``run.heartbeat`` only into silence.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +50,7 @@ from imprint.contracts.runtime import (
     RunAdmitted,
     RunCompleted,
     RunFailed,
+    RunHeartbeat,
     RunQueued,
     RunRejected,
     RunStage,
@@ -109,12 +115,16 @@ class RunWriter:
     ``event_id`` (a retry's ``occurred_at`` may then differ, the id does not).
     """
 
-    def __init__(self, transport: Transport, run_id: str, *, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, transport: Transport, run_id: str, *, clock: Callable[[], datetime] = utcnow,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.run_id = run_id
         self._transport = transport
         self._clock = clock
+        self._monotonic = monotonic
         self._built: dict[str, tuple[RunMessage, Record]] = {}
         self._lock = asyncio.Lock()
+        self._beats = 0
+        self._last_sent: float | None = None
 
     # -- lifecycle -----------------------------------------------------------------
     async def admit(self, *, account_id: str, conversation_id: str, message_id: str, question: str,
@@ -150,6 +160,17 @@ class RunWriter:
 
     async def reject(self, reason: str = "") -> RunRejected:
         return await self._write("run.rejected", RunRejected, reason=reason)
+
+    # -- X10: the run's lease ---------------------------------------------------------
+    async def heartbeat(self, in_flight: Literal["model", "tool"] | None = None) -> RunHeartbeat:
+        """The runtime is alive and working on this run: renews its lease at the Journal.
+        Each heartbeat is its own message (``run.heartbeat:<n>``, counted by this writer)."""
+        self._beats += 1
+        return await self._write(f"run.heartbeat:{self._beats}", RunHeartbeat, in_flight=in_flight)
+
+    def idle_for(self) -> float | None:
+        """Seconds since the broker acknowledged this writer's last message (``None``: none yet)."""
+        return None if self._last_sent is None else self._monotonic() - self._last_sent
 
     # -- what the answer may stand on ---------------------------------------------------
     async def grant(self, source_id: str, *, scope: Scope, owner_account_id: str, title: str = "") -> EvidenceGranted:
@@ -192,6 +213,7 @@ class RunWriter:
         async with self._lock:
             message, record = self._build(identity, model, fields, candidate_id)
             await self._transport.send(record)
+            self._last_sent = self._monotonic()
             return message
 
     def _build(self, identity: str, model: type[RunMessage], fields: dict[str, Any],

@@ -300,6 +300,15 @@
     return ok;
   }
 
+  /** What the status says once the stream ended: only a completed run reads as complete (D5).
+   *  Any other end keeps the saved blocks shown above and says the answer is incomplete, and why. */
+  function endedAs(status) {
+    if (!status || !status.state || status.state === "completed") return "complete";
+    const why = ENDED_REASON[status.reason] || status.reason;
+    return `${status.state}${why ? " — " + why : ""}; the answer is incomplete (saved blocks are kept)`;
+  }
+  const ENDED_REASON = { runtime_lost: "the research runtime stopped responding" };
+
   function handleFrame(id, event, raw) {
     if (!Number.isInteger(id)) { fail("missing_id", "A frame arrived without an id."); return; }
     if (client.held.has(id) || id <= client.lastId) { client.duplicates += 1; fail("duplicate_id", "Frame " + id + " arrived twice."); return; }
@@ -325,7 +334,7 @@
       if (client.validated) {
         footer.dataset.state = "ok";
         footer.textContent = `complete: ${client.held.size} frames, summary verified`;
-        $("status").textContent = "complete";
+        $("status").textContent = endedAs(client.status);
       } else {
         footer.dataset.state = "error";
         footer.textContent = "stream integrity error: " + problems.join("; ");

@@ -57,6 +57,8 @@
     const list = $("s-lifecycle"); list.replaceChildren();
     for (const t of life.transitions) list.append(el("li", {}, t.state, el("time", {}, clock(t.at))));
     if (life.outcome) list.append(el("li", {}, "outcome " + life.outcome));
+    if (life.lapsed) list.append(el("li", {}, "closed when its lease lapsed: " + life.lapsed));
+    for (const r of life.refusals || []) list.append(el("li", {}, `refused ${r.message_type}: ${r.code}`, el("time", {}, clock(r.at))));
     $("s-journal").textContent = !life.available ? "journal not consulted: " + life.note
       : (life.found ? "" : "the journal has no record of this run");
     const src = doc.sources;

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from imprint.contracts.runs import RunTransitioned
 from imprint.delivery.execution import presentation
 from imprint.delivery.frames import (
     CONTENT_CHUNK,
@@ -305,3 +306,27 @@ def test_settlement_before_the_closed_record_also_ends_the_stream_once() -> None
     assert "done" not in [event for _, event, _ in run.frames], "the closed execution is not persisted yet"
     run.feed(closed(RUN, "x"), settled(RUN))
     assert [event for _, event, _ in run.frames].count("done") == 1
+
+
+@pytest.mark.rule("X10")
+@pytest.mark.rule("D5")
+@pytest.mark.rule("P20")
+def test_a_run_closed_for_runtime_lost_ends_with_its_committed_blocks_and_the_reason_and_nothing_invented() -> None:
+    """The Journal closed the run (its lease lapsed) and Publication ended it from the
+    lapse: the stream ends like any failed run — the committed block stays, the status
+    says why, no content or evidence is made up, and the run is not shown as complete."""
+    run = Run()
+    run.feed(running(RUN), published(RUN, "b1", 1, "Committed before the runtime was lost."))
+    lost = RunTransitioned(run_id=RUN, account_id="acct-1", conversation_id=f"conv-{RUN}", state="failed",
+                           previous="running", sequence=4, reason="runtime_lost")
+    run.feed(lost, closed(RUN, None, state="failed"))
+    assert "done" not in run.events(), "done waits for Publication's answer.settled"
+    run.feed(settled(RUN, "failed"))
+    assert run.events() == ["run-status", "answer-publication", "run-status", "run-status", "stream-summary", "done"]
+    statuses = [data for _, event, data in run.frames if event == "run-status"]
+    assert statuses[-1]["state"] == "failed" and statuses[-1]["reason"] == "runtime_lost"
+    shown = [data["block"] for _, event, data in run.frames if event == "answer-publication"]
+    assert shown[0]["block_id"] == "b1" and shown[0]["saved"] is True
+    assert validate_stream(run.frames).ok
+    presented = presentation(state="failed", outcome=None, delivery="completed", closed=True)
+    assert presented["display"] == "failed" and presented["complete"] is False and presented["outcome"] is None

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from pub_helpers import ACCOUNT, PUBLIC, RUN, part
 
-from imprint.contracts.control import ConversationDeleteRequested
-from imprint.contracts.runtime import EvidenceGranted, QuestionConditionSet, RunAdmitted, RunCompleted
+from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
+from imprint.contracts.publication import AnswerSettled
+from imprint.contracts.runtime import AnswerText, EvidenceGranted, QuestionConditionSet, RunAdmitted, RunCompleted
+from imprint.publication.announcements import announce_all
 from imprint.contracts.sources import SourceRegistered, SourceRevoked
 from imprint.publication import ConversationRuns, PublicationRun, SourceRecord
 from imprint.publication.sources import SourceDependents
@@ -121,3 +123,45 @@ def test_the_runs_end_is_recorded_once() -> None:
     apply_all(ws, admitted(), RunCompleted(run_id=RUN, outcome="answered"),
               RunCompleted(run_id=RUN, outcome="answered"))
     assert [type(e).__name__ for e in ws.pending()].count("Ended") == 1
+
+
+def lease_lapsed(run_id: str = RUN) -> RunLeaseLapsed:
+    return RunLeaseLapsed(run_id=run_id, account_id=ACCOUNT, conversation_id="conv-1")
+
+
+@pytest.mark.rule("X10")
+@pytest.mark.rule("P20")
+def test_a_lapsed_lease_ends_the_run_keeps_its_blocks_and_refuses_what_the_runtime_sends_later() -> None:
+    ws = MemoryWorkspace()
+    apply_all(ws, admitted(), part(markdown="Committed before the runtime was lost."))
+    committed = [b.block_id for b in run_in(ws).live_blocks()]
+    ws.pending()
+
+    apply_all(ws, lease_lapsed())
+    recorded = ws.pending()
+    assert [(type(e).__name__, getattr(e, "state", None)) for e in recorded] == [("Ended", "failed"),
+                                                                                ("LeaseLapsed", None)]
+    assert [(type(m), m.state) for m in announce_all(recorded)] == [(AnswerSettled, "failed")], \
+        "Ended is relayed as answer.settled, after every block committed so far"
+
+    late = apply_all(ws, part(markdown="Sent by the runtime that came back."),
+                     AnswerText(run_id=RUN, turn_id="turn-9", segment=0, text="Late text."))
+    assert late.previews == [] and late.settled == [], "nothing of it is shown or settled"
+    refused = [e for e in ws.pending() if type(e).__name__ == "CandidateRefused"]
+    assert [(e.reason, e.message_type) for e in refused] == [("run_lost", "answer.part"), ("run_lost", "answer.text")]
+    assert [b.block_id for b in run_in(ws).live_blocks()] == committed, "committed blocks stay"
+
+    apply_all(ws, lease_lapsed(), RunCompleted(run_id=RUN, outcome="answered"))
+    assert ws.pending() == [], "once: a repeated lapse, and a late terminal event, record nothing"
+
+
+@pytest.mark.rule("X10")
+def test_a_lapse_after_the_runtimes_own_end_keeps_that_end_and_still_refuses_later_proposals() -> None:
+    ws = MemoryWorkspace()
+    apply_all(ws, admitted(), RunCompleted(run_id=RUN, outcome="answered"))
+    ws.pending()
+    apply_all(ws, lease_lapsed())
+    assert [type(e).__name__ for e in ws.pending()] == ["LeaseLapsed"], "answer.settled went out once already"
+    assert run_in(ws).ended == "completed"
+    apply_all(ws, part(markdown="Late."))
+    assert [e.reason for e in ws.pending()] == ["run_lost"]
