@@ -16,7 +16,7 @@ import pytest
 from services.common.settings import Settings
 from tests.integration.delivery.support import Delivery, start_delivery
 from tests.support.ai_sdk_page import LINES, FrontEnd
-from tests.unit.delivery.delivery_builders import closed, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(150)]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.delivery.support import Delivery, KillableProxy, start_delivery
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.support.delivery_builders import closed, published, running, settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

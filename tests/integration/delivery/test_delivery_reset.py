@@ -14,7 +14,7 @@ import pytest
 
 from imprint.delivery.summary import summarize, validate_stream
 from tests.integration.delivery.support import SSE, Delivery, read_stream
-from tests.unit.delivery.delivery_builders import closed, deleted, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, deleted, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

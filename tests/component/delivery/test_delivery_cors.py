@@ -19,7 +19,7 @@ from services.delivery.app import create_app
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.support.delivery_builders import closed, published, running, settled
 
 RUN = "run-cors"
 FRONT = "https://front.example"
