@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_core import to_json
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEVELOPMENT_AUTH_SECRET = "imprint-development-secret-change-me"
 
@@ -67,6 +69,11 @@ class Settings(BaseSettings):
     never appears or belongs to another account answers 404 after the same wait."""
     stream_ticket_ttl_seconds: float = 60.0
     """A stream ticket (``POST /v1/runs/{run_id}/stream-tickets``) expires this long after its last use."""
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    """Origins (``scheme://host[:port]``) of front ends served from elsewhere whose pages may
+    call Delivery from a browser, with credentials, ``Authorization``, ``Last-Event-ID`` and
+    the stream-ticket flow. Comma-separated (or a JSON list). Empty: no CORS headers at all,
+    only pages Delivery serves itself. ``*`` is refused: the list is explicit."""
     retention_seconds: float = 30 * 24 * 3600
     """X8: a conversation idle for longer than this is deleted by the retention sweeper."""
     retention_sweep_seconds: float = 3600
@@ -76,6 +83,16 @@ class Settings(BaseSettings):
     run_lease_sweep_seconds: float = Field(default=5.0, gt=0)
     """How often the Journal looks for lapsed leases (at most a quarter of the lease): a lost
     run is closed at most this long after its lease lapsed."""
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else text.split(",")
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("a comma-separated list of origins")
+        return tuple(dict.fromkeys(origin(str(v)) for v in value if str(v).strip()))
 
     @property
     def uses_development_secret(self) -> bool:
@@ -103,6 +120,28 @@ class Settings(BaseSettings):
                 text = to_json(value).decode()
             env[f"{prefix}{name}".upper()] = text
         return env
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(text: str) -> str:
+    """An origin as a browser sends it in ``Origin`` (lower-case scheme and host, the port
+    only when not the scheme's default, nothing after): ``https://App.example:443/`` is
+    ``https://app.example``. Anything that is not one origin is refused."""
+    raw = text.strip()
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as error:
+        raise ValueError(f"not an origin: {raw!r}") from error
+    scheme, host = parts.scheme.lower(), (parts.hostname or "")
+    if scheme not in DEFAULT_PORTS or not host or parts.username is not None or parts.password is not None \
+            or parts.path not in ("", "/") or parts.query or parts.fragment or "*" in raw:
+        raise ValueError(f"not an origin (scheme://host[:port], no wildcard, no path): {raw!r}")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != DEFAULT_PORTS[scheme] else "")
 
 
 @lru_cache(maxsize=1)

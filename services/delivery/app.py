@@ -24,6 +24,7 @@ from services.delivery.auth import (
     account_dependency,
     stream_account_dependency,
 )
+from services.delivery.cors import AllowListedOrigins
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import AccessLog, DeliveryRecorder, GroupedOutcomes
@@ -92,7 +93,10 @@ def create_app(
     api.include_router(operator_router(settings, store))
     api.mount("/static", StaticFiles(directory=STATIC), name="static")
 
-    # Outermost first on the way in: access log, then the size limit, then FastAPI.
+    # Outermost first on the way in: access log, then CORS (only with IMPRINT_CORS_ORIGINS, so a
+    # refusal of the size limit still carries its grant), then the size limit, then FastAPI.
     api.add_middleware(RequestSizeLimit, limit=settings.max_request_bytes)
+    if settings.cors_origins:
+        api.add_middleware(AllowListedOrigins, origins=settings.cors_origins)
     api.add_middleware(AccessLog, metrics=metrics)
     return api

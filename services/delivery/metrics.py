@@ -26,6 +26,8 @@ class DeliveryMetrics:
                                 registry=r)
         self.requests = Counter("imprint_delivery_http_requests", "HTTP requests by route template and status",
                                 ["method", "route", "status"], registry=r)
+        self.resets = Counter("imprint_delivery_stream_resets", "streams that started over with a reset frame "
+                              "(D8: a Last-Event-ID the run cannot continue from)", ["stream"], registry=r)
         self.tickets = Counter("imprint_delivery_stream_tickets", "stream tickets minted", registry=r)
         self.publish_failures = Counter("imprint_delivery_publish_failures", "observations that could not be "
                                         "published", ["type"], registry=r)

@@ -102,7 +102,7 @@ class DeliveryRecorder:
             messages.append(DeliveryInterrupted(**common))
         log.info("delivery observed", run_id=report.run_id, connection_id=report.connection_id, outcome=outcome,
                  stream=report.stream, frames=report.frames, last_event_id=report.last_event_id,
-                 resumed_from=report.resumed_from, end_reason=report.end_reason)
+                 resumed_from=report.resumed_from, reset=report.reset, end_reason=report.end_reason)
         if outcome is not None:
             try:
                 await self.record(report.run_id, outcome)

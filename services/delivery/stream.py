@@ -16,6 +16,9 @@ The stream itself keeps the :class:`DeliveryReport` of what it wrote (frame ids,
 ``delivery.completed`` / ``delivery.interrupted`` (D4). No side channel reads the
 bytes back.
 
+A stream that starts over (D8: a ``Last-Event-ID`` the run cannot continue from) is
+given its ``reset`` frame: written with the opening, before the frames from id 1.
+
 A client whose socket takes no write for ``slow_client_timeout`` seconds is dropped
 (its connection is closed; the process and other clients are untouched). Frames a
 client has not yet been handed wait in its subscription, at most ``queue_size`` of
@@ -64,6 +67,8 @@ class DeliveryReport:
     connection_id: str
     resumed_from: int = 0
     stream: str = "sse"
+    reset: str | None = None
+    """The stream started over with a ``reset`` (D8): its reason."""
     frames: int = 0
     last_event_id: int = 0
     terminal_sent: bool = False
@@ -195,10 +200,12 @@ class EventStream(Response):
 
     def __init__(self, *, run_id: str, last_id: int, store: ViewStore, notifier: Notifier,
                  config: StreamConfig, metrics: DeliveryMetrics, report: DeliveryReport,
-                 report_to: ReportTo, form: StreamFormat | None = None) -> None:
+                 report_to: ReportTo, form: StreamFormat | None = None, reset: Frame | None = None) -> None:
         super().__init__(status_code=200, media_type=self.media_type)
         self.run_id = run_id
         self.last_id = last_id
+        self.reset = reset
+        """The ``reset`` frame this stream opens with (D8), or ``None``."""
         self.store = store
         self.notifier = notifier
         self.config = config
@@ -236,7 +243,11 @@ class EventStream(Response):
             (b"x-accel-buffering", b"no"),
             *self.form.headers,
         ]})
-        await send({"type": "http.response.body", "body": self.form.opening(), "more_body": True})
+        opening = self.form.opening()
+        if self.reset is not None:
+            opening += self.form.frame(self.reset)
+            self.metrics.resets.labels(self.report.stream).inc()
+        await send({"type": "http.response.body", "body": opening, "more_body": True})
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
         feed = self._feed_task = asyncio.create_task(self._feed(send), name=f"sse-feed-{self.run_id}")

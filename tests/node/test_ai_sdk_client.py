@@ -120,3 +120,33 @@ def test_the_sdk_resume_request_for_a_chat_replays_the_active_run_and_is_204_whe
     assert start_reader("ai6", api, conversation, token).result()["status"] == "no-active-stream"
     assert start_reader("ai6", api, conversation, delivery.token("acct-2")).result()["status"] == "no-active-stream"
     assert start_reader("ai6", api, "conv-missing", token).result()["status"] == "no-active-stream"
+
+
+@pytest.mark.rule("D8")
+@pytest.mark.rule("D1")
+def test_an_ai_sdk_client_holding_a_position_beyond_the_run_is_told_and_ends_with_the_same_message(
+    delivery: Delivery,
+) -> None:
+    run, token = "run-ai-sdk-reset", delivery.token()
+    api = f"{delivery.url}/v1/ai-sdk/runs"
+    delivery.feeder.send(running(run), preview(run, "b1", 1, "Boiling point: 100 °C.", 1),
+                         published(run, "b1", 1, "Boiling point: 100 °C.", 1),
+                         published(run, "b2", 1, "Built on a report that will be revoked.", 2))
+    beyond = delivery.store.run(run).last_frame_id + 10  # type: ignore[union-attr]
+    readers = [start_reader(line, api, run, token, last_event_id=beyond) for line in LINES]
+    wait_following(delivery, readers)
+    delivery.feeder.send(published(run, "b3", 1, "Third block.", 3),
+                         published(run, "b1", 2, "Boiling point, revised: 100 °C [[cite:src-1]].", 1,
+                                   citations=[{"source_id": "src-1", "status": "valid"}],
+                                   source_hint="sources_verified"),
+                         withdrawn(run, "b2", 1, "source_revoked", source_id="src-private-1"))
+    delivery.feeder.send(settled(run), closed(run, CLOSED_TEXT))
+    plain = start_reader("ai6", api, run, token).result()
+    assert_final_message(plain, run)
+    for reader in readers:
+        result = reader.result()
+        assert_final_message(result, run)
+        assert result["chunks"][:2] == ["start", "data-reset"], "told at once that it starts over"
+        assert result["chunks"].count("data-reset") == 1 and "data-reset" not in plain["chunks"]
+        assert not [p for p in result["message"]["parts"] if p["type"] == "data-reset"], "transient: not kept"
+        assert result["message"] == plain["message"], f"{reader.line}: the message a new reader builds"

@@ -3,7 +3,9 @@
 Frame kinds: ``progress``, ``answer-preview``, ``answer-publication``,
 ``answer-withdrawn``, ``answer-rejected``, ``run-status``, ``content``,
 ``evidence-summary``, ``error`` (a protocol conflict, P17), ``stream-summary`` and
-``done`` (data exactly ``[DONE]``, once, last).
+``done`` (data exactly ``[DONE]``, once, last). Besides the run's frames, a stream may
+open with ``reset`` (D8, :mod:`imprint.delivery.reset`): id 0, never stored, sent only
+to a client whose ``Last-Event-ID`` the run cannot continue from, before the whole view.
 
 Block frames are *state-carrying*: their ``block`` field is the block's resulting
 display entry (:func:`imprint.delivery.merge.display`) or ``null`` when the block is
@@ -42,6 +44,7 @@ from imprint.contracts.publication import (
 )
 from imprint.contracts.runs import TERMINAL_STATES, ConversationDeleted, RunClosed, RunProgress, RunTransitioned
 from imprint.delivery import merge
+from imprint.delivery.reset import RESET_EVENT, RESET_ID, Reset
 from imprint.delivery.summary import DONE_DATA, DONE_EVENT, SUMMARY_EVENT, payload_sha256, summarize
 
 CONTENT_CHUNK = 28
@@ -59,6 +62,9 @@ SUMMARY = SUMMARY_EVENT
 DONE = DONE_EVENT
 FRAME_KINDS = (PROGRESS, PREVIEW, PUBLICATION, WITHDRAWN, REJECTED, RUN_STATUS, CONTENT, EVIDENCE, ERROR,
                SUMMARY, DONE)
+"""The kinds of a run's frames (what the store holds)."""
+RESET = RESET_EVENT
+"""Not a frame of the run: the opening of a stream that starts over (D8)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,12 @@ class Frame:
         lines = [f"id: {self.id}", f"event: {self.event}"]
         lines += [f"data: {line}" for line in payload.split("\n")]
         return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def reset_frame(run_id: str, reset: Reset) -> Frame:
+    """The ``reset`` frame of a stream that starts over (D8): id 0, no body hash (it is
+    no semantic frame of the run)."""
+    return Frame(run_id, RESET_ID, RESET, reset.payload(), "")
 
 
 def draft(event: str, payload: dict[str, Any], *, key: str | None = None,

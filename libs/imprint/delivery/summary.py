@@ -11,6 +11,9 @@ reconnects) recomputes it and compares.
 A completion projection holds only if the stream has ids 1..n without gap or
 repeat, exactly one ``stream-summary`` that matches the frames before it, and
 exactly one ``done`` whose data is exactly ``[DONE]``, as the last frame.
+
+A ``reset`` (D8, :mod:`imprint.delivery.reset`) tells a client to forget what it held:
+the check applies to the frames received after the last reset.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imprint.canonical import canonical_sha256
+from imprint.delivery.reset import since_reset
 
 DONE_EVENT = "done"
 DONE_DATA = "[DONE]"
@@ -62,11 +66,13 @@ class TerminalCheck:
 
 def validate_stream(frames: Sequence[tuple[int, str, Any]], *, complete: bool = True) -> TerminalCheck:
     """Check what a client holds: ``(id, event, data)`` for every frame it received,
-    across reconnects. ``data`` is the decoded JSON payload (``"[DONE]"`` for done).
+    across reconnects, in the order received. ``data`` is the decoded JSON payload
+    (``"[DONE]"`` for done). Frames before a ``reset`` are not held any more (D8).
 
     With ``complete=False`` a stream that has not ended yet is fine; anything after a
     terminal, a repeated terminal, a gap or a repeated id still breaks it."""
     check = TerminalCheck()
+    frames = since_reset(frames)
     ids = [f[0] for f in frames]
     if len(set(ids)) != len(ids):
         check.problems.append("duplicate_id")

@@ -26,6 +26,20 @@ carries ``x-vercel-ai-ui-message-stream: v1``. One run is one assistant message:
   stream summary), then the stream ends. ``finishReason`` is never sent: 5.0's
   strict ``finish`` schema has no such key.
 
+**A reset (D8).** The SDK's protocol has no positions: its chunks carry no ids, its
+transport sends no ``Last-Event-ID`` and its reader builds the message from ``start``
+(``readUIMessageStream``; ``useChat`` after a reload). So this stream never continues
+after a position: every request gets ``start`` and the whole current view, which is
+what a reset gives, and the reader ends with the same message as any new reader. The
+protocol has no chunk that clears what a reader built either (a ``data-`` part is
+replaced by id, text and sources are appended). So a request that does carry a
+``Last-Event-ID`` the run cannot continue from (a client that kept an SSE position) is
+answered like any other, with the ``reset`` frame as a *transient* ``data-reset`` part
+right after ``start``: never kept in the message, handed to ``useChat``'s ``onData``,
+so an application holding an older copy of this message knows to drop it rather than
+merge the replay into it. A valid id changes nothing: the message is replayed from
+``start`` as ever.
+
 Everything in a part is what the SSE frame already carries (client-safe, D6)."""
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ from imprint.delivery.frames import (
     PROGRESS,
     PUBLICATION,
     REJECTED,
+    RESET,
     RUN_STATUS,
     SUMMARY,
     WITHDRAWN,
@@ -118,6 +133,8 @@ class UIMessageStream:
         data = frame.data if isinstance(frame.data, dict) else {}
         stripped = next((reason for reason in _STRIPPED if data.get(reason)), None)
         event = frame.event
+        if event == RESET:
+            return self._reset(data)
         if event in BLOCK_EVENTS and data.get("block_id"):
             return self._block(data, stripped)
         if event == DONE:
@@ -173,6 +190,15 @@ class UIMessageStream:
             payload = block_data(block_id, data["block"], data)
         self.blocks.add(block_id)
         return [{"type": "data-block", "id": block_id, "data": payload}]
+
+    def _reset(self, data: dict[str, Any]) -> list[Part]:
+        """D8: what follows is the whole view from the run's first frame: forget this
+        reader's state, and tell the client (transient: never part of the message)."""
+        self.blocks.clear()
+        self.text_open = False
+        self.status, self.summary, self.finished = {}, None, False
+        return [{"type": "data-reset", "data": {k: data.get(k) for k in ("reason", "last_event_id", "last_id")},
+                 "transient": True}]
 
     def _end_text(self) -> list[Part]:
         if not self.text_open:

@@ -9,10 +9,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
+from imprint.delivery.frames import reset_frame
+from imprint.delivery.reset import NothingMore, Reset, resume
 from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
 from services.delivery.stream import DeliveryReport, EventStream
 
-SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), ending after `done`",
+SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), ending after `done`. A "
+                                     "Last-Event-ID beyond the run's last frame is answered with a `reset` frame "
+                                     "(id 0: forget what you held) and then the whole current view from id 1 (D8)",
                       "content": {"text/event-stream": {}}},
                 204: {"description": "the stream was read to its end (Last-Event-ID is its last frame): "
                                      "nothing more will come, do not reconnect"},
@@ -31,7 +35,8 @@ def router(ctx: Context) -> APIRouter:
                      ticket: Annotated[str | None, Query(description="a stream ticket instead of the "
                                                          "Authorization header")] = None) -> Any:
         """A run's frames after ``Last-Event-ID`` (D1); waits a bounded time for a run
-        Delivery has not heard of yet. A stream read to its end answers 204."""
+        Delivery has not heard of yet. A stream read to its end answers 204; an id the
+        run cannot continue from starts over with ``reset`` (D8)."""
         raw = request.headers.get("last-event-id") or last_event_id or "0"
         try:
             last = int(raw.strip())
@@ -40,12 +45,16 @@ def router(ctx: Context) -> APIRouter:
         if last < 0:
             raise HTTPException(status_code=400, detail="Last-Event-ID must be a frame id")
         record = await ctx.awaited_run(run_id, account)
-        if record.terminal and last >= record.last_frame_id:
+        start = resume(last, last_frame_id=record.last_frame_id, terminal=record.terminal)
+        if isinstance(start, NothingMore):
             return Response(status_code=204)  # the HTML standard's way to stop an EventSource
+        reset = start if isinstance(start, Reset) else None
         report = DeliveryReport(run_id=run_id, account_id=account, connection_id=uuid.uuid4().hex,
-                                resumed_from=last)
-        return EventStream(run_id=run_id, last_id=last, store=ctx.store, notifier=ctx.notifier, config=ctx.config,
-                           metrics=ctx.metrics, report=report, report_to=ctx.report_to(request, run_id))
+                                resumed_from=last, reset=reset.reason if reset else None)
+        return EventStream(run_id=run_id, last_id=start.after, store=ctx.store, notifier=ctx.notifier,
+                           config=ctx.config, metrics=ctx.metrics, report=report,
+                           report_to=ctx.report_to(request, run_id),
+                           reset=reset_frame(run_id, reset) if reset else None)
 
     @api.post("/v1/runs/{run_id}/stream-tickets", status_code=201, responses={**UNAUTHORIZED, **NOT_FOUND})
     async def stream_ticket(run_id: str, account: Limited) -> dict[str, Any]:

@@ -10,7 +10,9 @@
   still open, else 204 (nothing active; the same for another account's conversation).
 
 The client rebuilds the message from ``start``: it sends no offset, so every request
-replays everything (:mod:`imprint.delivery.ui_message_stream`)."""
+replays everything (:mod:`imprint.delivery.ui_message_stream`). A request that carries a
+``Last-Event-ID`` the run cannot continue from (D8) is replayed the same way, with a
+transient ``data-reset`` part after ``start``; any other id changes nothing."""
 
 # No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
 import asyncio
@@ -20,6 +22,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
+from imprint.delivery.frames import reset_frame
+from imprint.delivery.reset import Reset, resume
 from imprint.delivery.ui_message_stream import UIMessageStream
 from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context
 from services.delivery.stream import DeliveryReport, EventStream, UIMessageParts
@@ -36,13 +40,15 @@ def router(ctx: Context) -> APIRouter:
     Account = Annotated[str, Depends(ctx.current_account)]
 
     def stream(record: RunRecord, account: str, request: Request) -> EventStream:
+        reset = held_beyond(record, request)
         report = DeliveryReport(run_id=record.run_id, account_id=account, connection_id=uuid.uuid4().hex,
-                                stream="ui-message")
+                                stream="ui-message", resumed_from=reset.last_event_id if reset else 0,
+                                reset=reset.reason if reset else None)
         mapping = UIMessageStream(run_id=record.run_id, conversation_id=record.conversation_id)
         return EventStream(run_id=record.run_id, last_id=0, store=ctx.store, notifier=ctx.notifier,
                            config=ctx.config, metrics=ctx.metrics, report=report,
                            report_to=ctx.report_to(request, record.run_id),
-                           form=UIMessageParts(mapping))
+                           form=UIMessageParts(mapping), reset=reset_frame(record.run_id, reset) if reset else None)
 
     @api.get("/v1/ai-sdk/runs/{run_id}/stream", responses={**UI_RESPONSE, **NOT_FOUND}, response_class=Response)
     async def run_stream(run_id: str, request: Request, account: StreamAccount,
@@ -63,3 +69,14 @@ def router(ctx: Context) -> APIRouter:
         return stream(active[-1], account, request)
 
     return api
+
+
+def held_beyond(record: RunRecord, request: Request) -> Reset | None:
+    """D8 on a stream that always starts from ``start``: only an id the run cannot continue
+    from matters (a reset to tell the client about); a valid id or none, or a header that
+    is no frame id at all, is replayed as ever."""
+    raw = request.headers.get("last-event-id", "").strip()
+    if not raw.isascii() or not raw.isdigit():
+        return None
+    start = resume(int(raw), last_frame_id=record.last_frame_id, terminal=record.terminal)
+    return start if isinstance(start, Reset) else None

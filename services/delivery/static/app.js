@@ -11,6 +11,10 @@
  *   as unsaved, shows source hints and truncation, drops withdrawn blocks;
  * - holds every frame id and body hash across reconnects and checks stream-summary
  *   and the terminal (D3); any gap, repeat, frame after done or mismatch is an error;
+ * - on a `reset` frame (D8: the server cannot continue after the id this client held,
+ *   e.g. a store restored from an older backup) forgets everything it held and rebuilds
+ *   from the frames that follow, ids from 1 again; the reset's own id is 0, so a
+ *   reconnect right after it asks for the whole view;
  * - reports client.received / client.rendered (and client.conflict) receipts;
  * - renders model markdown with DOM nodes and textContent only: model text can never
  *   become markup or script.
@@ -83,7 +87,7 @@
     content: new Map(),     // seq -> text
     summary: null,          // {id, data}
     done: false, validated: null,
-    errors: [], duplicates: 0, connections: 0,
+    errors: [], duplicates: 0, connections: 0, resets: 0,
     status: null,
     abort: null, source: null, transport: "", retryDelay: 250, stopped: false,
     receipts: { received: 0, rendered: 0, timers: {} },
@@ -309,7 +313,34 @@
   }
   const ENDED_REASON = { runtime_lost: "the research runtime stopped responding" };
 
+  /** D8: the stream starts over. Everything held is forgotten; what follows is the
+   * whole current view from frame 1, checked on its own (D3). */
+  function reset(raw) {
+    let data = {};
+    try { data = JSON.parse(raw) || {}; } catch (e) { /* the reset holds even without its detail */ }
+    client.resets += 1;
+    client.held.clear();
+    client.lastId = 0;
+    client.blocks.clear();
+    client.content.clear();
+    client.summary = null;
+    client.validated = null;
+    client.status = null;
+    client.receipts.received = 0;
+    client.receipts.rendered = 0;
+    $("progress").textContent = "";
+    $("evidence").replaceChildren();
+    $("content").textContent = "";
+    $("closed").hidden = true;
+    $("integrity").dataset.state = "pending";
+    $("integrity").textContent = "stream not finished";
+    notice(`The stream started over: it could not continue after frame ${data.last_event_id}; `
+      + "showing the answer as it stands now.");
+    scheduleRender();
+  }
+
   function handleFrame(id, event, raw) {
+    if (event === "reset") { if (!client.done) reset(raw); return; }
     if (!Number.isInteger(id)) { fail("missing_id", "A frame arrived without an id."); return; }
     if (client.held.has(id) || id <= client.lastId) { client.duplicates += 1; fail("duplicate_id", "Frame " + id + " arrived twice."); return; }
     if (id !== client.lastId + 1) fail("id_gap", "Frames " + (client.lastId + 1) + "–" + (id - 1) + " are missing.");
@@ -407,7 +438,7 @@
 
   // ---------------------------------------------------------------- the stream
   const FRAME_KINDS = ["progress", "answer-preview", "answer-publication", "answer-withdrawn", "answer-rejected",
-    "run-status", "content", "evidence-summary", "error", "stream-summary", "done"];
+    "run-status", "content", "evidence-summary", "error", "stream-summary", "done", "reset"];
 
   function connect() {
     if (client.stopped || client.done) return;

@@ -114,7 +114,9 @@ class Feeder(OneFeeder[list[str]]):
 # ----------------------------------------------------------------------- TCP proxy
 
 class KillableProxy:
-    """A TCP forwarder whose live connections can be killed (both sides reset)."""
+    """A TCP forwarder whose live connections can be killed (both sides reset). New
+    connections go to ``target_port`` as it is when they arrive: set it to move the
+    clients behind the proxy to another server at their next connection."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
@@ -205,8 +207,10 @@ class Delivery:
         return mint_token(self.settings, account, ttl)
 
 
-def start_delivery(settings: Settings, **app_options: Any) -> Iterator[Delivery]:
-    store = ViewStore(settings)
+def start_delivery(settings: Settings, *, store_name: str = "delivery", **app_options: Any) -> Iterator[Delivery]:
+    """A Delivery app on uvicorn over its view store (``store_name``: another name is a
+    store of its own in the same database, e.g. the deployment restored from a backup)."""
+    store = ViewStore(settings, name=store_name)
     notifier = Notifier()
     publish = KafkaPublish(settings)
     app = create_app(settings, store, publish, notifier=notifier, poll_interval=0.5, **app_options)

@@ -1,0 +1,36 @@
+// One run read by the AI SDK's own client, wherever the SDK runs (Node or a browser
+// page): DefaultChatTransport's resume request (GET {api}/{chatId}/stream, its own SSE +
+// JSON parsing and strict part validation), then readUIMessageStream — no imprint code
+// in between. `ai` is the package's module namespace; `headers` go on the request as
+// the transport's own; `credentials` is the transport's fetch credentials mode.
+//
+// Returns {status, message, updates, chunks, errors}; chunks: the type of every chunk
+// the transport handed over, transient ones included.
+export async function readRun(ai, { api, chatId, headers = {}, credentials }) {
+  const { DefaultChatTransport, readUIMessageStream } = ai;
+  const errors = [];
+  const chunks = [];
+  const out = { status: "", message: null, updates: 0, chunks, errors };
+  try {
+    const transport = new DefaultChatTransport({ api, headers, ...(credentials ? { credentials } : {}) });
+    const stream = await transport.reconnectToStream({ chatId });
+    if (stream === null) {
+      out.status = "no-active-stream";
+      return out;
+    }
+    const [forReader, forLog] = stream.tee();
+    const logged = (async () => { for await (const chunk of forLog) chunks.push(chunk.type); })();
+    for await (const message of readUIMessageStream({
+      stream: forReader, terminateOnError: true, onError: (error) => errors.push(String(error && error.stack || error)),
+    })) {
+      out.updates += 1;
+      out.message = message;
+    }
+    await logged;
+    out.status = errors.length ? "error" : "finished";
+  } catch (error) {
+    errors.push(String(error && error.stack || error));
+    out.status = "error";
+  }
+  return out;
+}
