@@ -235,13 +235,17 @@ class _Stage:
 
 
 class AnswerExecution(Aggregate):
+    class_version = 1
+
     id_for = staticmethod(ids.execution_id)
     """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
 
     class Opened(Aggregate.Created):
+        class_version = 1
         run_id: str
 
     class Admitted(MessageEvent):
+        class_version = 1
         request: dict[str, Any]
 
         def change(self, x: AnswerExecution) -> None:
@@ -249,6 +253,7 @@ class AnswerExecution(Aggregate):
             x._enter(State.ADMITTED, self.event_id, None, self.timestamp)
 
     class Transitioned(MessageEvent):
+        class_version = 1
         run_id: str
         state: str
         previous: str
@@ -266,6 +271,7 @@ class AnswerExecution(Aggregate):
     class Closed(Aggregate.Event):
         """The closed execution record is persisted (announced as ``run.closed``)."""
 
+        class_version = 1
         run_id: str
         event_id: str
         state: str
@@ -283,6 +289,7 @@ class AnswerExecution(Aggregate):
             x._trace("closed", self.state)
 
     class StageReported(MessageEvent):
+        class_version = 1
         run_id: str
         account_id: str
         conversation_id: str
@@ -294,6 +301,7 @@ class AnswerExecution(Aggregate):
             x._trace("stage", self.stage)
 
     class EvidenceGranted(MessageEvent):
+        class_version = 1
         source_id: str
         scope: str
         owner_account_id: str
@@ -304,6 +312,7 @@ class AnswerExecution(Aggregate):
             x._trace("evidence.granted", self.source_id)
 
     class ToolReceiptRecorded(MessageEvent):
+        class_version = 1
         tool_call_id: str
         status: str
 
@@ -312,6 +321,7 @@ class AnswerExecution(Aggregate):
             x._trace(f"receipt.{self.status}", self.tool_call_id)
 
     class EffectObserved(MessageEvent):
+        class_version = 1
         kind: str
         candidate_id: str
         block_id: str
@@ -337,6 +347,7 @@ class AnswerExecution(Aggregate):
             x._trace(f"effect.{self.kind}", self.block_id)
 
     class Refused(MessageEvent):
+        class_version = 1
         message_type: str
         code: str
         detail: str
@@ -346,6 +357,7 @@ class AnswerExecution(Aggregate):
             x._trace(f"refused.{self.code}", self.message_type)
 
     class EvidenceRedacted(Aggregate.Event):
+        class_version = 1
         source_id: str
         cause: str
 
@@ -354,6 +366,7 @@ class AnswerExecution(Aggregate):
             x._trace("evidence.redacted", self.source_id)
 
     class Erased(MessageEvent):
+        class_version = 1
         run_id: str
         reason: str
         account_id: str

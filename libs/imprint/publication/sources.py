@@ -90,7 +90,8 @@ def with_noted(facts: SourceFacts, noted: Mapping[str, Any] | None) -> SourceFac
 
 
 class RelianceEvent(Aggregate.Event):
-    """Run ``run_id`` relies on the source: it joins the aggregate's ``dependents``."""
+    """Run ``run_id`` relies on the source: it joins the aggregate's ``dependents``.
+    A base, never stored itself: each subclass declares its own ``class_version``."""
 
     run_id: str
 
@@ -100,6 +101,8 @@ class RelianceEvent(Aggregate.Event):
 
 class SourceRecord(Aggregate):
     """One source id's registry history, plus the runs that rely on it."""
+
+    class_version = 1
 
     @staticmethod
     @remembered
@@ -122,7 +125,12 @@ class SourceRecord(Aggregate):
         self.lanes: list[str] = []
         """The lanes with a :class:`SourceDependents` aggregate for this source."""
 
+    class Created(Aggregate.Created):
+        class_version = 1
+        source_id: str
+
     class Registered(Aggregate.Event):
+        class_version = 1
         scope: str
         owner_account_id: str
         title: str
@@ -134,6 +142,7 @@ class SourceRecord(Aggregate):
             record.title = self.title
 
     class Revoked(Aggregate.Event):
+        class_version = 1
         account_id: str | None
         reason: str
 
@@ -144,13 +153,18 @@ class SourceRecord(Aggregate):
                 record.revoked_accounts.append(self.account_id)
 
     class Tombstoned(Aggregate.Event):
+        class_version = 1
+
         def apply(self, record: SourceRecord) -> None:
             record.tombstoned = True
 
     class RelianceRecorded(RelianceEvent):
         """Reliance as older logs recorded it; it is now recorded on the lane's :class:`SourceDependents`."""
 
+        class_version = 1
+
     class LaneOpened(Aggregate.Event):
+        class_version = 1
         lane: str
 
         def apply(self, record: SourceRecord) -> None:
@@ -212,6 +226,8 @@ class SourceDependents(Aggregate):
     A revocation notes itself on every lane of the source (and on every dependent run);
     a lane's own noted standing then stands in for a stale copy of the source."""
 
+    class_version = 1
+
     @staticmethod
     @remembered
     def create_id(source_id: str, lane: str) -> uuid.UUID:
@@ -225,10 +241,18 @@ class SourceDependents(Aggregate):
         self.dependents: list[str] = []
         self.noted = no_revocation()
 
+    class Created(Aggregate.Created):
+        class_version = 1
+        source_id: str
+        lane: str
+
     class RelianceRecorded(RelianceEvent):
         """A run of this lane relies on the source."""
 
+        class_version = 1
+
     class StandingNoted(Aggregate.Event):
+        class_version = 1
         tombstoned: bool
         account_id: str | None
 
