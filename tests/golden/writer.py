@@ -70,7 +70,7 @@ class Writer:
         self.app = open_log(settings)
         self.journal = open_journal(settings)
         self.publication_feed: Feeder[None] = Feeder(self._publish, resume=self._resume(self.app.position))
-        self.journal_feed: Feeder[None] = Feeder(self.journal.process, resume=self._resume(self.journal.units.position))
+        self.journal_feed: Feeder[None] = Feeder(self.journal.process, resume=self._resume(self.journal.sink.position))
         self.emitted: list[Message] = []
         """What Publication emitted itself (previews, save-unknowns): never in its log."""
         self._announced = 0
