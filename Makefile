@@ -11,7 +11,7 @@ export PG_PORT ?= 5432
 TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
-.PHONY: install run test test-unit test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
+.PHONY: install run test test-fast test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 .PHONY: soak test-cluster
 .PHONY: bench-quick otelcol
 
@@ -34,8 +34,10 @@ test: install browser-deps node-deps otelcol infra-up
 	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)} \
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not cluster" $(PYTEST_ARGS)
 
-test-unit: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+## make test-fast: the tiers that need no broker and no database server (tests/unit: pure rules,
+## tests/component: one part's code in one process on memory or SQLite stores), in seconds.
+test-fast: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/component
 
 ## The AI SDK client tier (tests/node): pinned `ai` 5.x/6.x/7.x and Node 22, from package-lock.json.
 NODE_DEPS := tests/node/node_modules/.package-lock.json

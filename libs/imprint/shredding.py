@@ -160,9 +160,9 @@ def associated_data(conversation_id: str, scope: str, field: str, purpose: str =
 class FieldSealer:
     """Seals and opens private fields of one purpose (``journal``, ``publication``) with a keyring.
 
-    The base64 of a seal is pybase64's (SIMD; the standard library's took ~4 µs of the
-    ~8 µs a body of 700 bytes cost to open). ``remember_ciphers``: keep each key's AES-GCM
-    context for the sealer's life (its key schedule was a fifth of an open) — only for a
+    The base64 of a seal is pybase64's (SIMD: the standard library's decoding is a large part
+    of opening a short body). ``remember_ciphers``: keep each key's AES-GCM context for the
+    sealer's life (its key schedule is paid once, not per open) — only for a
     sealer that lives as long as its keyring's keys may be used, such as a relay's or a
     replay's sealer of one batch; a long-lived sealer would keep a destroyed key's context."""
 

@@ -1,4 +1,4 @@
-"""Electing the one active relay of a log among several processes (issue 12.3).
+"""Electing the one active relay of a log among several processes.
 
 No coordinator of our own: the database is already the source of truth.
 

@@ -34,9 +34,12 @@ from services.common.recorders import PollRecorder
 A = TypeVar("A", bound=Aggregate)
 
 HOT_CACHE = {
-    # Enough for every run in flight on one instance; a larger heap makes each of the
-    # process's garbage collections slower (least recently used aggregates go first).
-    "AGGREGATE_CACHE_MAXSIZE": "2000",
+    # Every run in flight on one instance must fit, however many there are: a run evicted
+    # between two of its proposals is read back from its snapshot and events at the next
+    # one, so a count bound below the runs in flight turns every proposal into a reload.
+    # What the cached aggregates hold is bounded by HOT_ENTRIES instead, which grows with
+    # what the runs hold, not with how many they are.
+    "AGGREGATE_CACHE_MAXSIZE": "100000",
     "AGGREGATE_CACHE_FASTFORWARD": "n",
     "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
 }
@@ -47,10 +50,10 @@ HOT_ENTRIES = "AGGREGATE_CACHE_MAXENTRIES"
 """The setting (environment, like the library's ``AGGREGATE_CACHE_MAXSIZE``) that bounds
 what the hot aggregates hold together, in :func:`entries`."""
 DEFAULT_HOT_ENTRIES = 150_000
-"""~220 MB of hot aggregates (tracemalloc): a Publication run holds ~2.6 entries and
-~3.8 KB per block (its record, its fingerprint, its candidate's outcome; runs of 25 and
-of 400 proposals of two blocks), so the bound keeps ~1,150 runs of 25 proposals or ~70
-of 400, where the count bound alone (2,000 aggregates) would let runs of 400 hold ~6 GB."""
+"""A Publication run holds a few entries per block (its record, its fingerprint, its
+candidate's outcome), so this bound keeps on the order of a thousand runs of a few dozen
+proposals, or some dozens of runs of hundreds; the count bound alone would let long runs
+hold gigabytes."""
 
 
 def entries(aggregate: object) -> int:
@@ -65,16 +68,15 @@ def entries(aggregate: object) -> int:
 
 
 _COLLECTIONS = (dict, list, set)
-"""What :func:`entries` counts. A tuple: ``dict | list | set`` written in the loop built a
-union object per attribute and checked against it more slowly (3.9 µs to weigh an
-aggregate of 28 attributes, against 1.5)."""
+"""What :func:`entries` counts. A tuple, built once: ``dict | list | set`` written in the
+loop would build a union object for every attribute weighed."""
 
 
 class HotAggregates(Cache[UUID, Any]):
     """The repository's cache of hot aggregates: least recently used out first, bounded by
     count (``AGGREGATE_CACHE_MAXSIZE``, as the library's ``LRUCache``) *and* by what the
-    aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, 2,000
-    cached runs would hold ~380 MB at 25 proposals a run and gigabytes at a few hundred.
+    aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, the cached
+    runs' memory would grow with the length of the runs.
     An aggregate is weighed when it is put: when the repository first reads it
     and after each save of it (the library puts every saved aggregate back), so a run
     growing in place is weighed again at its next commit. The aggregate put last is

@@ -43,8 +43,7 @@ from psycopg.sql import SQL, Composed, Identifier, Literal
 def _binary_events(statement: Composed | SQL) -> SQL:
     """The library's insert statement with its array of stored events passed in binary
     (``%b``): psycopg then writes each event's state as raw bytes instead of escaping it
-    as text in Python, a third of the CPU for events of ~1.5 KB (10 per call: 1.65 →
-    0.55 ms)."""
+    as text in Python, a cost that grows with every byte of every event."""
     text = statement.as_string(None)
     if "unnest(%s::" not in text:
         raise RuntimeError("eventsourcing's insert statement changed: unnest(%s::…) not found")
@@ -53,8 +52,7 @@ def _binary_events(statement: Composed | SQL) -> SQL:
 
 def _rendered(statement: Composed | SQL) -> SQL:
     """A composed statement as plain SQL text, once: executing a ``Composed`` renders it
-    again on every call, quoting each identifier through libpq (a tenth of the Journal's
-    CPU at a paced load went to ``Identifier.as_bytes``)."""
+    again on every call, quoting each identifier through libpq."""
     return SQL(statement.as_string(None))  # type: ignore[arg-type]
 
 
@@ -62,7 +60,7 @@ def binary_inserts(recorder: object) -> None:
     """A PostgreSQL aggregate recorder that inserts its stored events in binary (see
     :func:`_binary_events`); any other recorder is left as it is. The snapshot store's
     recorder is the library's own, built by the application: a run's snapshot (tens to
-    hundreds of KB) took ~80 ms to escape as text, inside the poll that took it."""
+    hundreds of KB) would otherwise be escaped as text inside the poll that takes it."""
     if isinstance(recorder, PostgresAggregateRecorder):
         recorder.insert_events_statement = _binary_events(recorder.insert_events_statement)
 
@@ -198,11 +196,10 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecor
     def index_topic(self, name: str, topic: str) -> None:
         """A partial index of the notification ids of ``topic``'s events alone, so reading
         the notification log filtered to that topic (``select_notifications(topics=…)``)
-        walks those events, not every event after ``start`` (a page of a whole-log replay's
-        run index scanned ~29,000 rows for its 500 openings: 64 ms a page, 1.2 s over a
-        log of a million events with a warm cache and 4.9 s with a cold one; 0.3 s with
-        it). Created if missing, under the caller's creation lock; the cost on a write is
-        one predicate test per event."""
+        walks those events, not every event after ``start`` (without it, a page of a
+        whole-log replay's run index scans every event between two run openings). Created
+        if missing, under the caller's creation lock; the cost on a write is one predicate
+        test per event."""
         table = self.events_table_name
         statement = SQL("CREATE INDEX IF NOT EXISTS {0} ON {1} (notification_id) WHERE topic = {2}").format(
             Identifier(f"{table}_{name}_idx"), Identifier(self.datastore.schema, table), Literal(topic))
@@ -213,9 +210,8 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecor
         """Every stored event of these aggregates, in one query: each one's events
         together, in version order.
 
-        The rows are put in order here, not by the server: an ``ORDER BY`` over the whole
-        page (50 runs: ~2,750 rows of ~1.4 KB) outgrows the default ``work_mem`` and is
-        sorted on disk, ~90% of the query's time (17.6 → 1.9 ms a page). Grouped by
+        The rows are put in order here, not by the server: an ``ORDER BY`` over a whole
+        page of runs outgrows the default ``work_mem`` and is sorted on disk. Grouped by
         aggregate, each stream is sorted by its version alone — integers, almost always
         in order already, as the heap holds them."""
         rows = self._over_ids("SELECT originator_id, originator_version, topic, state FROM {table}"
@@ -238,9 +234,8 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecor
 
     def _over_ids(self, statement: str, originator_ids: Sequence[UUID]) -> list[tuple[Any, ...]]:
         """The rows (tuples) of ``statement`` over the events table (``{table}``) with the
-        ids as one array parameter, in binary: a stored state (~1.4 KB) then travels as its
-        bytes, not as hex text the server writes and the client parses (a replay's read of
-        an event: ~7 → ~4 µs, client CPU ~4.4 → ~2 µs)."""
+        ids as one array parameter, in binary: a stored state then travels as its bytes, not
+        as hex text the server writes and the client parses."""
         query = SQL(statement).format(table=Identifier(self.datastore.schema, self.events_table_name))  # type: ignore[arg-type]
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as curs:
             curs.execute(query, [list(originator_ids)], prepare=True)

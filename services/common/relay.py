@@ -42,9 +42,9 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   held on a dedicated session, or a file lock for SQLite. A standby polls for the lock;
   when the active relay dies its session ends, the lock is free, and the standby
   resumes from the recorded position. Before reading a batch the active relay checks
-  that its lock session is still alive (at most every :data:`LEADERSHIP_CHECK_SECONDS`:
-  a round trip per batch was a third of an idle-ish relay's queries), and a tracking
-  record that does not advance (another relay already recorded it) makes it step down. Even two relays
+  that its lock session is still alive (at most every :data:`LEADERSHIP_CHECK_SECONDS`,
+  not a round trip per batch), and a tracking record that does not advance (another
+  relay already recorded it) makes it step down. Even two relays
   producing at once could only re-send: each produces in log order from a recorded
   position that the other had already acknowledged on the topic, so the first copy of
   every event still arrives in log order.

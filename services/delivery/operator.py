@@ -1,4 +1,4 @@
-"""The run inspector, served by Delivery for operators (issue 10; SPEC §1's five facts, R2, D6).
+"""The run inspector, served by Delivery for operators (SPEC §1's five facts, R2, D6).
 
 ``GET /operator``
     the inspector page (a static shell: ``static/inspector.html`` and its script; it

@@ -49,9 +49,11 @@ from services.delivery.view_tables import BLOCK_COLUMNS, CONFLICT_COLUMNS, FRAME
 
 log = get_logger(__name__)
 
-HOT_BLOCKS = 2_000
+HOT_BLOCKS = 20_000
 """At most this many block states are kept in memory across the hot runs (least recently
-used runs go first): a large heap makes every garbage collection of the process slower."""
+used runs go first): enough for thousands of runs in flight with a few blocks each (a run
+evicted between two polls is read and parsed again at the next), bounded because a large
+heap makes every garbage collection of the process slower."""
 PRIVATE_FRAME_EVENTS = ("answer-preview", "answer-publication", "answer-withdrawn", "answer-rejected",
                         "content", "evidence-summary", "progress", "error")
 NOTIFY_PAYLOAD_BYTES = 7000

@@ -170,7 +170,7 @@ SEAL_MARK = f'"{SEALED}"'.encode()
 def _field_of(path: SealPath) -> str:
     """A seal's field: the last key on its path (an item of a list: the list's key).
     Remembered per path: a topic's seals sit at the same few paths, so the field is
-    not looked for again with a generator for every body (about 1% of a replay's decode)."""
+    not looked for again with a generator for every body."""
     return next((step for step in reversed(path) if isinstance(step, str)), "")
 
 
@@ -305,8 +305,7 @@ class BatchOpener:
         """A decoder holding the keys of every seal in ``stored`` (read in one query), for
         ``stored`` or any part of it. A replay reads a page of runs at once and decodes it
         one run at a time, each run folded and viewed right after: its events are then
-        still in the processor's caches (a whole replay used ~6% less CPU than with the page
-        decoded first)."""
+        still in the processor's caches."""
         if not self._scannable:
             return lambda part: [self._mapper.to_domain_event(s) for s in part]
         names = {_key_name(name) for s in stored if SEAL_MARK in s.state for name in _KEY_NAME.findall(s.state)}

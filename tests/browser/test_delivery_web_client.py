@@ -11,7 +11,7 @@ import pytest
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import Delivery, KillableProxy, off_thread
 from tests.support.kafka import read_topic
-from tests.unit.delivery.delivery_builders import closed, preview, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, preview, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 

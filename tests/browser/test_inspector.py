@@ -33,7 +33,7 @@ from tests.integration.recovery.recovery_support import (
 )
 from tests.integration.recovery.test_recovery_journal import committed_announcements, journal_sees
 from tests.support.kafka import produce, read_topic
-from tests.unit.delivery.delivery_builders import running
+from tests.support.delivery_builders import running
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 RUN = "run-inspect"

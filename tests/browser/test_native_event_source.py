@@ -14,7 +14,7 @@ import pytest
 
 from imprint.delivery.summary import validate_stream
 from tests.integration.delivery.support import Delivery, KillableProxy
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.support.delivery_builders import closed, published, running, settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

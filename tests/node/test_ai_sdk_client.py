@@ -13,7 +13,7 @@ import pytest
 from tests.integration.delivery.support import Delivery
 from tests.node.conftest import LINES, start_reader
 from tests.support.waiting import wait_until
-from tests.unit.delivery.delivery_builders import closed, preview, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, preview, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -13,7 +13,10 @@ aggregate. So the stored event classes of an aggregate are its nested event clas
   the point: a creation event must be written out to carry one.
 
 An event class outside any aggregate can only be a base (its subclasses are stored);
-:func:`unnested_event_classes` finds them so a check can say so."""
+:func:`unnested_event_classes` finds them so a check can say so.
+
+What is stored is domain, so it lives under ``libs/imprint`` (pure: importing it here
+starts nothing); the unit tier checks that ``services/`` defines none of it."""
 
 from __future__ import annotations
 
@@ -26,17 +29,13 @@ from types import ModuleType
 from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanMutateAggregate
 
 import imprint
-import services
-
-PACKAGES: tuple[ModuleType, ...] = (imprint, services)
 
 
 def modules() -> list[ModuleType]:
-    found = []
-    for package in PACKAGES:
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            found.append(importlib.import_module(info.name))
-    return found
+    """Every module of ``imprint`` (the runtime SDK's I/O adapters are left out: they
+    import their I/O library, and the SDK stores nothing)."""
+    return [importlib.import_module(info.name) for info in pkgutil.walk_packages(imprint.__path__, "imprint.")
+            if not info.name.startswith("imprint.runtime.")]
 
 
 def _classes_of(module: ModuleType) -> Iterator[type]:

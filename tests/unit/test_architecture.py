@@ -143,3 +143,29 @@ def test_no_part_reexports_another_parts_names() -> None:
                                                     for t in node.targets):
                 offenders.append(path.relative_to(SERVICES).as_posix())
     assert offenders == [], f"re-export lists in services/: {offenders}"
+
+
+UNIT = ROOT / "tests" / "unit"
+TEST_SUPPORT_ALLOWED = {"tests.support.delivery_builders", "tests.support.versions"}
+"""Shared builders of contract messages, and the finder of what libs/imprint stores: pure,
+so the unit tier may use them."""
+
+
+@pytest.mark.rule("P15")
+def test_the_unit_tier_does_no_io() -> None:
+    """``tests/unit`` proves the pure rules: it imports no service, no I/O library and no
+    test support but pure builders, and asks for no temporary folder. What runs services
+    code in one process is ``tests/component``; what needs the broker or the database,
+    ``tests/integration`` and the tiers after it."""
+    offenders: dict[str, list[str]] = {}
+    for path in sorted(UNIT.rglob("*.py")):
+        if path.name == "test_architecture.py":
+            continue  # this checker reads the source tree it checks
+        modules = imported_modules(path)
+        bad = sorted({m.split(".")[0] for m in modules} & (IO_LIBRARIES | {"sqlite3"}))
+        bad += sorted(m for m in modules if m.startswith("tests.") and m not in TEST_SUPPORT_ALLOWED)
+        if "tmp_path" in path.read_text():
+            bad.append("tmp_path")
+        if bad:
+            offenders[path.relative_to(UNIT).as_posix()] = bad
+    assert offenders == {}, f"the unit tier must stay pure: {offenders}"

@@ -9,7 +9,9 @@ older release stored, and only on that."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,9 @@ from tests.support.versions import (
 
 pytestmark = pytest.mark.rule("R8")
 
-GOLDEN_LOGS = Path(__file__).resolve().parents[1] / "golden" / "logs"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN_LOGS = ROOT / "tests" / "golden" / "logs"
+STORED_BASE = re.compile(r"\bAggregate\b|\bEvent\b|\bCreated\b|DomainEvent|CanMutateAggregate|Snapshot")
 
 
 def test_the_stores_have_aggregates_and_events_to_check() -> None:
@@ -65,6 +69,17 @@ def test_an_event_class_outside_an_aggregate_is_only_a_base() -> None:
     nested = set(stored_event_classes())
     leaves = [name_of(c) for c in unnested_event_classes() if not any(sub in nested for sub in _subclasses(c))]
     assert leaves == [], f"nest these in their aggregate: {leaves}"
+
+
+def test_services_define_nothing_that_is_stored() -> None:
+    """Aggregates and their events are domain (``libs/imprint``), where the checks above
+    look for them; a part of ``services/`` that defined one would escape them."""
+    offenders = []
+    for path in sorted((ROOT / "services").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef) and any(STORED_BASE.search(ast.unparse(b)) for b in node.bases):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert offenders == []
 
 
 def test_every_topic_an_earlier_release_stored_resolves_to_a_versioned_event_class() -> None:

@@ -33,8 +33,6 @@ from pydantic_core import to_json
 from imprint.contracts.publication import (
     AnswerPreview,
     AnswerPublished,
-    AnswerRejected,
-    AnswerRevisionRejected,
     AnswerSaveFailed,
     AnswerSaveUnknown,
     AnswerSettled,
@@ -184,24 +182,13 @@ def _adopt_identity(p: RunProjection, account_id: str, conversation_id: str | No
     return True
 
 
-def step(p: RunProjection, message: Any) -> Step:
-    """Fold one inbound message (publication or runs topic) into ``p`` and say which
-    frames it appends. ``p`` is changed in place. The handler of the message's type
-    (:data:`HANDLERS`) does the work; any other type appends nothing."""
-    out = Step()
-    handler = HANDLERS.get(type(message))
-    if handler is None or (p.deleted and handler is not _deleted):
-        return out  # a deleted run's projection takes nothing but its deletion (again)
-    return handler(p, message, out)
-
-
-def _deleted(p: RunProjection, message: ConversationDeleted, out: Step) -> Step:
+def deleted(p: RunProjection, message: ConversationDeleted, out: Step) -> Step:
     if _adopt_identity(p, message.account_id, message.conversation_id):
         out.purge_conversation = message.conversation_id
     return out
 
 
-def _transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step:
+def transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step:
     if not _adopt_identity(p, message.account_id, message.conversation_id) or message.sequence <= p.sequence:
         return out
     p.state, p.previous, p.sequence = message.state, message.previous, message.sequence
@@ -211,13 +198,13 @@ def _transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step
     return out
 
 
-def _progress(p: RunProjection, message: RunProgress, out: Step) -> Step:
+def progress(p: RunProjection, message: RunProgress, out: Step) -> Step:
     if _adopt_identity(p, message.account_id) and not p.terminal:
         out.drafts.append(draft(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
     return out
 
 
-def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
+def closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
     if not _adopt_identity(p, message.account_id, message.conversation_id) or p.closed:
         return out  # one closed record, one terminal (D3)
     p.closed = True
@@ -230,7 +217,7 @@ def _closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
     return _finish(p, out)
 
 
-def _settled(p: RunProjection, message: AnswerSettled, out: Step) -> Step:
+def settled(p: RunProjection, message: AnswerSettled, out: Step) -> Step:
     """Publication has nothing more for this run before its end (``answer.settled``)."""
     p.publication_settled = True
     return _finish(p, out)
@@ -259,23 +246,24 @@ def _finish(p: RunProjection, out: Step) -> Step:
 
 
 @dataclass(frozen=True, slots=True)
-class _Publication:
+class Publication:
     """The handler of one ``imprint.publication.v1`` message class: merged into the
-    answer state (:data:`imprint.delivery.merge.HANDLERS`), then one ``event`` frame per
-    block whose display it changed, with what ``fields`` adds about that block."""
+    answer state (``merge``), then one ``event`` frame per block whose display it changed,
+    with what ``fields`` adds about that block."""
 
     event: str
     fields: Callable[[dict[str, Any], Any, str], str | None]
     """Writes the message's own fields about ``block_id`` into a frame's payload. Returns
     the block's body hash when the message carries that body (the frame's hash is then the
     body's), else ``None`` (the frame's hash is its payload's)."""
+    merge: merge.Handler
 
     def __call__(self, p: RunProjection, message: Any, out: Step) -> Step:
         # Only the blocks this message can touch: the cost of a message never grows with the run.
-        names = merge.named_blocks(message)
+        names = self.merge.blocks(message)
         held = p.answer.blocks if names is None else {b: p.answer.blocks[b] for b in names if b in p.answer.blocks}
         before = {b: merge.display(state) for b, state in held.items()}
-        result = merge.apply(p.answer, message)
+        result = merge.fold(p.answer, message, self.merge)
         out.conflicts.extend(result.conflicts)
         if p.terminal:
             # Nothing is appended after done (D3); a block hidden now loses its bodies.
@@ -315,35 +303,35 @@ def _body_fields(payload: dict[str, Any], body: BlockView, block_id: str, status
     return body.body_sha256
 
 
-def _preview_fields(payload: dict[str, Any], message: AnswerPreview, block_id: str) -> str | None:
+def preview_fields(payload: dict[str, Any], message: AnswerPreview, block_id: str) -> str | None:
     return _body_fields(payload, message.block, block_id, "unsaved")
 
 
-def _published_fields(payload: dict[str, Any], message: AnswerPublished, block_id: str) -> str | None:
+def published_fields(payload: dict[str, Any], message: AnswerPublished, block_id: str) -> str | None:
     return _body_fields(payload, message.block, block_id, "saved")
 
 
-def _unchanged_fields(payload: dict[str, Any], message: AnswerUnchanged, block_id: str) -> None:
+def unchanged_fields(payload: dict[str, Any], message: AnswerUnchanged, block_id: str) -> None:
     payload["revision"] = message.revision
     payload["status"] = "unchanged"
 
 
-def _withdrawn_fields(payload: dict[str, Any], message: AnswerWithdrawn, block_id: str) -> None:
+def withdrawn_fields(payload: dict[str, Any], message: AnswerWithdrawn, block_id: str) -> None:
     payload["revision"] = message.revision
     payload["cause"] = message.cause  # never the source id (D6)
 
 
-def _save_unknown_fields(payload: dict[str, Any], message: AnswerSaveUnknown, block_id: str) -> None:
+def save_unknown_fields(payload: dict[str, Any], message: AnswerSaveUnknown, block_id: str) -> None:
     payload["status"] = "save_unknown"
     payload["candidate_id"] = message.candidate_id
 
 
-def _save_failed_fields(payload: dict[str, Any], message: AnswerSaveFailed, block_id: str) -> None:
+def save_failed_fields(payload: dict[str, Any], message: AnswerSaveFailed, block_id: str) -> None:
     payload["status"] = "save_failed"
     payload["candidate_id"] = message.candidate_id
 
 
-def _no_fields(payload: dict[str, Any], message: Any, block_id: str) -> None:
+def no_fields(payload: dict[str, Any], message: Any, block_id: str) -> None:
     """A rejection: what a client may learn of it is added from the merge's client-safe rejection."""
 
 
@@ -352,22 +340,6 @@ def _rejection(r: merge.Rejection) -> dict[str, Any]:
             "rejection": r.kind, **({"block_id": r.block_id} if r.block_id else {})}
 
 
-Handler = Callable[[RunProjection, Any, Step], Step]
-
-HANDLERS: dict[type, Handler] = {
-    ConversationDeleted: _deleted,
-    RunTransitioned: _transitioned,
-    RunProgress: _progress,
-    RunClosed: _closed,
-    AnswerSettled: _settled,
-    AnswerPreview: _Publication(PREVIEW, _preview_fields),
-    AnswerPublished: _Publication(PUBLICATION, _published_fields),
-    AnswerUnchanged: _Publication(PUBLICATION, _unchanged_fields),
-    AnswerWithdrawn: _Publication(WITHDRAWN, _withdrawn_fields),
-    AnswerRejected: _Publication(REJECTED, _no_fields),
-    AnswerRevisionRejected: _Publication(REJECTED, _no_fields),
-    AnswerSaveUnknown: _Publication(PREVIEW, _save_unknown_fields),
-    AnswerSaveFailed: _Publication(PREVIEW, _save_failed_fields),
-}
-"""One table: a reader finds what happens to a message by its type here (and, for a
-publication message, in :data:`imprint.delivery.merge.HANDLERS`)."""
+StepHandler = Callable[[RunProjection, Any, Step], Step]
+"""What one message class does to a run's stream: it folds the message into the projection
+and says which frames it appends (the table is :data:`imprint.delivery.handling.HANDLERS`)."""

@@ -224,20 +224,11 @@ def view(state: AnswerState) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- merge
 
 
-def named_blocks(message: Any) -> tuple[str, ...] | None:
-    """The blocks :func:`apply` may read or change for ``message``: ``()`` for none,
-    ``None`` for every block of the run (a save outcome naming no block). A store
-    needs to hold only these blocks of ``state`` when it applies the message."""
-    handler = HANDLERS.get(type(message))
-    return handler.blocks(message) if handler is not None else ()
-
-
-def apply(state: AnswerState, message: Any) -> MergeResult:
-    """Fold one ``imprint.publication.v1`` message into ``state`` (in place)."""
+def fold(state: AnswerState, message: Any, handler: Handler) -> MergeResult:
+    """Fold one ``imprint.publication.v1`` message into ``state`` (in place) with the
+    handler of its type (:data:`imprint.delivery.handling.HANDLERS`)."""
     result = MergeResult()
-    handler = HANDLERS.get(type(message))
-    if handler is not None:
-        handler.merge(state, message, result)
+    handler.merge(state, message, result)
     return result
 
 
@@ -294,27 +285,27 @@ def _previewed_as(message: AnswerRejected) -> str:
 # --------------------------------------------------------------------------- per message class
 
 
-def _body_block(message: AnswerPreview | AnswerPublished) -> tuple[str, ...]:
+def body_block(message: AnswerPreview | AnswerPublished) -> tuple[str, ...]:
     return (message.block.block_id,)
 
 
-def _named_block(message: AnswerUnchanged | AnswerWithdrawn) -> tuple[str, ...]:
+def named_block(message: AnswerUnchanged | AnswerWithdrawn) -> tuple[str, ...]:
     return (message.block_id,)
 
 
-def _rejected_block(message: AnswerRejected) -> tuple[str, ...]:
+def rejected_block(message: AnswerRejected) -> tuple[str, ...]:
     return (message.block_id,) if message.block_id is not None else (_previewed_as(message),)
 
 
-def _target_block(message: AnswerRevisionRejected) -> tuple[str, ...]:
+def target_block(message: AnswerRevisionRejected) -> tuple[str, ...]:
     return (message.target_block_id,)
 
 
-def _outcome_blocks(message: SaveOutcome) -> tuple[str, ...] | None:
+def outcome_blocks(message: SaveOutcome) -> tuple[str, ...] | None:
     return tuple(message.block_ids) if message.block_ids else None
 
 
-def _on_preview(state: AnswerState, message: AnswerPreview, result: MergeResult) -> None:
+def on_preview(state: AnswerState, message: AnswerPreview, result: MergeResult) -> None:
     preview = message.block
     block = state.block(preview.block_id)
     if preview.candidate_id in block.settled_candidates or preview.revision <= block.hidden_through:
@@ -341,7 +332,7 @@ def _on_preview(state: AnswerState, message: AnswerPreview, result: MergeResult)
     result.touched.append(block.block_id)
 
 
-def _on_published(state: AnswerState, message: AnswerPublished, result: MergeResult) -> None:
+def on_published(state: AnswerState, message: AnswerPublished, result: MergeResult) -> None:
     committed = message.block
     block = state.block(committed.block_id)
     conflict = _check(state, block, committed.revision, committed.body_sha256, "published",
@@ -363,7 +354,7 @@ def _on_published(state: AnswerState, message: AnswerPublished, result: MergeRes
     result.touched.append(block.block_id)
 
 
-def _on_unchanged(state: AnswerState, message: AnswerUnchanged, result: MergeResult) -> None:
+def on_unchanged(state: AnswerState, message: AnswerUnchanged, result: MergeResult) -> None:
     block = state.blocks.get(message.block_id)
     if block is not None and _drop_preview(block, message.candidate_id):
         # An exact duplicate reuses the original receipt (P11): the preview settles
@@ -371,7 +362,7 @@ def _on_unchanged(state: AnswerState, message: AnswerUnchanged, result: MergeRes
         result.touched.append(block.block_id)
 
 
-def _on_rejected(state: AnswerState, message: AnswerRejected, result: MergeResult) -> None:
+def on_rejected(state: AnswerState, message: AnswerRejected, result: MergeResult) -> None:
     result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
                                  reason=client_reason(message.reason), kind="block")
     if message.block_id is not None:
@@ -393,7 +384,7 @@ def _on_rejected(state: AnswerState, message: AnswerRejected, result: MergeResul
             result.touched.append(block.block_id)
 
 
-def _on_revision_rejected(state: AnswerState, message: AnswerRevisionRejected, result: MergeResult) -> None:
+def on_revision_rejected(state: AnswerState, message: AnswerRevisionRejected, result: MergeResult) -> None:
     result.rejection = Rejection(candidate_id=message.candidate_id, block_index=message.block_index,
                                  reason=client_reason(message.reason), kind="revision")
     block = state.blocks.get(message.target_block_id)
@@ -404,17 +395,17 @@ def _on_revision_rejected(state: AnswerState, message: AnswerRevisionRejected, r
         result.touched.append(block.block_id)
 
 
-def _on_withdrawn(state: AnswerState, message: AnswerWithdrawn, result: MergeResult) -> None:
+def on_withdrawn(state: AnswerState, message: AnswerWithdrawn, result: MergeResult) -> None:
     block = state.block(message.block_id)
     _hide(block, message.revision, message.cause)
     result.touched.append(block.block_id)
 
 
-def _on_save_unknown(state: AnswerState, message: AnswerSaveUnknown, result: MergeResult) -> None:
+def on_save_unknown(state: AnswerState, message: AnswerSaveUnknown, result: MergeResult) -> None:
     _on_save_outcome(state, message, result, failed=False)
 
 
-def _on_save_failed(state: AnswerState, message: AnswerSaveFailed, result: MergeResult) -> None:
+def on_save_failed(state: AnswerState, message: AnswerSaveFailed, result: MergeResult) -> None:
     _on_save_outcome(state, message, result, failed=True)
 
 
@@ -445,17 +436,3 @@ class Handler:
     """The blocks it may read or change (``None``: every block of the run): :func:`named_blocks`."""
     merge: Callable[[AnswerState, Any, MergeResult], None]
     """The fold itself, in place: :func:`apply`."""
-
-
-HANDLERS: dict[type, Handler] = {
-    AnswerPreview: Handler(_body_block, _on_preview),
-    AnswerPublished: Handler(_body_block, _on_published),
-    AnswerUnchanged: Handler(_named_block, _on_unchanged),
-    AnswerRejected: Handler(_rejected_block, _on_rejected),
-    AnswerRevisionRejected: Handler(_target_block, _on_revision_rejected),
-    AnswerWithdrawn: Handler(_named_block, _on_withdrawn),
-    AnswerSaveUnknown: Handler(_outcome_blocks, _on_save_unknown),
-    AnswerSaveFailed: Handler(_outcome_blocks, _on_save_failed),
-}
-"""One table: a reader finds what happens to a message by its type here. Every other
-type names no block and changes nothing."""

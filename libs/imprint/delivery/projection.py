@@ -3,7 +3,7 @@ the streams of its runs — pure, over a :class:`ViewWorkspace`.
 
 Delivery's consumer hands :func:`project` the decoded messages of a poll (those not yet
 applied) and the workspace of its unit of work (the runs' rows, locked). For each
-message the run's projection takes one step (:func:`imprint.delivery.frames.step`,
+message the run's projection takes one step (:func:`imprint.delivery.handling.step`,
 P16–P18, P21) and the frames it asks for are appended, with per-run ids (D1). Three
 rules of the stream are decided here, once:
 
@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 from imprint.contracts.runs import RunClosed
 from imprint.delivery import merge
-from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, step, terminal_drafts
+from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, terminal_drafts
+from imprint.delivery.handling import named_blocks, step
 from imprint.delivery.summary import validate_stream
 
 
@@ -69,11 +70,11 @@ def project(ws: ViewWorkspace, messages: Sequence[Any]) -> None:
     ordered += [m for m in messages if isinstance(m, RunClosed)]
     named: dict[str, set[str] | None] = {}
     for message in ordered:  # every message of both topics names its run
-        named[message.run_id] = _union(named.get(message.run_id, set()), merge.named_blocks(message))
+        named[message.run_id] = _union(named.get(message.run_id, set()), named_blocks(message))
     ws.load(named)  # every run of the poll locked up front, in one order: no deadlock between instances
     for message in ordered:
         run = ws.run(message.run_id)
-        ws.blocks(run, merge.named_blocks(message))
+        ws.blocks(run, named_blocks(message))
         result = step(run.projection, message)
         if result.purge_conversation is not None:
             ws.purge(result.purge_conversation, run.projection.account_id)

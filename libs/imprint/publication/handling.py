@@ -37,6 +37,11 @@ from imprint.contracts.publication import PublicationMessage, WithdrawalCause
 from imprint.contracts.runtime import (
     EvidenceGranted,
     NumericIssued,
+    AnswerPart,
+    AnswerText,
+    ModelFrame,
+    ModelReasoning,
+    RouterResult,
     RunAdmitted,
     RunCompleted,
     RunFailed,
@@ -55,8 +60,10 @@ from imprint.publication.sources import SourceDependents, SourceFacts, SourceRec
 from imprint.shredding import key_name_for
 from imprint.workspace import Workspace
 
-CANDIDATE_TYPES = frozenset({"answer.text", "answer.part", "model.frame", "model.reasoning", "router.result"})
-"""Messages that are offered to intake as candidates (most of them are refused there, P2)."""
+CANDIDATE_CLASSES = (AnswerText, AnswerPart, ModelFrame, ModelReasoning, RouterResult)
+"""Messages that are offered to intake as candidates (all but the two entries are refused
+there, P2: never answers, however answer-like their text)."""
+CANDIDATE_TYPES = frozenset(str(cls.model_fields["type"].default) for cls in CANDIDATE_CLASSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,26 +253,34 @@ def end_run(ws: Workspace, message: Any, context: Context) -> Effects:
     return NOTHING
 
 
-def withdraw_for_source(ws: Workspace, message: SourceRevoked | SourceTombstoned, context: Context) -> Effects:
-    """P21: the source's standing changes, and every block relying on it is withdrawn."""
+def revoke_source(ws: Workspace, message: SourceRevoked, context: Context) -> Effects:
+    """P21: the source is revoked (for one account, or for all), and every block relying on it is withdrawn."""
     record = source_record(ws, message.source_id, create=True)
     assert record is not None
-    account_id: str | None = None
-    cause: WithdrawalCause
-    if isinstance(message, SourceRevoked):
-        record.revoke(message.account_id, message.reason)
-        cause, account_id = "source_revoked", message.account_id
-    else:
-        record.tombstone()
-        cause = "source_tombstoned"
+    record.revoke(message.account_id, message.reason)
+    return _withdraw_dependents(ws, record, message.source_id, "source_revoked", message.account_id)
+
+
+def tombstone_source(ws: Workspace, message: SourceTombstoned, context: Context) -> Effects:
+    """P21: the source is gone for good, and every block relying on it is withdrawn."""
+    record = source_record(ws, message.source_id, create=True)
+    assert record is not None
+    record.tombstone()
+    return _withdraw_dependents(ws, record, message.source_id, "source_tombstoned", None)
+
+
+def _withdraw_dependents(ws: Workspace, record: SourceRecord, source_id: str, cause: WithdrawalCause,
+                         account_id: str | None) -> Effects:
+    """Every run relying on the source — on the record, and on each of its shards — has its
+    dependent blocks withdrawn."""
     dependents = list(record.dependents)
     for shard in record.shards:
-        reliance = ws.get(SourceDependents, SourceDependents.id_for(message.source_id, shard))
+        reliance = ws.get(SourceDependents, SourceDependents.id_for(source_id, shard))
         if reliance is not None:
             reliance.note_standing(tombstoned=cause == "source_tombstoned", account_id=account_id)
             dependents.extend(reliance.dependents)
     for run_id in dict.fromkeys(dependents):
-        run_of(ws, run_id).withdraw_for_source(message.source_id, cause, account_id)
+        run_of(ws, run_id).withdraw_for_source(source_id, cause, account_id)
     return NOTHING
 
 
@@ -330,25 +345,22 @@ HANDLERS: dict[type, Handler] = {
     EvidenceGranted: grant,
     NumericIssued: issue_numeric,
     SourceRegistered: register_source,
-    SourceRevoked: withdraw_for_source,
-    SourceTombstoned: withdraw_for_source,
+    SourceRevoked: revoke_source,
+    SourceTombstoned: tombstone_source,
     ConversationDeleteRequested: delete_conversation,
     RunCompleted: end_run,
     RunStopped: end_run,
     RunFailed: end_run,
     RunThrottled: end_run,
     RunRejected: end_run,
+    **dict.fromkeys(CANDIDATE_CLASSES, propose),
 }
 """One table: a reader finds what happens to a message by its type here."""
 
 
 def handle(ws: Workspace, message: Any, context: Context = Context()) -> Effects:
     handler = HANDLERS.get(type(message))
-    if handler is not None:
-        return handler(ws, message, context)
-    if getattr(message, "type", None) in CANDIDATE_TYPES:
-        return propose(ws, message, context)
-    return NOTHING
+    return NOTHING if handler is None else handler(ws, message, context)
 
 
 def apply_all(ws: Workspace, offered: Iterable[tuple[Any, Context]]) -> Unit:

@@ -30,7 +30,7 @@ from services.delivery.view_store import ViewStore
 from tests.support.feeder import Feeder as OneFeeder
 from tests.support.net import free_port
 from tests.support.sse import SSE, parse_sse, read_stream  # noqa: F401 - the one SSE reader, re-exported
-from tests.unit.delivery.delivery_builders import block, closed, preview, published, running  # noqa: F401
+from tests.support.delivery_builders import block, closed, preview, published, running  # noqa: F401
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import Delivery, start_delivery
 from tests.integration.delivery.support import SSE, read_stream
 from tests.support.kafka import read_topic
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     closed,
     deleted,
     preview,

@@ -18,7 +18,7 @@ from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, Feeder, KafkaPublish, LiveServer, read_stream
 from tests.support.waiting import wait_until
-from tests.unit.delivery.delivery_builders import closed, deleted, published, running, settled
+from tests.support.delivery_builders import closed, deleted, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -29,7 +29,7 @@ from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.integration.delivery.support import SSE, free_port, read_stream
 from tests.support.kafka import produce, read_topic
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.support.delivery_builders import closed, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.backends("postgres")]  # several Delivery instances share one store (the embedded SQLite has one instance)
 

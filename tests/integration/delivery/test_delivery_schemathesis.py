@@ -30,7 +30,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 
 from tests.integration.delivery.support import Delivery
-from tests.unit.delivery.delivery_builders import closed, published, running, settled
+from tests.support.delivery_builders import closed, published, running, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
               pytest.mark.backends("sqlite")]  # the HTTP contract fuzzed; the store under it is tested per backend elsewhere

@@ -20,7 +20,7 @@ from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
-from tests.unit.delivery.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn
 
 RUN = "run-s"
 
@@ -224,7 +224,7 @@ def earlier_store(settings: Settings) -> Iterator[Callable[[str, Sequence[Sequen
 @pytest.mark.rule("D1")
 @pytest.mark.rule("P17")
 def test_a_store_in_the_earlier_layout_is_upgraded_in_place_and_continues(settings: Settings) -> None:
-    from tests.unit.delivery.test_delivery_store_append import Reference, script
+    from tests.component.delivery.test_delivery_store_append import Reference, script
 
     batches = script(4)
     reference, cut = Reference(), len(batches) // 2
@@ -274,7 +274,7 @@ def test_a_store_that_kept_display_entries_drops_them_and_shows_what_the_states_
     """The store once kept each block's display entry beside its state; it is now derived
     from the state when ``/answer`` is read. A store written that way loses the column
     (whatever it held) and shows the same view, and the next batches go on."""
-    from tests.unit.delivery.test_delivery_store_append import Reference, script
+    from tests.component.delivery.test_delivery_store_append import Reference, script
 
     batches = script(4)
     reference, cut, feed = Reference(), len(batches) // 2, Feed()

@@ -15,7 +15,7 @@ from psycopg import sql
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
-from tests.unit.delivery.delivery_builders import progress, running
+from tests.support.delivery_builders import progress, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120), pytest.mark.backends("postgres")]  # row locks and advisory locks between two connections to one shared store
 

@@ -16,7 +16,7 @@ import pytest
 from imprint.delivery.ui_message_stream import message_id
 from services.common.settings import Settings
 from tests.integration.delivery.support import Delivery, read_stream, start_delivery
-from tests.unit.delivery.delivery_builders import closed, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

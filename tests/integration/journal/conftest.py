@@ -18,7 +18,7 @@ from services.journal.application import RuntimeJournal
 from tests.support.dump import dump_schema
 from tests.support.postgres import drop_schema
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "journal"))  # journal_helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "component" / "journal"))  # journal_helpers
 
 @pytest.fixture
 def journal_settings(store_backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:

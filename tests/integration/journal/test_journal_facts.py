@@ -207,7 +207,7 @@ def test_retention_sweep_leaves_no_private_string_in_any_table(open_journal, sql
 
 
 @pytest.mark.rule("X8")
-@pytest.mark.backends("postgres")  # its VACUUM; the contract on every backend is tests/unit/common/test_keyring_bulk.py
+@pytest.mark.backends("postgres")  # its VACUUM; the contract on every backend is tests/integration/common/test_keyring_bulk.py
 def test_postgres_keyring_contract(journal_settings) -> None:
     from imprint.shredding import KeyDestroyed
     from services.common.backends import backend_for

@@ -17,11 +17,11 @@ from imprint.delivery.frames import (
     RunProjection,
     chunk_text,
     skeleton,
-    step,
     terminal_drafts,
 )
+from imprint.delivery.handling import step
 from imprint.delivery.summary import DONE_DATA, digest, summarize, validate_stream
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     closed,
     deleted,
     preview,

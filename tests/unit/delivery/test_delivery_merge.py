@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imprint.delivery import merge
-from imprint.delivery.merge import AnswerState, apply, client_reason, display, view
-from tests.unit.delivery.delivery_builders import (
+from imprint.delivery.handling import apply, named_blocks
+from imprint.delivery.merge import AnswerState, client_reason, display, view
+from tests.support.delivery_builders import (
     preview,
     published,
     rejected,
@@ -282,4 +283,4 @@ def test_a_new_blocks_preview_is_dropped_when_its_retried_settlement_rejects_it(
     result = apply(state, rejected(RUN, candidate))
     assert view(state) == [], "a preview that will never be committed leaves the view"
     assert result.rejection is not None and result.rejection.block_id is None, "no id is named back"
-    assert merge.named_blocks(rejected(RUN, candidate, reason="empty_body")) == (block_id,)
+    assert named_blocks(rejected(RUN, candidate, reason="empty_body")) == (block_id,)

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pub_helpers import PUBLIC, candidate, commit_one, new_run, registry
 
-from tests.support.backends import memory_environment
 
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
 from imprint.publication import (
@@ -32,7 +31,7 @@ class PublicationApp(Application):
 
 @pytest.fixture
 def app() -> PublicationApp:
-    return PublicationApp(env=memory_environment("publication"))
+    return PublicationApp(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
 
 
 @pytest.mark.rule("P15")

@@ -1,7 +1,7 @@
 """The one launcher's children that are not plain parts: a command (``start_command``, which
 the bench runs ``imprint replay`` and its helpers as) and a part under a wrapper (a profiler's
 ``py-spy record … --``). Real processes, no broker: the stand-in child is
-``tests.unit.common.launcher_child``."""
+``tests.component.common.launcher_child``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from services.common.launcher import LaunchError, Launcher, child_pids
 from services.common.settings import Settings
 
-CHILD = "tests.unit.common.launcher_child"
+CHILD = "tests.component.common.launcher_child"
 WRAPPER = ["sh", "-c", '"$@"; echo "wrapper saw $?"', "sh"]
 """A wrapper like a profiler's: it runs the command as its child and writes once that ends."""
 

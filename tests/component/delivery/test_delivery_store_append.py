@@ -17,11 +17,12 @@ import pytest
 
 from imprint.contracts.runs import RunClosed
 from imprint.delivery import merge
-from imprint.delivery.frames import RunProjection, skeleton, step, terminal_drafts
+from imprint.delivery.frames import RunProjection, skeleton, terminal_drafts
+from imprint.delivery.handling import step
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     closed,
     preview,
     published,

@@ -1,4 +1,4 @@
-"""``python -m tests.unit.common.launcher_child <seconds> <exit code>``: a stand-in child for
+"""``python -m tests.component.common.launcher_child <seconds> <exit code>``: a stand-in child for
 the launcher's tests. It writes one line to stdout and one to stderr, burns a little CPU
 (so its resource usage shows some), then sleeps ``seconds`` and exits with ``exit code``;
 SIGTERM ends it at once with code 0, after it logs ``terminated``."""

@@ -17,7 +17,7 @@ from imprint.journal.handling import APPLIED_TYPES
 from services.common.kafka import decode_records
 from services.common.settings import Settings
 from services.journal.consumer import JOURNAL_TOPICS
-from tests.unit.delivery.delivery_builders import preview, published
+from tests.support.delivery_builders import preview, published
 
 SETTINGS = Settings(topic_prefix="t.")
 RUN = "run-applies"

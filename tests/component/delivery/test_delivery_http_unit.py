@@ -30,7 +30,7 @@ from imprint.delivery.tickets import Grant, TicketBook
 from imprint.delivery.ui_message_stream import UIMessageStream
 from services.delivery.view_store import ViewStore
 from tests.integration.delivery.support import SSE, parse_sse
-from tests.unit.delivery.delivery_builders import (
+from tests.support.delivery_builders import (
     closed,
     preview,
     progress,

@@ -29,7 +29,7 @@ from services.common import evolution
 from services.common.kafka import decode_records
 from services.common.settings import Settings
 from services.publication.application import open_log
-from tests.unit.delivery.delivery_builders import published
+from tests.support.delivery_builders import published
 
 pytestmark = pytest.mark.rule("R8")
 
