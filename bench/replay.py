@@ -162,7 +162,7 @@ def build_log(settings: Settings, sizes: list[int], checkpoint: Callable[[int, i
         checkpoint(target, count_events(settings))
 
 
-def _write_until(settings: Settings, target: int, lane: int) -> None:
+def _write_until(settings: Settings, target: int, shard: int) -> None:
     from services.common.observability import configure_logging
 
     configure_logging(json=False, level="WARNING")  # before the services bind their loggers
@@ -178,16 +178,16 @@ def _write_until(settings: Settings, target: int, lane: int) -> None:
         nonlocal offset
         offset += 1
         raw = encode(message)
-        return Inbound(topic, lane, offset, message, size=len(raw), raw=raw, key=message.run_id.encode())
+        return Inbound(topic, shard, offset, message, size=len(raw), raw=raw, key=message.run_id.encode())
 
     try:
         run = 0
         while int(app.recorder.max_notification_id() or 0) < target:  # type: ignore[attr-defined]
             batch: list[Any] = []
             while len(batch) < 500:
-                run_id = f"run-log-{lane:02d}-{run:07d}"
-                sources = Sources(public=f"src:public:report-{lane}-{run // 500}",
-                                  private=f"src:private:acct-bench:memo-{lane}-{run // 500}")
+                run_id = f"run-log-{shard:02d}-{run:07d}"
+                sources = Sources(public=f"src:public:report-{shard}-{run // 500}",
+                                  private=f"src:private:acct-bench:memo-{shard}-{run // 500}")
                 run += 1
                 batch.extend(inbound(m) for m in opening(run_id, sources))
                 batch.extend(inbound(typical_part(run_id, f"{run_id}-c{i}", sources)) for i in range(PROPOSALS_PER_RUN))

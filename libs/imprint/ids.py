@@ -1,8 +1,8 @@
 """Deterministic aggregate ids, remembered.
 
-An aggregate's id is a uuid5 of its name (a run id, a source id and lane, a
+An aggregate's id is a uuid5 of its name (a run id, a source id and shard, a
 conversation id): a pure function, asked for many times per unit of work (every
-lookup of a run, a source's record and its lane), and a hash each time. :func:`remembered`
+lookup of a run, a source's record and its shard), and a hash each time. :func:`remembered`
 computes each one once per name and keeps the most recent :data:`REMEMBERED_IDS`."""
 
 from __future__ import annotations

@@ -10,7 +10,8 @@
   redelivery is recognised by the store and never applied twice.
 * Anything that cannot be decoded against the topic's v1 union goes to
   ``imprint.deadletter.v1`` with the reason and the original bytes; the consumer
-  keeps running.
+  keeps running. A message of a newer minor version is not such a thing: its unknown
+  fields are ignored and recorded (R8, :mod:`services.common.evolution`), the message applied.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from pydantic import ValidationError
 
 from imprint.contracts.base import Message
 from imprint.contracts.deadletter import ORIGINAL_CAP_BYTES, DeadLetter
-from imprint.contracts.registry import TOPIC_OF_TYPE, TRANSPORT_CAP_BYTES, decode, encode
+from imprint.contracts.registry import TOPIC_OF_TYPE, TRANSPORT_CAP_BYTES, decode_noting_unknown, encode
 from imprint.contracts.topics import Topic
 from imprint.runtime import tracecontext
+from services.common.evolution import record_unknown_fields
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.common.inbound import Inbound
@@ -153,6 +155,8 @@ def decode_records(
     applies: frozenset[str] | None = None,
 ) -> tuple[list[Inbound], list[DeadLetter]]:
     """Split a poll into decoded messages and typed refusals (with the original bytes).
+    A message with fields of a newer minor version is decoded without them, and they are
+    recorded (R8).
 
     ``applies``: the message types this consumer acts on. A record whose ``type`` header
     (which repeats the body's type, SPEC §2) names another type *of its topic* is left out
@@ -172,7 +176,10 @@ def decode_records(
             reason, detail = "oversized", f"{len(raw)} bytes over the {TRANSPORT_CAP_BYTES} byte transport cap"
         else:
             try:
-                message = decode(contract_topic(settings, record.topic), raw)
+                decoded = decode_noting_unknown(contract_topic(settings, record.topic), raw)
+                message = decoded.message
+                if decoded.unknown_fields:
+                    record_unknown_fields(consumer, record.topic, message.type, decoded.unknown_fields)
             except ValidationError as error:
                 first = error.errors()[0] if error.errors() else {}
                 if first.get("type") in {"json_invalid", "json_type"}:

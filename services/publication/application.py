@@ -206,7 +206,7 @@ class _Proposals:
     def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> Unit:
         ws.look_up(aggregate_id for item in fresh for aggregate_id in aggregates_read(item.message))
         policy = self.app.policy
-        unit = apply_all(ws, ((item.message, Context(policy, item.size, str(item.partition))) for item in fresh))
+        unit = apply_all(ws, ((item.message, Context(policy, item.size, shard=str(item.partition))) for item in fresh))
         if unit.previews:
             self.emit([(Topic.PUBLICATION, preview) for preview in unit.previews])
         return unit

@@ -3,7 +3,10 @@ accounts, revisions, an unchanged duplicate, rejected blocks, a refused non-answ
 withdrawal by revocation (through a ``[[ref:…]]`` dependency too) and by tombstone, a
 deleted conversation with its key destroyed, a refused save and a save-unknown (both
 resolved by reading back, and reconciled by ``imprint recover --apply``), a quota
-overrun, a run long enough to be snapshotted, and completed and failed runs.
+overrun, a run long enough to be snapshotted, and completed and failed runs. Since
+2026-12-03-v2: a run on a second shard (runtime partition 1) relying on a source that is then
+revoked, so the source's reliance is split over two shards, and the source registry's
+aggregates snapshotted as they stand at the end (a snapshot's state is versioned too).
 
 :data:`RUNS` names each run and the account that may read it: what the golden folder's
 ``/answer`` documents are asked for."""
@@ -35,6 +38,7 @@ from imprint.contracts.runtime import (
 )
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.publication.block_ids import issue_block_id
+from imprint.publication.sources import SourceDependents, SourceRecord
 from services.common.settings import Settings
 from services.recovery import cli
 from tests.golden.writer import Clock, Writer, pinned
@@ -47,10 +51,10 @@ ARCHIVE = "src:public:archive-2019"
 MEMO = f"src:private:{A}:memo"
 LEDGER = f"src:private:{B}:ledger"
 
-COMPLETED, REVOKED, DELETED, FAILED, SAVES, LONG = (
+COMPLETED, REVOKED, DELETED, FAILED, SAVES, LONG, SHARDED = (
     "run-golden-completed", "run-golden-revoked", "run-golden-deleted", "run-golden-failed", "run-golden-saves",
-    "run-golden-long")
-RUNS = {COMPLETED: A, REVOKED: A, DELETED: A, FAILED: B, SAVES: B, LONG: A}
+    "run-golden-long", "run-golden-sharded")
+RUNS = {COMPLETED: A, REVOKED: A, DELETED: A, FAILED: B, SAVES: B, LONG: A, SHARDED: B}
 """Every run of the workload, with the account it belongs to."""
 
 
@@ -135,6 +139,15 @@ def _runs(w: Writer) -> None:
            part(r, "v-3", f"In 2019 the archive said the same [[cite:{ARCHIVE}]]."),
            part(r, "v-4", f"Independently, the report confirms growth [[cite:{PUBLIC}]]."))
     w.poll(completed(r, "Record sales, per the press release.", PRESS, ARCHIVE))
+
+    # A run of the other account on another shard relying on the same source: the
+    # revocation must find it through that shard's reliance record (P21).
+    r = SHARDED
+    w.poll(*opened(r, B, "conv-golden-7", "Did the press release mention margins?"), grant(r, PRESS), grant(r, PUBLIC),
+           partition=1)
+    w.poll(part(r, "h-1", f"It mentions record sales [[cite:{PRESS}]]."),
+           part(r, "h-2", f"Margins are in the report [[cite:{PUBLIC}]]."), partition=1)
+    w.poll(completed(r, "Record sales; margins per the report.", PRESS, PUBLIC), partition=1)
     w.poll(SourceRevoked(source_id=PRESS, reason="retracted by the publisher"))
     w.poll(SourceTombstoned(source_id=ARCHIVE))
 
@@ -172,3 +185,10 @@ def _runs(w: Writer) -> None:
              for n in range(1, 101)))
     w.poll(part(r, "l-2", "The rate is now [[num:num-rate]]."))
     w.poll(completed(r, "The rate is 10.0 %.", outcome="insufficient_evidence"))
+
+    # The source registry as it stands, snapshotted (Publication takes these after 200
+    # events of a source; their state is what a later release must read).
+    for source in (PRESS, PUBLIC):
+        w.app.take_snapshot(SourceRecord.id_for(source))
+        for shard in ("0", "1"):
+            w.app.take_snapshot(SourceDependents.id_for(source, shard))

@@ -70,7 +70,7 @@ class Writer:
         self.app = open_log(settings)
         self.journal = open_journal(settings)
         self.publication_feed: Feeder[None] = Feeder(self._publish, resume=self._resume(self.app.position))
-        self.journal_feed: Feeder[None] = Feeder(self.journal.process, resume=self._resume(self.journal.units.position))
+        self.journal_feed: Feeder[None] = Feeder(self.journal.process, resume=self._resume(self.journal.sink.position))
         self.emitted: list[Message] = []
         """What Publication emitted itself (previews, save-unknowns): never in its log."""
         self._announced = 0
@@ -84,20 +84,20 @@ class Writer:
     def _publish(self, batch: list[Inbound]) -> None:
         self.app.process(batch, lambda items: self.emitted.extend(message for _, message in items))
 
-    def poll(self, *messages: Message) -> None:
-        """One consumer poll of ``messages`` (one topic), for Publication and then the Journal;
-        then the Journal reads what Publication committed."""
+    def poll(self, *messages: Message, partition: int = 0) -> None:
+        """One consumer poll of ``messages`` (one topic, one ``partition``), for Publication and
+        then the Journal; then the Journal reads what Publication committed."""
         self._polls += 1
         at = self.clock.tick()
         stamped = [m.model_copy(update={"event_id": uuid.uuid5(MESSAGE_IDS, f"{self._polls}:{i}"), "occurred_at": at})
                    for i, m in enumerate(messages)]
         assert len({topic_of(m) for m in stamped}) == 1, "one topic per poll"
-        batch = self.publication_feed.wrap(*stamped)
+        batch = self.publication_feed.wrap(*stamped, partition=partition)
         try:
             self.publication_feed.process(batch)
         except DataError:  # the refused commit left its failure fact; the consumer redelivers the poll
             self.publication_feed.process(batch)
-        self.journal_feed.send(*stamped)
+        self.journal_feed.send(*stamped, partition=partition)
         self.announce_to_journal()
 
     def announce_to_journal(self) -> None:

@@ -146,8 +146,9 @@ def test_no_part_reexports_another_parts_names() -> None:
 
 
 UNIT = ROOT / "tests" / "unit"
-TEST_SUPPORT_ALLOWED = {"tests.support.delivery_builders"}
-"""Shared builders of contract messages: pure, so the unit tier may use them."""
+TEST_SUPPORT_ALLOWED = {"tests.support.delivery_builders", "tests.support.versions"}
+"""Shared builders of contract messages, and the finder of what libs/imprint stores: pure,
+so the unit tier may use them."""
 
 
 @pytest.mark.rule("P15")

@@ -21,7 +21,9 @@ def utcnow() -> datetime:
 
 
 class Model(BaseModel):
-    """A strict, immutable wire object: unknown fields are a contract violation."""
+    """A strict, immutable wire object: built with an unknown field, it refuses it (what a
+    producer of this version sends is exactly what its schema says). A reader accepts one
+    from a newer minor version and ignores it (R8, :func:`imprint.contracts.registry.decode`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

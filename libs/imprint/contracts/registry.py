@@ -1,10 +1,18 @@
-"""Which union decodes which topic: the one table adapters and schema generation read."""
+"""Which union decodes which topic: the one table adapters and schema generation read.
+
+R8 on the wire: messages evolve additively within a topic's major version (``.v1``). A
+reader accepts every earlier minor version (a field added since has a default) and a
+message of a newer one: a field it does not know is ignored — the message is read as this
+version reads it — and named (:attr:`Decoded.unknown_fields`) for the consumer to record,
+never refused. The models stay strict when *built* (``extra="forbid"``): a producer of
+this version cannot misspell a field, and the schema says exactly what it sends."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, get_args
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from imprint.contracts.control import control_messages
 from imprint.contracts.deadletter import DeadLetter
@@ -50,9 +58,50 @@ TRANSPORT_CAP_BYTES = 1024 * 1024
 """P3: an envelope over 1 MiB is refused at intake."""
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A message as this version reads it, and the fields of it this version does not know."""
+
+    message: Any
+    unknown_fields: tuple[str, ...] = ()
+    """Dotted paths of the ignored fields (``qcs.conditions.note``: list positions left
+    out), each once, in the order met. Names only: a value is never kept here."""
+
+
+MAX_UNKNOWN_FIELDS = 32
+"""At most this many unknown fields are named for one message (each cut to 100 characters)."""
+
+
+def decode_noting_unknown(topic: Topic | str, raw: bytes) -> Decoded:
+    """Validate ``raw`` against ``topic``'s union; fields of a newer minor version are
+    ignored and named. Raises ``pydantic.ValidationError`` for anything else.
+
+    A message of this version is validated once, as strictly as it is built. Only one the
+    strict pass refuses is read again with unknown fields ignored: if that passes, the
+    unknown fields were all that was wrong with it; if not, its own errors are raised."""
+    adapter = TOPIC_MESSAGES[Topic(topic)]
+    try:
+        return Decoded(adapter.validate_json(raw))
+    except ValidationError as strict:
+        unknown = [error["loc"] for error in strict.errors() if error["type"] == "extra_forbidden"]
+        if not unknown:
+            raise
+    message = adapter.validate_json(raw, extra="ignore")
+    return Decoded(message, _field_names(unknown, getattr(message, "type", None)))
+
+
 def decode(topic: Topic | str, raw: bytes) -> Any:
-    """Validate ``raw`` against ``topic``'s union. Raises ``pydantic.ValidationError``."""
-    return TOPIC_MESSAGES[Topic(topic)].validate_json(raw)
+    """The message of :func:`decode_noting_unknown`, for a reader with nothing to record."""
+    return decode_noting_unknown(topic, raw).message
+
+
+def _field_names(locations: list[tuple[int | str, ...]], tag: str | None) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for loc in locations:
+        # A discriminated union's errors start with the member's tag (the message type).
+        path = loc[1:] if loc and loc[0] == tag else loc
+        names.setdefault(".".join(str(step) for step in path if isinstance(step, str))[:100], None)
+    return tuple(names)[:MAX_UNKNOWN_FIELDS]
 
 
 def encode(message: Any) -> bytes:

@@ -101,7 +101,10 @@ def parse_conditions(revealed: str) -> list[dict[str, Any]]:
 class QcsIdentity(Aggregate):
     """One QCS id, owned by one execution of one conversation, forever."""
 
+    class_version = 1
+
     class Registered(Aggregate.Created):
+        class_version = 1
         qcs_id: str
         run_id: str
         conversation_id: str

@@ -32,14 +32,18 @@ class MessageBinding:
 
 
 class Conversation(Aggregate):
+    class_version = 1
+
     id_for = staticmethod(ids.conversation_id)
     """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
 
     class Started(Aggregate.Created):
+        class_version = 1
         conversation_id: str
         account_id: str
 
     class ExecutionBound(MessageEvent):
+        class_version = 1
         run_id: str
         message_id: str
         qcs_id: str
@@ -49,6 +53,7 @@ class Conversation(Aggregate):
             c.last_activity_at = self.timestamp
 
     class Deleted(MessageEvent):
+        class_version = 1
         reason: str
         run_ids: list[str]
 
@@ -57,6 +62,7 @@ class Conversation(Aggregate):
             c.deletion_reason = self.reason
 
     class Refused(MessageEvent):
+        class_version = 1
         message_type: str
         code: str
         detail: str

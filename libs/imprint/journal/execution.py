@@ -238,13 +238,17 @@ class _Stage:
 
 
 class AnswerExecution(Aggregate):
+    class_version = 1
+
     id_for = staticmethod(ids.execution_id)
     """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
 
     class Opened(Aggregate.Created):
+        class_version = 1
         run_id: str
 
     class Admitted(MessageEvent):
+        class_version = 1
         request: dict[str, Any]
 
         def change(self, x: AnswerExecution) -> None:
@@ -252,6 +256,7 @@ class AnswerExecution(Aggregate):
             x._enter(State.ADMITTED, self.event_id, None, self.timestamp)
 
     class Transitioned(MessageEvent):
+        class_version = 1
         run_id: str
         state: str
         previous: str
@@ -269,6 +274,7 @@ class AnswerExecution(Aggregate):
     class Closed(Aggregate.Event):
         """The closed execution record is persisted (announced as ``run.closed``)."""
 
+        class_version = 1
         run_id: str
         event_id: str
         state: str
@@ -286,6 +292,7 @@ class AnswerExecution(Aggregate):
             x._trace("closed", self.state)
 
     class StageReported(MessageEvent):
+        class_version = 1
         run_id: str
         account_id: str
         conversation_id: str
@@ -297,6 +304,7 @@ class AnswerExecution(Aggregate):
             x._trace("stage", self.stage)
 
     class EvidenceGranted(MessageEvent):
+        class_version = 1
         source_id: str
         scope: str
         owner_account_id: str
@@ -307,6 +315,7 @@ class AnswerExecution(Aggregate):
             x._trace("evidence.granted", self.source_id)
 
     class ToolReceiptRecorded(MessageEvent):
+        class_version = 1
         tool_call_id: str
         status: str
 
@@ -315,6 +324,7 @@ class AnswerExecution(Aggregate):
             x._trace(f"receipt.{self.status}", self.tool_call_id)
 
     class EffectObserved(MessageEvent):
+        class_version = 1
         kind: str
         candidate_id: str
         block_id: str
@@ -340,6 +350,7 @@ class AnswerExecution(Aggregate):
             x._trace(f"effect.{self.kind}", self.block_id)
 
     class Refused(MessageEvent):
+        class_version = 1
         message_type: str
         code: str
         detail: str
@@ -349,6 +360,7 @@ class AnswerExecution(Aggregate):
             x._trace(f"refused.{self.code}", self.message_type)
 
     class EvidenceRedacted(Aggregate.Event):
+        class_version = 1
         source_id: str
         cause: str
 
@@ -357,6 +369,7 @@ class AnswerExecution(Aggregate):
             x._trace("evidence.redacted", self.source_id)
 
     class Erased(MessageEvent):
+        class_version = 1
         run_id: str
         reason: str
         account_id: str

@@ -37,19 +37,25 @@ from imprint.journal.events import MessageEvent
 
 
 class SourceLinks(Aggregate):
+    class_version = 1
+
     id_for = staticmethod(ids.source_id)
     """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
 
     class Noted(Aggregate.Created):
+        class_version = 1
         source_id: str
 
     class Linked(Aggregate.Event):
+        class_version = 1
         run_id: str
 
         def apply(self, s: SourceLinks) -> None:
             s.run_ids.append(self.run_id)
 
     class Tombstoned(MessageEvent):
+        class_version = 1
+
         def change(self, s: SourceLinks) -> None:
             s.tombstoned_at = self.timestamp
 

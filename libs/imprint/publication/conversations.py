@@ -16,6 +16,8 @@ CONVERSATION_NAMESPACE = uuid.UUID("0b7c2f1e-8a44-5c1d-9e2a-6f3b4d5c6e7f")
 
 
 class ConversationRuns(Aggregate):
+    class_version = 1
+
     @staticmethod
     @remembered
     def create_id(conversation_id: str) -> uuid.UUID:
@@ -29,13 +31,20 @@ class ConversationRuns(Aggregate):
         self.runs: list[str] = []
         self.deleted = False
 
+    class Created(Aggregate.Created):
+        class_version = 1
+        conversation_id: str
+        account_id: str
+
     class RunAdded(Aggregate.Event):
+        class_version = 1
         run_id: str
 
         def apply(self, conversation: ConversationRuns) -> None:
             conversation.runs.append(self.run_id)
 
     class Deleted(Aggregate.Event):
+        class_version = 1
         reason: str
 
         def apply(self, conversation: ConversationRuns) -> None:

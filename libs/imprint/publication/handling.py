@@ -86,13 +86,13 @@ class Settlement:
     candidate: Candidate
     decisions: tuple[BlockDecision, ...]
 
-    lane: str = "0"
+    shard: str = "0"
 
     def record(self, ws: Workspace) -> None:
         new_reliance = sorted(set(relied_sources(self.decisions)) - set(self.run.relied_on()))
         self.run.record_settlement(self.candidate.candidate_id, self.decisions)
         for source_id in new_reliance:
-            dependents_of(ws, source_id, self.lane).record_reliance(self.run.run_id)
+            dependents_of(ws, source_id, self.shard).record_reliance(self.run.run_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +122,10 @@ class Context:
     policy: Policy = DEFAULT_POLICY
     envelope_size: int = 0
     """Bytes of the original envelope (P3)."""
-    lane: str = "0"
-    """The partition the message came from: which :class:`SourceDependents` a run's reliance goes to."""
+    shard: str = "0"
+    """The shard of Publication's input the message came on — the runtime topic's partition, which
+    one instance owns and on which all of a run's messages arrive: which :class:`SourceDependents` a
+    run's reliance goes to."""
 
 
 # ----------------------------------------------------------------------------- aggregates
@@ -145,15 +147,15 @@ def source_record(ws: Workspace, source_id: str, *, create: bool) -> SourceRecor
     return record
 
 
-def dependents_of(ws: Workspace, source_id: str, lane: str) -> SourceDependents:
-    """The lane's reliance record for a source; opening a new lane is noted on the source."""
-    dependents = ws.get(SourceDependents, SourceDependents.id_for(source_id, lane))
+def dependents_of(ws: Workspace, source_id: str, shard: str) -> SourceDependents:
+    """The shard's reliance record for a source; opening a new shard is noted on the source."""
+    dependents = ws.get(SourceDependents, SourceDependents.id_for(source_id, shard))
     if dependents is None:
-        dependents = SourceDependents(source_id, lane)
+        dependents = SourceDependents(source_id, shard)
         ws.add(dependents)
         record = source_record(ws, source_id, create=True)
         assert record is not None
-        record.open_lane(lane)
+        record.open_shard(shard)
     return dependents
 
 
@@ -170,12 +172,12 @@ class _RegistryView(Mapping[str, SourceFacts]):
     """The registry facts of whichever sources a settlement reads, loaded on first read:
     the cost of a settlement follows what its candidate cites, not the run's history."""
 
-    __slots__ = ("_ws", "_run", "_lane", "_seen")
+    __slots__ = ("_ws", "_run", "_shard", "_seen")
 
-    def __init__(self, ws: Workspace, run: PublicationRun, lane: str) -> None:
+    def __init__(self, ws: Workspace, run: PublicationRun, shard: str) -> None:
         self._ws = ws
         self._run = run
-        self._lane = lane
+        self._shard = shard
         self._seen: dict[str, SourceFacts | None] = {}
 
     def __getitem__(self, source_id: str) -> SourceFacts:
@@ -184,9 +186,9 @@ class _RegistryView(Mapping[str, SourceFacts]):
             facts = None
             if record is not None:
                 facts = self._run.noted_standing(record.standing())
-                lane = self._ws.get(SourceDependents, SourceDependents.id_for(source_id, self._lane))
-                if lane is not None:  # a revocation noted on this lane outranks an older copy of the source
-                    facts = lane.noted_standing(facts)
+                dependents = self._ws.get(SourceDependents, SourceDependents.id_for(source_id, self._shard))
+                if dependents is not None:  # a revocation noted on this shard outranks an older copy of the source
+                    facts = dependents.noted_standing(facts)
             self._seen[source_id] = facts
         facts = self._seen[source_id]
         if facts is None:
@@ -200,10 +202,10 @@ class _RegistryView(Mapping[str, SourceFacts]):
         return sum(1 for v in self._seen.values() if v is not None)
 
 
-def standing_in(ws: Workspace, run: PublicationRun, lane: str) -> SourceStanding:
+def standing_in(ws: Workspace, run: PublicationRun, shard: str) -> SourceStanding:
     """What ``run`` may know of the registry: the sources' records, and the revocations
-    noted on its lane and on itself."""
-    return SourceStanding(_RegistryView(ws, run, lane))
+    noted on its shard and on itself."""
+    return SourceStanding(_RegistryView(ws, run, shard))
 
 
 def aggregates_read(message: Any) -> tuple[uuid.UUID, ...]:
@@ -286,11 +288,11 @@ def tombstone_source(ws: Workspace, message: SourceTombstoned, context: Context)
 
 def _withdraw_dependents(ws: Workspace, record: SourceRecord, source_id: str, cause: WithdrawalCause,
                          account_id: str | None) -> Effects:
-    """Every run relying on the source — on the record, and on each of its lanes — has its
+    """Every run relying on the source — on the record, and on each of its shards — has its
     dependent blocks withdrawn."""
     dependents = list(record.dependents)
-    for lane in record.lanes_of():
-        reliance = ws.get(SourceDependents, SourceDependents.id_for(source_id, lane))
+    for shard in record.shards:
+        reliance = ws.get(SourceDependents, SourceDependents.id_for(source_id, shard))
         if reliance is not None:
             reliance.note_standing(tombstoned=cause == "source_tombstoned", account_id=account_id)
             dependents.extend(reliance.dependents)
@@ -327,14 +329,14 @@ def propose(ws: Workspace, message: Any, context: Context) -> Effects:
     if refusal is not None:
         run.refuse_candidate(refusal)
         return NOTHING
-    decisions = run.prepare(candidate, standing_in(ws, run, context.lane), context.policy)
+    decisions = run.prepare(candidate, standing_in(ws, run, context.shard), context.policy)
     commits = [d for d in decisions if isinstance(d, Commit)]
     quota_used = [run.consume_preview_quota(candidate.candidate_id, d.block_index, d.block_id)
                   for d in commits if d.is_modification]
     return Effects(
         previews=tuple(preview_for(message.run_id, d) for d in commits),
         durable_first=any(quota_used),
-        then=Settlement(run, candidate, decisions, context.lane),
+        then=Settlement(run, candidate, decisions, context.shard),
         settled=(SettledCandidate(message.run_id, candidate.candidate_id, tuple(d.block_id for d in commits)),),
     )
 

@@ -98,8 +98,13 @@ class CandidateOutcome:
         return tuple(b for b in self.blocks if b.kind in ("committed", "unchanged"))
 
 
-class PublicationRun(Aggregate, created_event_name="Opened"):
-    """One run's publication state; commands below, events nested."""
+class PublicationRun(Aggregate):
+    """One run's publication state; commands below, events nested.
+
+    ``class_version`` versions the run's snapshot state; each event class versions its
+    own fields (R8)."""
+
+    class_version = 1
 
     @staticmethod
     @remembered
@@ -127,7 +132,12 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
 
     # ------------------------------------------------------------------ events
 
+    class Opened(Aggregate.Created):
+        class_version = 1
+        run_id: str
+
     class Admitted(Aggregate.Event):
+        class_version = 1
         account_id: str
         conversation_id: str
 
@@ -136,6 +146,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             run.conversation_id = self.conversation_id
 
     class EvidenceGranted(Aggregate.Event):
+        class_version = 1
         source_id: str
         scope: str
         owner_account_id: str
@@ -148,6 +159,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             }
 
     class NumericIssued(Aggregate.Event):
+        class_version = 1
         handle_id: str
         value: str
         unit: str
@@ -163,6 +175,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     class CandidateRefused(Aggregate.Event):
         """P2: a message that never became a candidate, and why."""
 
+        class_version = 1
         reason: str
         detail: str
         message_type: str
@@ -174,6 +187,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     class PreviewQuotaConsumed(Aggregate.Event):
         """P13: a previewed modification has used quota, whatever its commit does."""
 
+        class_version = 1
         candidate_id: str
         block_index: int
         block_id: str
@@ -183,6 +197,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             run._consume(self.quota_key, self.block_id)
 
     class BlockRevisionCommitted(Aggregate.Event):
+        class_version = 1
         run_id: str
         candidate_id: str
         block_index: int
@@ -234,6 +249,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     class CandidateUnchanged(Aggregate.Event):
         """P11: an exact duplicate; the original receipt is reused."""
 
+        class_version = 1
         run_id: str
         candidate_id: str
         block_index: int
@@ -246,6 +262,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
                       revision=self.revision, receipt=self.receipt)
 
     class BlockRejected(Aggregate.Event):
+        class_version = 1
         run_id: str
         candidate_id: str
         block_index: int
@@ -258,6 +275,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
             run._note(self.candidate_id, self.block_index, "rejected", self.block_id, reason=self.reason)
 
     class RevisionRejected(Aggregate.Event):
+        class_version = 1
         run_id: str
         candidate_id: str
         block_index: int
@@ -272,6 +290,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     class BlockWithdrawn(Aggregate.Event):
         """P21: removed from current display; the committed history stays."""
 
+        class_version = 1
         run_id: str
         block_id: str
         revision: int
@@ -290,6 +309,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         state knows the source's new standing and (b) any instance holding an older copy
         of the run loses its next write on the run's version and reloads."""
 
+        class_version = 1
         source_id: str
         cause: str
         account_id: str | None
@@ -303,6 +323,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         """X8: the run's conversation was deleted; the run takes no new body. On the run
         itself, so an instance holding an older copy of the run loses its next write."""
 
+        class_version = 1
         reason: str
 
         def apply(self, run: PublicationRun) -> None:
@@ -311,6 +332,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
     class SaveFailed(Aggregate.Event):
         """P15: the commit was not made; a failure fact, never a promoted preview."""
 
+        class_version = 1
         run_id: str
         candidate_id: str
         block_ids: list[str]
@@ -323,6 +345,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         """The runtime's terminal event reached Publication: every earlier proposal of
         the run is settled in the log before this."""
 
+        class_version = 1
         run_id: str
         state: str
 
@@ -344,6 +367,7 @@ class PublicationRun(Aggregate, created_event_name="Opened"):
         block, settles no candidate and is announced nowhere: recovery never
         re-runs model work and never promotes a preview."""
 
+        class_version = 1
         run_id: str
         kind: str
         candidate_id: str | None

@@ -6,7 +6,13 @@ a block relying on it (so a revocation knows which runs to visit, P21).
 :class:`SourceStanding` is the pure value citation checks read (P7, P8).
 
 A revocation or tombstone is final for this id: registering it again does not
-restore it (a restored document comes back under a new id)."""
+restore it (a restored document comes back under a new id).
+
+R8: reliance is split by *shard*. Logs written before version 2 of these events call
+it a *lane* (``SourceRecord.LaneOpened {lane}``, ``SourceDependents.Created {lane}``,
+and ``lane``/``lanes`` in their snapshots); their upcasters read those as shards, and
+the aggregate id keeps the old spelling (``<source_id>#lane:<shard>``), so an old log's
+aggregates are found under the ids it wrote."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping
 
 from eventsourcing.domain import Aggregate
+from eventsourcing.utils import register_topic
 
 from imprint.ids import remembered
 
@@ -66,7 +73,7 @@ EMPTY_STANDING = SourceStanding()
 
 
 def no_revocation() -> dict[str, Any]:
-    """A revocation noted beside the registry (on a run, on a lane), JSON-shaped: nothing yet."""
+    """A revocation noted beside the registry (on a run, on a shard), JSON-shaped: nothing yet."""
     return {"tombstoned": False, "revoked_for_all": False, "revoked_accounts": []}
 
 
@@ -90,7 +97,8 @@ def with_noted(facts: SourceFacts, noted: Mapping[str, Any] | None) -> SourceFac
 
 
 class RelianceEvent(Aggregate.Event):
-    """Run ``run_id`` relies on the source: it joins the aggregate's ``dependents``."""
+    """Run ``run_id`` relies on the source: it joins the aggregate's ``dependents``.
+    A base, never stored itself: each subclass declares its own ``class_version``."""
 
     run_id: str
 
@@ -100,6 +108,14 @@ class RelianceEvent(Aggregate.Event):
 
 class SourceRecord(Aggregate):
     """One source id's registry history, plus the runs that rely on it."""
+
+    class_version = 2
+    """v2: the snapshot state's ``lanes`` is ``shards``."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        # A snapshot older than the lanes themselves has none: no shard was opened then.
+        state["shards"] = state.pop("lanes", [])
 
     @staticmethod
     @remembered
@@ -119,10 +135,15 @@ class SourceRecord(Aggregate):
         self.tombstoned = False
         self.dependents: list[str] = []
         """Runs recorded before reliance moved to :class:`SourceDependents` (older logs)."""
-        self.lanes: list[str] = []
-        """The lanes with a :class:`SourceDependents` aggregate for this source."""
+        self.shards: list[str] = []
+        """The shards with a :class:`SourceDependents` aggregate for this source."""
+
+    class Created(Aggregate.Created):
+        class_version = 1
+        source_id: str
 
     class Registered(Aggregate.Event):
+        class_version = 1
         scope: str
         owner_account_id: str
         title: str
@@ -134,6 +155,7 @@ class SourceRecord(Aggregate):
             record.title = self.title
 
     class Revoked(Aggregate.Event):
+        class_version = 1
         account_id: str | None
         reason: str
 
@@ -144,27 +166,35 @@ class SourceRecord(Aggregate):
                 record.revoked_accounts.append(self.account_id)
 
     class Tombstoned(Aggregate.Event):
+        class_version = 1
+
         def apply(self, record: SourceRecord) -> None:
             record.tombstoned = True
 
     class RelianceRecorded(RelianceEvent):
-        """Reliance as older logs recorded it; it is now recorded on the lane's :class:`SourceDependents`."""
+        """Reliance as older logs recorded it; it is now recorded on the shard's :class:`SourceDependents`."""
 
-    class LaneOpened(Aggregate.Event):
-        lane: str
+        class_version = 1
+
+    class ShardOpened(Aggregate.Event):
+        """v1 was ``LaneOpened {lane}`` (its topic still resolves here)."""
+
+        class_version = 2
+        shard: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["shard"] = state.pop("lane")
 
         def apply(self, record: SourceRecord) -> None:
-            record.__dict__.setdefault("lanes", []).append(self.lane)
+            record.shards.append(self.shard)
 
-    def open_lane(self, lane: str) -> bool:
-        """Once per lane: a revocation must find every lane's dependents."""
-        if lane in self.lanes_of():
+    def open_shard(self, shard: str) -> bool:
+        """Once per shard: a revocation must find every shard's dependents."""
+        if shard in self.shards:
             return False
-        self.trigger_event(self.LaneOpened, lane=lane)
+        self.trigger_event(self.ShardOpened, shard=shard)
         return True
-
-    def lanes_of(self) -> list[str]:
-        return list(self.__dict__.get("lanes", ()))
 
     def register(self, scope: Scope, owner_account_id: str, title: str = "") -> bool:
         """Idempotent: the same registration again appends nothing."""
@@ -204,36 +234,64 @@ class SourceRecord(Aggregate):
 
 
 class SourceDependents(Aggregate):
-    """The runs of one *lane* — one partition of the runtime topic — that rely on a source.
+    """The runs of one *shard* that rely on a source.
 
-    Reliance is split by lane so that a source cited by every run costs the same after
-    a million runs as after ten, and so that the Publication instance owning a lane is
+    A shard is the unit of ownership of Publication's input: one instance owns it, and
+    every message of a run arrives on it. Its value is the runtime topic's partition a
+    run's messages come from (:attr:`imprint.publication.handling.Context.shard`), but
+    nothing here depends on that: the shard is what one writer owns, not where Kafka
+    keeps it.
+
+    Reliance is split by shard so that a source cited by every run costs the same after
+    a million runs as after ten, and so that the Publication instance owning a shard is
     the only one writing its aggregate: instances never contend over a popular source.
-    A revocation notes itself on every lane of the source (and on every dependent run);
-    a lane's own noted standing then stands in for a stale copy of the source."""
+    A revocation notes itself on every shard of the source (and on every dependent run);
+    a shard's own noted standing then stands in for a stale copy of the source."""
+
+    class_version = 2
+    """v2: the snapshot state's ``lane`` is ``shard``."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["shard"] = state.pop("lane")
 
     @staticmethod
     @remembered
-    def create_id(source_id: str, lane: str) -> uuid.UUID:
-        return uuid.uuid5(SOURCE_NAMESPACE, f"{source_id}#lane:{lane}")
+    def create_id(source_id: str, shard: str) -> uuid.UUID:
+        # "#lane:" is how logs spell this id since before the rename: changing it would lose their aggregates.
+        return uuid.uuid5(SOURCE_NAMESPACE, f"{source_id}#lane:{shard}")
 
     id_for = create_id
 
-    def __init__(self, source_id: str, lane: str) -> None:
+    def __init__(self, source_id: str, shard: str) -> None:
         self.source_id = source_id
-        self.lane = lane
+        self.shard = shard
         self.dependents: list[str] = []
         self.noted = no_revocation()
 
+    class Created(Aggregate.Created):
+        """v1 named the shard ``lane``."""
+
+        class_version = 2
+        source_id: str
+        shard: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["shard"] = state.pop("lane")
+
     class RelianceRecorded(RelianceEvent):
-        """A run of this lane relies on the source."""
+        """A run of this shard relies on the source."""
+
+        class_version = 1
 
     class StandingNoted(Aggregate.Event):
+        class_version = 1
         tombstoned: bool
         account_id: str | None
 
-        def apply(self, lane: SourceDependents) -> None:
-            note_revocation(lane.noted, tombstoned=self.tombstoned, account_id=self.account_id)
+        def apply(self, dependents: SourceDependents) -> None:
+            note_revocation(dependents.noted, tombstoned=self.tombstoned, account_id=self.account_id)
 
     def record_reliance(self, run_id: str) -> None:
         """Once per (run, source): the run remembers which sources it relies on."""
@@ -248,3 +306,7 @@ class SourceDependents(Aggregate):
 
 def standing_of(records: Iterable[SourceRecord]) -> SourceStanding:
     return SourceStanding.of(*(record.standing() for record in records))
+
+
+register_topic("imprint.publication.sources:SourceRecord.LaneOpened", SourceRecord.ShardOpened)
+"""Logs written before the rename name ``ShardOpened`` by its old topic; they still read (v1, upcast)."""

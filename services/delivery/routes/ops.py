@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.common.evolution import METRICS as intake_metrics
 from services.delivery.routes import Context
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -37,7 +38,9 @@ def router(ctx: Context) -> APIRouter:
 
     @api.get("/metrics")
     async def prometheus() -> Response:
-        return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        """Delivery's own metrics, then the process's intake metrics (R8's unknown fields)."""
+        body = generate_latest(ctx.metrics.registry) + generate_latest(intake_metrics)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @api.get("/", include_in_schema=False)
     async def index() -> Response:

@@ -257,6 +257,17 @@ async def test_health_ready_metrics_and_the_web_client(client: httpx.AsyncClient
     assert (await client.get("/static/app.js")).status_code == 200
 
 
+@pytest.mark.rule("R8")
+async def test_metrics_name_the_fields_of_a_newer_contract_a_consumer_ignored(client: httpx.AsyncClient) -> None:
+    from services.common.evolution import record_unknown_fields
+
+    record_unknown_fields("delivery-r8", "imprint.publication.v1", "answer.published", ["block.lang"])
+    metrics = (await client.get("/metrics")).text
+    assert ('imprint_wire_unknown_fields_total{consumer="delivery-r8",field="block.lang",'
+            'topic="imprint.publication.v1",type="answer.published"} 1.0') in metrics
+    assert "imprint_delivery_frames_sent_total" in metrics, "beside Delivery's own"
+
+
 @pytest.mark.rule("D1")
 @pytest.mark.rule("D3")
 @pytest.mark.rule("D4")

@@ -5,7 +5,8 @@ consumer and relay processes.
 Every produced value ends in a typed outcome, checked offset by offset: a dead letter
 naming that offset (with the original bytes), or — for what decodes — a settlement or
 a recorded refusal in the Publication log and a message on ``imprint.publication.v1``.
-Blocks committed before the barrage are unchanged afterwards."""
+Blocks committed before the barrage are unchanged afterwards. A field the contract does
+not know is not bad input (R8): the message is applied and the field recorded."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
 BASE = "run-fuzz-base"
 SOURCE = "src-fuzz"
+NEWER_SOURCE = "src-fuzz-newer"
 CONTROL = "".join(map(chr, [*range(0, 9), 11, 12, *range(14, 32), 0x7F, *range(0x80, 0xA0)]))  # not \t \n \r
 
 
@@ -136,6 +138,7 @@ def decodes(raw: bytes) -> Any:
 @pytest.mark.rule("P3")
 @pytest.mark.rule("P4")
 @pytest.mark.rule("P5")
+@pytest.mark.rule("R8")
 def test_every_hostile_envelope_ends_in_a_typed_outcome_and_committed_blocks_stay(
     isolated: Settings,
 ) -> None:
@@ -156,9 +159,12 @@ def test_every_hostile_envelope_ends_in_a_typed_outcome_and_committed_blocks_sta
         runs = {m.run_id for v in values if (m := decodes(v)) is not None and getattr(m, "run_id", None)}
         send(s, *(admitted(run) for run in sorted(runs - {BASE})))
         runtime_offsets = asyncio.run(produce_raw(s, Topic.RUNTIME, [(b"fuzz", v) for v in values]))
-        sources_garbage = [b"\x00\x01\x02", b'{"type": "source.revoked", "source_id": ""}',
-                           json.dumps({"type": "source.revoked", "source_id": SOURCE, "extra": 1}).encode()]
-        sources_offsets = asyncio.run(produce_raw(s, Topic.SOURCES, [(b"fuzz", v) for v in sources_garbage]))
+        sources_garbage = [b"\x00\x01\x02", b'{"type": "source.revoked", "source_id": ""}']
+        # R8: a newer producer's field is ignored and recorded; the revocation is applied (to
+        # another source than the base run's, whose blocks must stay).
+        sources_newer = [json.dumps({"type": "source.revoked", "source_id": NEWER_SOURCE, "extra": 1}).encode()]
+        sources_offsets = asyncio.run(produce_raw(s, Topic.SOURCES, [(b"fuzz", v) for v in
+                                                                     [*sources_garbage, *sources_newer]]))
         send(s, part(BASE, "base-marker", "marker after the barrage"))
         wait_run(s, BASE, has_published("marker after the barrage"), timeout=60)
 
@@ -172,9 +178,15 @@ def test_every_hostile_envelope_ends_in_a_typed_outcome_and_committed_blocks_sta
     # 1. Every value, offset by offset: dead-lettered with its bytes, or decoded and settled/refused.
     by_offset = {(v["topic"], v["offset"]): v for v in letters}
     assert len(by_offset) == len(letters), "one dead letter per refused record"
-    for offset, raw in zip(sources_offsets, sources_garbage, strict=True):
+    for offset, raw in zip(sources_offsets, sources_garbage, strict=False):
         letter = by_offset[(s.topic(Topic.SOURCES), offset)]
         assert base64.b64decode(letter["original_b64"]) == raw
+    newer_offset = sources_offsets[len(sources_garbage)]
+    assert (s.topic(Topic.SOURCES), newer_offset) not in by_offset, "R8: never dead-lettered for a newer field"
+    noted = [line for line in publication_log.splitlines() if "unknown fields ignored" in line]
+    assert any("source.revoked" in line and "extra" in line for line in noted), noted
+    assert any("answer.part" in line and "hidden" in line for line in noted), noted
+    assert "not in the contract" not in publication_log, "names only, never a value"
     said = {v.get("candidate_id") or v.get("block", {}).get("candidate_id") for v in publications}
     names = {offset: name for offset, name in zip(runtime_offsets, named, strict=False)}
     outcomes: dict[str, str] = {}
@@ -211,7 +223,8 @@ def test_every_hostile_envelope_ends_in_a_typed_outcome_and_committed_blocks_sta
     assert outcomes["nesting_400"] == "deadletter:unparseable"  # over the JSON parser's depth limit
     assert outcomes["empty"] == outcomes["truncated_json"] == "deadletter:unparseable"
     assert outcomes["unknown_type"] == "deadletter:unknown_type"
-    assert outcomes["control_in_run_id"] == outcomes["extra_field"] == "deadletter:schema_invalid"
+    assert outcomes["control_in_run_id"] == "deadletter:schema_invalid"
+    assert outcomes["extra_field"] == "settled:committed", "R8: a field of a newer version is ignored, not refused"
     assert outcomes["json_array"].startswith("deadletter:") and outcomes["json_null"].startswith("deadletter:")
     assert outcomes["control_tool_call"] == "refused:invalid_tool_identity"
     assert outcomes["arguments_not_json"] == outcomes["arguments_a_list"] == "refused:unparseable_arguments"

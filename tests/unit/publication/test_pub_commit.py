@@ -233,4 +233,4 @@ def test_aggregate_ids_are_the_uuid5_of_their_names_however_often_they_are_asked
     for name in names:
         PublicationRun.id_for(name)
     assert PublicationRun("run-made").id == uuid.uuid5(RUN_NAMESPACE, "run-made")
-    assert SourceDependents("src-made", lane="7").id == uuid.uuid5(SOURCE_NAMESPACE, "src-made#lane:7")
+    assert SourceDependents("src-made", shard="7").id == uuid.uuid5(SOURCE_NAMESPACE, "src-made#lane:7")

@@ -91,11 +91,11 @@ def test_a_revocation_withdraws_the_dependent_blocks_of_every_run() -> None:
                   EvidenceGranted(run_id=run_id, source_id=PUBLIC, scope="public", owner_account_id="publisher"),
                   part(run_id=run_id, markdown=f"Cites [[cite:{PUBLIC}]]."))
     record = ws.get(SourceRecord, SourceRecord.id_for(PUBLIC))
-    assert record is not None and record.lanes_of() == ["0"]
-    lane = ws.get(SourceDependents, SourceDependents.id_for(PUBLIC, "0"))
-    assert lane is not None and lane.dependents == ["run-a", "run-b"]
+    assert record is not None and record.shards == ["0"]
+    shard = ws.get(SourceDependents, SourceDependents.id_for(PUBLIC, "0"))
+    assert shard is not None and shard.dependents == ["run-a", "run-b"]
     apply_all(ws, part(run_id="run-a", markdown=f"Cites it again [[cite:{PUBLIC}]]."))
-    assert lane.dependents == ["run-a", "run-b"], "a run is recorded once per source, however often it cites it"
+    assert shard.dependents == ["run-a", "run-b"], "a run is recorded once per source, however often it cites it"
     apply_all(ws, SourceRevoked(source_id=PUBLIC, reason="takedown"))
     for run_id in ("run-a", "run-b"):
         assert run_in(ws, run_id).live_blocks() == []
