@@ -383,6 +383,7 @@ class AnswerExecution(Aggregate):
     class LeaseLapsed(MessageEvent):
         """X10: no runtime message of the open run reached the Journal for ``lease_seconds``;
         the closing (``failed``, ``reason``) follows in the same transaction."""
+        class_version = 1
 
         run_id: str
         account_id: str

@@ -75,19 +75,23 @@ class LeaseLane(Aggregate):
     """The open runs of one partition of ``imprint.runtime.v1`` (the *lane*): what an
     instance that takes the partition reads to know whose lease it now keeps. It holds
     only open runs; its history is two events a run (snapshots keep a reload short)."""
+    class_version = 1
 
     id_for = staticmethod(ids.lane_id)
 
     class Started(Aggregate.Created):
+        class_version = 1
         lane: int
 
     class Held(Aggregate.Event):
+        class_version = 1
         run_id: str
 
         def apply(self, lane: LeaseLane) -> None:
             lane.runs[self.run_id] = None
 
     class Released(Aggregate.Event):
+        class_version = 1
         run_id: str
         state: str
         """The state the run left the lane in (``failed`` after a lapse)."""

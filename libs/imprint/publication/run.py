@@ -355,6 +355,7 @@ class PublicationRun(Aggregate):
     class LeaseLapsed(Aggregate.Event):
         """X10: the Journal closed the run because its runtime fell silent past its lease
         (``run.lease_lapsed``). Whatever that runtime proposes from now on is refused."""
+        class_version = 1
 
         run_id: str
         reason: str
