@@ -39,6 +39,10 @@ def key_name_for(run_id: str, conversation_id: str | None) -> str:
     return conversation_id if conversation_id else f"run:{run_id}"
 
 
+_CONTAINERS = (dict, list)
+"""What :meth:`SealingMapper._sealed` descends into (a tuple built once, not a union per value)."""
+
+
 class SealingMapper(Mapper[uuid.UUID]):
     def __init__(self, transcoder: Transcoder, sealer: FieldSealer,
                  seal_paths: dict[str, tuple[SealPath, ...]] | None = None) -> None:
@@ -98,14 +102,12 @@ class SealingMapper(Mapper[uuid.UUID]):
         copy: Any = None
         items = container.items() if isinstance(container, dict) else enumerate(container)
         for k, v in items:
-            if isinstance(v, str):
-                if not (isinstance(k, str) and k in PRIVATE_FIELDS):
-                    continue
-                new: Any = {SEALED: self.sealer.seal(key_name, scope, k, v), KEY: key_name}
-            elif isinstance(v, dict | list):
-                new = self._sealed(v, key_name, scope)
+            if isinstance(v, _CONTAINERS):
+                new: Any = self._sealed(v, key_name, scope)
                 if new is v:
                     continue
+            elif k in PRIVATE_FIELDS and isinstance(v, str):  # a list's index is never a private field
+                new = {SEALED: self.sealer.seal(key_name, scope, k, v), KEY: key_name}
             else:
                 continue
             if copy is None:
@@ -189,7 +191,7 @@ class RecentKeys:
     busy conversations' keys then age together, and a poll pays one read per ``max_age``,
     not one per conversation whose key happened to expire."""
 
-    def __init__(self, keyring: Keyring, max_age: float = 1.0, keep: float = 10.0) -> None:
+    def __init__(self, keyring: BulkKeyring, max_age: float = 1.0, keep: float = 10.0) -> None:
         self._keyring = keyring
         self._max_age = max_age
         self._keep = keep
@@ -199,7 +201,7 @@ class RecentKeys:
     def key_for(self, conversation_id: str, create: bool = False) -> bytes | None:
         now = time.monotonic()
         found = self._keys.get(conversation_id)
-        if found is not None and now - found[0] >= self._max_age and hasattr(self._keyring, "keys_for"):
+        if found is not None and now - found[0] >= self._max_age:
             self._refresh(now)
             found = self._keys.get(conversation_id)
         if found is not None and now - found[0] < self._max_age:
@@ -215,7 +217,7 @@ class RecentKeys:
     def _refresh(self, now: float) -> None:
         stale = [name for name, (read_at, _, used_at) in self._keys.items() if now - read_at >= self._max_age]
         wanted = [name for name in stale if now - self._keys[name][2] < self._keep]
-        fresh = self._keyring.keys_for(wanted) if wanted else {}  # type: ignore[attr-defined]
+        fresh = self._keyring.keys_for(wanted) if wanted else {}
         for name in stale:
             key = fresh.get(name)
             if key is None:  # destroyed, or not used lately
