@@ -11,7 +11,7 @@ export PG_PORT ?= 5432
 TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
-.PHONY: install run test test-fast test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
+.PHONY: install run test test-fast system-deps test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 .PHONY: soak test-cluster
 .PHONY: bench-quick otelcol
 
@@ -29,10 +29,14 @@ run: install
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-127.0.0.1:$(KAFKA_PORT)} $(BIN)/imprint up --demo $(RUN_ARGS)
 
 ## make test: install, start Kafka and PostgreSQL, run every tier.
-test: install browser-deps node-deps otelcol infra-up
+## What it needs is prepared side by side (downloads and a Go build wait on the network and
+## the disk more than on the cores); the tests run in TEST_WORKERS processes, a module each.
+TEST_WORKERS ?= 2
+test: install
+	$(MAKE) --no-print-directory -j3 system-deps node-deps otelcol
 	IMPRINT_KAFKA_BOOTSTRAP=$${IMPRINT_KAFKA_BOOTSTRAP:-$(TEST_KAFKA)} \
 	IMPRINT_DATABASE_URL=$${IMPRINT_DATABASE_URL:-$(TEST_DATABASE)} \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not cluster" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## make test-fast: the tiers that need no broker and no database server (tests/unit: pure rules,
 ## tests/component: one part's code in one process on memory or SQLite stores), in seconds.
@@ -55,6 +59,11 @@ soak: install
 ## make test-cluster: the 3-broker KRaft cluster tier alone (a private cluster on free ports).
 test-cluster: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster $(PYTEST_ARGS)
+
+## Debian's packages (Chromium, and PostgreSQL when missing) are installed one apt at a time.
+system-deps:
+	$(MAKE) --no-print-directory browser-deps
+	$(MAKE) --no-print-directory infra-up
 
 browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }

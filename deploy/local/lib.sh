@@ -142,7 +142,7 @@ start_broker() {
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$LOG4J_BROKER" -Dkafka.logs.dir="$STATE/logs" \
     -cp "$LIBS/*" kafka.Kafka "$conf" >>"$logfile" 2>&1 </dev/null 9>&- &
-  for _ in $(seq 1 50); do [[ -s "$pidfile" ]] && break; sleep 0.1; done
+  for _ in $(seq 1 $((START_TIMEOUT * 10))); do [[ -s "$pidfile" ]] && break; sleep 0.1; done  # a loaded machine schedules the child late
 }
 
 # wait_broker PIDFILE PORT LOGFILE WHAT: until the broker answers metadata (START_TIMEOUT)

@@ -163,7 +163,9 @@ cmd_up() {
   # shellcheck disable=SC2016  # $$ is the child's
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" "$bin" --config "file:$CONF" \
     >>"$LOG" 2>&1 </dev/null 9>&- &
-  for _ in $(seq 1 50); do [[ -s "$PIDFILE" ]] && break; sleep 0.1; done
+  # a loaded machine may take seconds to schedule the child shell: wait for its pid as long
+  # as for the collector itself, never conclude "exited" from a pid not yet written
+  for _ in $(seq 1 $((START_TIMEOUT * 10))); do [[ -s "$PIDFILE" ]] && break; sleep 0.1; done
   wait_ready
   log "up (pid $(pid_of), http://127.0.0.1:$PORT)"
 }
