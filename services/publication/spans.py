@@ -17,7 +17,7 @@ plain path and nothing here runs.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -137,12 +137,16 @@ class PollSpans:
         self.commits = {}
 
 
-@contextmanager
-def poll_spans(tracer: trace.Tracer | None) -> Iterator[PollSpans | None]:
+def poll_spans(tracer: trace.Tracer | None) -> AbstractContextManager[PollSpans | None]:
     """The spans of one poll (``None`` when tracing is off), ended with it."""
-    if tracer is None:
-        yield None
-        return
+    return _OFF if tracer is None else _traced(tracer)
+
+
+_OFF: AbstractContextManager[None] = nullcontext()
+
+
+@contextmanager
+def _traced(tracer: trace.Tracer) -> Iterator[PollSpans]:
     spans = PollSpans(tracer)
     try:
         yield spans
