@@ -252,8 +252,9 @@ class Notifier:
     def sending(self, frames: list[Frame], subscribers: int) -> list[Span]:
         """The spans of handing these frames to a feed's clients: one per frame that names the
         span which appended it, under that span, whatever the number of clients (a span per
-        client and frame would cost each frame as much again as its writes, and the SDK's
-        export queue drops what overflows it). Ids and counts only (X9)."""
+        client and frame would multiply each frame's cost by its clients, and the SDK's export
+        queue drops what overflows it: a run's trace would lose spans at random). Ids and
+        counts only (X9)."""
         assert self.tracer is not None
         spans = []
         for frame in frames:
