@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError
 from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
+from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 from pydantic import ValidationError
 
@@ -40,6 +41,7 @@ from imprint.contracts.deadletter import ORIGINAL_CAP_BYTES, DeadLetter
 from imprint.contracts.registry import TOPIC_OF_TYPE, TRANSPORT_CAP_BYTES, decode_noting_unknown, encode
 from imprint.contracts.topics import Topic
 from imprint.runtime import tracecontext
+from services.common import tracing
 from services.common.evolution import record_unknown_fields
 from services.common.observability import get_logger
 from services.common.settings import Settings
@@ -90,10 +92,15 @@ class Outbox:
     ``KafkaBroker.publish`` adds its own middleware and serialization to every send, and a
     proposal's previews are sent on the hot path."""
 
-    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 2) -> None:
+    def __init__(self, settings: Settings, client_id: str, *, linger_ms: int = 2,
+                 tracer: otel_trace.Tracer | None = None) -> None:
+        """``tracer`` (``services.common.tracing.active_tracer``; ``None``: tracing off): a
+        message sent with a trace context gets a PRODUCER span of its own under it, ended
+        when the broker answers, and carries that span's ``traceparent``."""
         self._settings = settings
         self._client_id = client_id
         self._linger_ms = linger_ms
+        self._tracer = tracer
         self._producer: Any = None
         """Made by :meth:`start`: aiokafka binds a producer to the event loop it is made on."""
 
@@ -134,9 +141,27 @@ class Outbox:
             topic, message = item[0], item[1]
             headers = [("type", message.type.encode())]
             if len(item) > 2 and item[2] is not None:
+                if self._tracer is not None:
+                    futures.append(await self._send_traced(topic_name(topic), message, headers, item[2]))
+                    continue
                 headers = tracecontext.inject(headers, item[2])
             futures.append(await send(topic_name(topic), encode(message), key=_key_of(message), headers=headers))
         return futures
+
+    async def _send_traced(self, topic: str, message: Message, headers: list[tuple[str, bytes]],
+                           parent: Context) -> asyncio.Future[Any]:
+        assert self._tracer is not None
+        span = tracing.sending(self._tracer, topic, message, parent, self._client_id)
+        try:
+            future: asyncio.Future[Any] = await self._producer.send(
+                topic, encode(message), key=_key_of(message),
+                headers=tracecontext.inject(headers, otel_trace.set_span_in_context(span, parent)))
+        except BaseException as error:
+            tracing.sent(span, error)
+            raise
+        future.add_done_callback(lambda done: tracing.sent(
+            span, None if done.cancelled() else done.exception()))
+        return future
 
 
 async def confirmed(acknowledgements: Sequence[asyncio.Future[Any]]) -> None:

@@ -61,12 +61,14 @@ from typing import Any, Protocol
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, ProcessRecorder, Recording, StoredEvent, Tracking
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from services.common.backends import backend_for
 from services.common.election import Election, NoElection
-from services.common.kafka import Outbox
+from services.common.kafka import Outbox, Outgoing
 from services.common.observability import get_logger
 from services.common.recorders import COMMITTER
 from services.common.settings import Settings
@@ -77,7 +79,9 @@ DecodeBatch = Callable[[Sequence[StoredEvent]], list[Any]]
 """Stored events (the notifications a relay reads are stored events too) → domain events, a
 batch at a time: a log whose bodies are sealed opens them here, once per event, with one key
 lookup per batch (:class:`services.publication.sealing.BatchOpener`)."""
-Batch = list[tuple[int, Sequence[tuple[Topic, Message]]]]
+Batch = list[tuple[int, Sequence[Outgoing]]]
+TraceOf = Callable[[Any], Context | None]
+"""A committed domain event → the trace context its announcements continue (``None``: none)."""
 log = get_logger(__name__)
 
 
@@ -106,7 +110,7 @@ class Handoff:
         self._topics = frozenset(topics) or None
         self._limit = limit
         self._lock = threading.Lock()
-        self._entries: deque[tuple[int, Sequence[tuple[Topic, Message]]]] = deque()
+        self._entries: deque[tuple[int, Sequence[Outgoing]]] = deque()
         self._wake: Callable[[], None] | None = None
         self._missed = False
         self.token = COMMITTER
@@ -128,14 +132,20 @@ class Handoff:
             self._entries.clear()
             self._wake = None
 
-    def committed(self, recordings: Sequence[Recording[Any]]) -> None:
-        """One transaction's events were recorded (the writer's thread, right after its commit)."""
+    def committed(self, recordings: Sequence[Recording[Any]], trace: TraceOf | None = None) -> None:
+        """One transaction's events were recorded (the writer's thread, right after its commit).
+        ``trace`` (tracing on): the context an event's announcements continue, if any; the
+        relay's outbox sends each under a span of its own. Nothing of it is stored: what the
+        relay reads back from the log starts no span."""
         if self._wake is None or not recordings:
             return
         topics, announce = self._topics, self._announce
         entries = sorted((r.notification.id, announce(r.domain_event)
                           if topics is None or r.notification.topic in topics else ())
                          for r in recordings)
+        if trace is not None:
+            contexts = {r.notification.id: trace(r.domain_event) for r in recordings}
+            entries = [(position, _traced(items, contexts[position])) for position, items in entries]
         with self._lock:
             wake = self._wake
             if wake is None:
@@ -177,8 +187,12 @@ class Handoff:
             return batch or None
 
 
+def _traced(items: Sequence[Outgoing], context: Context | None) -> Sequence[Outgoing]:
+    return items if context is None or not items else [(item[0], item[1], context) for item in items]
+
+
 class Publisher(Protocol):
-    async def publish_many(self, items: Iterable[tuple[Topic, Message]]) -> None: ...
+    async def publish_many(self, items: Iterable[Outgoing]) -> None: ...
 
 
 class LostLeadership(Exception):
@@ -425,10 +439,12 @@ class Relay:
 
 
 def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
-              decode: DecodeBatch | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None) -> Relay:
-    """The relay of one log in this deployment, with its own producer, its backend's
-    wake-ups and election (:mod:`services.common.backends`)."""
+              decode: DecodeBatch | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None,
+              tracer: Tracer | None = None) -> Relay:
+    """The relay of one log in this deployment, with its own producer (sending what the
+    hand-off traced under ``tracer``'s spans), its backend's wake-ups and election
+    (:mod:`services.common.backends`)."""
     backend = backend_for(settings)
-    outbox = Outbox(settings, f"imprint-relay-{app.name.lower()}")
+    outbox = Outbox(settings, f"imprint-relay-{app.name.lower()}", tracer=tracer)
     return Relay(app, announce, outbox, name=name, decode=decode, wakeups=backend.log_wakeups(app.recorder),
                  election=backend.election(name), topics=topics, handoff=handoff, starts_outbox=True)

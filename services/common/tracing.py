@@ -19,7 +19,25 @@ puts ``traceparent`` in the record's headers; :func:`services.common.kafka.decod
 gives each :class:`~services.common.inbound.Inbound` the remote parent it names
 (``Inbound.trace``); a part's span for that message opens under it with :func:`handling`;
 the :class:`~services.common.kafka.Outbox` injects the context a caller hands it with a
-message, so the next part continues the same trace.
+message, so the next part continues the same trace (with a tracer, under a PRODUCER span of
+its own per such message: :func:`sending`).
+
+Off costs nothing: a part asks :func:`active_tracer` once, when it is built, and with
+``None`` it makes no span, looks up no context and stores no ``traceparent``.
+
+The spans of one proposal, part by part (each under the hop that handed it the message):
+
+==============================  ====================================================
+``send imprint.runtime.v1``     the runtime SDK (``imprint.runtime.kafka``)
+``publication decide``          Publication's policy, per proposal (``services.publication.spans``)
+``publication commit``          per settled candidate, around the poll's commit
+``send imprint.publication.v1`` the relay's send of what the commit handed it (this Outbox);
+                                a preview's send hangs under its decision
+``journal apply``               the Journal's policy, per message
+``delivery apply``              Delivery's policy, per message; its ``traceparent`` is stored
+                                with the frames it appends
+``delivery sse send``           per such frame, as a live feed hands it to its clients
+==============================  ====================================================
 """
 
 from __future__ import annotations
@@ -71,6 +89,10 @@ def _exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
     raise ValueError(f"OTEL_TRACES_EXPORTER={name}: not one of otlp, console, none")
 
 
+_installed: TracerProvider | None = None
+"""The provider :func:`configure_tracing` installed in this process (``None``: tracing is off)."""
+
+
 def configure_tracing(service_name: str, *, install: bool = True) -> TracerProvider | None:
     """The SDK's tracer provider for this process, as the ``OTEL_*`` environment asks, or
     ``None`` when tracing is off. ``install`` makes it the global provider (once per process,
@@ -86,8 +108,16 @@ def configure_tracing(service_name: str, *, install: bool = True) -> TracerProvi
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))  # OTEL_BSP_* apply
     if install:
+        global _installed
         trace.set_tracer_provider(provider)
+        _installed = provider
     return provider
+
+
+def active_tracer(name: str) -> trace.Tracer | None:
+    """The tracer ``name`` of the provider :func:`configure_tracing` installed, or ``None``
+    when tracing is off: a part given ``None`` takes the path it takes without tracing."""
+    return None if _installed is None else _installed.get_tracer(name)
 
 
 def tracer(name: str, provider: trace.TracerProvider | None = None) -> trace.Tracer:
@@ -109,3 +139,32 @@ def handling(tracer_: trace.Tracer, name: str, inbound: Inbound, **ids: Any) -> 
     with tracecontext.span(tracer_, name, kind=SpanKind.CONSUMER, context=parent, messaging=messaging,
                            **ids) as span:
         yield span
+
+
+def message_ids(message: Any) -> dict[str, Any]:
+    """The ids of a contract message a span may carry: its type, run, event id and, when it
+    names a block or a candidate, those (never a field of its body)."""
+    ids = {"message_type": getattr(message, "type", None), "run_id": getattr(message, "run_id", None),
+           "event_id": getattr(message, "event_id", None), "candidate_id": getattr(message, "candidate_id", None),
+           "block_id": getattr(message, "block_id", None)}
+    block = getattr(message, "block", None)
+    if block is not None:
+        ids.update(block_id=block.block_id, candidate_id=block.candidate_id, revision=block.revision)
+    return ids
+
+
+def sending(tracer_: trace.Tracer, topic: str, message: Any, parent: Context, client_id: str) -> Span:
+    """A PRODUCER span for one message a producer (``client_id``: which outbox, e.g. the
+    relay's) sends to ``topic``, under ``parent``; not made current (the caller ends it once
+    the broker answered: :func:`sent`)."""
+    attributes: dict[str, Any] = {"messaging.system": "kafka", "messaging.operation.type": "send",
+                                  "messaging.destination.name": topic, "messaging.client.id": client_id}
+    attributes.update(tracecontext.id_attributes(message_ids(message)))
+    return tracer_.start_span(f"send {topic}", context=parent, kind=SpanKind.PRODUCER, attributes=attributes)
+
+
+def sent(span: Span, error: BaseException | None = None) -> None:
+    """End a span of :func:`sending` (or any span), failed with the error's type alone."""
+    if error is not None:
+        tracecontext.failed(span, error)
+    span.end()

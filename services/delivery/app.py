@@ -75,6 +75,9 @@ def create_app(
 
     api = FastAPI(title="imprint delivery", version="1", docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json",
+                  # FastAPI's own telemetry follows the global provider tracing installs: its request
+                  # spans carry the query string (a stream ticket) and its logs exception messages (X9).
+                  telemetry={"tracing": False, "operation_spans": False, "metrics": False, "logs": False},
                   description="Delivery's HTTP API: a run's SSE frames, its AI SDK UI message stream, "
                               "answer and history snapshots, client receipts, cancel and delete requests. "
                               "Every /v1 route takes `Authorization: Bearer <token>`; the stream routes "

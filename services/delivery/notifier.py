@@ -18,6 +18,9 @@ client of that run, on every Delivery instance.
 * A lost wake-up (a dropped ``LISTEN`` connection, a notification sent while this
   process was not listening) is caught by one fallback query per ``poll_interval`` for
   *all* live runs together (``ViewStore.heads``), never one query per client.
+* Tracing on, a frame read with the ``traceparent`` of the span that appended it is handed
+  over inside a ``delivery sse send`` span under that span (:meth:`Notifier.sending`): one
+  per frame and feed, however many clients follow the run.
 
 ``version``/``wait`` remain the process-local wake-up primitive (loss-free: read the
 version, then wait only while it is unchanged)."""
@@ -31,7 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.trace import Span, SpanKind, Tracer
+
 from imprint.delivery.frames import Frame
+from imprint.runtime import tracecontext
 from services.common.observability import get_logger
 from services.common.wakeups import ChannelListener
 
@@ -50,7 +56,7 @@ class SharedFrame(Frame):
     @classmethod
     def of(cls, frame: Frame) -> SharedFrame:
         return cls(frame.run_id, frame.id, frame.event, frame.data, frame.body_sha256, text=frame.text,
-                   encoded=frame.sse())
+                   trace=frame.trace, encoded=frame.sse())
 
     def sse(self) -> bytes:
         return self.encoded
@@ -144,8 +150,12 @@ class RunFeed:
         if read.frames:
             frames: list[Frame] = [SharedFrame.of(f) for f in read.frames]
             self.cursor = frames[-1].id
-            for subscription in list(self.subscriptions):
+            subscriptions = list(self.subscriptions)
+            sending = [] if self.hub.tracer is None else self.hub.sending(frames, len(subscriptions))
+            for subscription in subscriptions:
                 subscription.offer(frames)
+            for span in sending:
+                span.end()
         if len(read.frames) >= page:
             self.wake()
         elif not read.exists or read.deleted:
@@ -161,7 +171,10 @@ class RunFeed:
 class Notifier:
     """The process's live-frame hub: per-run feeds, local and remote wake-ups, the fallback."""
 
-    def __init__(self, *, poll_interval: float = 1.0, page: int = 500, buffer_limit: int = 10_000) -> None:
+    def __init__(self, *, poll_interval: float = 1.0, page: int = 500, buffer_limit: int = 10_000,
+                 tracer: Tracer | None = None) -> None:
+        self.tracer = tracer
+        """Tracing on: a ``delivery sse send`` span per traced frame a feed hands over (:meth:`sending`)."""
         self.poll_interval = poll_interval
         self.page = page
         self.buffer_limit = buffer_limit
@@ -235,6 +248,23 @@ class Notifier:
                     for feed in feeds:
                         if not feed.closed:
                             feed.deliver(reads[feed.run_id], self.page)
+
+    def sending(self, frames: list[Frame], subscribers: int) -> list[Span]:
+        """The spans of handing these frames to a feed's clients: one per frame that names the
+        span which appended it, under that span, whatever the number of clients (a span per
+        client and frame would multiply each frame's cost by its clients, and the SDK's export
+        queue drops what overflows it: a run's trace would lose spans at random). Ids and
+        counts only (X9)."""
+        assert self.tracer is not None
+        spans = []
+        for frame in frames:
+            parent = tracecontext.extract(((tracecontext.TRACEPARENT, frame.trace),)) if frame.trace else None
+            if parent is not None:
+                spans.append(self.tracer.start_span("delivery sse send", context=parent, kind=SpanKind.PRODUCER,
+                                                    attributes=tracecontext.id_attributes({
+                                                        "run_id": frame.run_id, "frame_id": frame.id,
+                                                        "subscribers": subscribers})))
+        return spans
 
     def subscribers(self) -> int:
         return sum(len(f.subscriptions) for f in self.feeds.values())

@@ -15,6 +15,7 @@ import os
 import uvicorn
 
 from imprint.contracts.base import Message
+from services.common import tracing
 from services.common.backends import backend_for
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import settle_heap
@@ -31,12 +32,13 @@ log = get_logger(__name__)
 
 async def serve(settings: Settings) -> None:
     backend = backend_for(settings)
-    store = backend.open(lambda: ViewStore(settings))
+    tracer = tracing.active_tracer("imprint.delivery")  # None: tracing off
+    store = backend.open(lambda: ViewStore(settings, tracer=tracer))
     # One member of the consumer group per instance, named so an operator (and the
     # multi-instance test) can tell which instance holds which partitions.
     broker = make_broker(settings, f"imprint-delivery-{os.getpid()}")
-    outbox = Outbox(settings, f"imprint-delivery-{os.getpid()}")
-    notifier = Notifier(poll_interval=settings.sse_poll_seconds)
+    outbox = Outbox(settings, f"imprint-delivery-{os.getpid()}", tracer=tracer)
+    notifier = Notifier(poll_interval=settings.sse_poll_seconds, tracer=tracer)
     notifier.bind(asyncio.get_running_loop())
     consumer.subscribe(broker, settings, outbox, store, notifier)
     listener = backend.table_wakeups(store.tables)

@@ -38,14 +38,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventsourcing.persistence import Tracking
+from opentelemetry.trace import Tracer
 from pydantic_core import to_json
 
-from imprint.delivery import merge
+from imprint.delivery import merge, projection
 from imprint.delivery.frames import FrameDraft, RunProjection, skeleton
-from imprint.delivery.projection import project
+from imprint.runtime import tracecontext
+from services.common import tracing
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
-from services.delivery.view_tables import BLOCK_COLUMNS, CONFLICT_COLUMNS, FRAME_COLUMNS, RUN_COLUMNS, ViewTables
+from services.delivery.view_tables import (
+    BLOCK_COLUMNS,
+    CONFLICT_COLUMNS,
+    FRAME_COLUMNS,
+    RUN_COLUMNS,
+    TRACED_FRAME_COLUMNS,
+    ViewTables,
+)
 
 log = get_logger(__name__)
 
@@ -169,6 +178,8 @@ class HotRuns:
 class ViewWorkspace:
     """The rows one poll reads and writes, collected so each is written once
     (:class:`imprint.delivery.projection.ViewWorkspace`)."""
+
+    frame_columns = FRAME_COLUMNS
 
     def __init__(self, views: ViewTables, hot: HotRuns, c: Any) -> None:
         self.views = views
@@ -354,7 +365,7 @@ class ViewWorkspace:
             v.strip_frames(c, self.strips)
             self.strips = []
         if self.inserts:
-            v.insert_rows(c, "{frames}", FRAME_COLUMNS, self.inserts)
+            v.insert_rows(c, "{frames}", self.frame_columns, self.inserts)
             self.inserts = []
             self.pending = {}
 
@@ -393,6 +404,19 @@ class ViewWorkspace:
                           "frame_skeleton = excluded.frame_skeleton, updated_at = excluded.updated_at")
         if run_rows:
             v.update_rows(c, "{runs}", RUN_COLUMNS, run_rows, ("run_id",), "version = version + 1")
+
+
+class TracedWorkspace(ViewWorkspace):
+    """A traced poll's workspace: each frame row keeps the ``traceparent`` of the span of the
+    message that appended it (``trace``, set by :class:`Projecting` around each message)."""
+
+    frame_columns = TRACED_FRAME_COLUMNS
+    trace: str | None = None
+
+    def _frame(self, run: _Run, draft: FrameDraft) -> int:
+        frame_id = super()._frame(run, draft)
+        self.inserts[-1].append(self.trace)  # the row just appended
+        return frame_id
 
 
 def strip_key(views: ViewTables, c: Any, run_id: str, key: str, reason: str) -> None:
@@ -454,10 +478,11 @@ class ViewUnit:
 class ViewSink:
     """The view tables as the sink of Delivery's tracked unit of work."""
 
-    def __init__(self, views: ViewTables, origin: str) -> None:
+    def __init__(self, views: ViewTables, origin: str, *, traced: bool = False) -> None:
         self.views = views
         self.origin = origin
         """Names this process in its notifications (its own consumer wakes its feeds)."""
+        self.workspace = TracedWorkspace if traced else ViewWorkspace
         self.hot = HotRuns()
         self.listeners: list[ConflictListener] = []
 
@@ -468,7 +493,7 @@ class ViewSink:
             tables.lock(c, names)
             recorded = tables.read_positions(c, names)
             unit = ViewUnit({name: -1 if position is None else position for name, position in recorded.items()},
-                            ViewWorkspace(self.views, self.hot, c), self)
+                            self.workspace(self.views, self.hot, c), self)
             yield unit
         ws = unit.workspace
         self.hot.keep(ws.runs.values())  # committed: these copies are the stored rows now
@@ -485,11 +510,34 @@ class ViewSink:
 
 class Projecting:
     """Delivery's policy over a poll: :func:`imprint.delivery.projection.project`; the
-    result is the runs whose streams changed (their feeds are woken after the commit)."""
+    result is the runs whose streams changed (their feeds are woken after the commit).
+
+    With a tracer (and a :class:`TracedWorkspace`), each message is applied in a ``delivery
+    apply`` span under the context its record carried, with its ids and the first frame id it
+    was given; the frames keep the span's ``traceparent``, so whichever instance sends them
+    continues the trace (X9: ids only)."""
+
+    def __init__(self, tracer: Tracer | None = None) -> None:
+        self.tracer = tracer
 
     def apply(self, ws: ViewWorkspace, fresh: Sequence[Inbound]) -> list[str]:
-        project(ws, [item.message for item in fresh])
+        if self.tracer is None:
+            projection.project(ws, [item.message for item in fresh])
+        else:
+            assert isinstance(ws, TracedWorkspace), "a traced poll keeps its frames' traceparent"
+            self._traced(self.tracer, ws, fresh)
         return list(ws.touched)
+
+    def _traced(self, tracer: Tracer, ws: TracedWorkspace, fresh: Sequence[Inbound]) -> None:
+        inbound = {id(item.message): item for item in fresh}
+        for message in projection.hold(ws, [item.message for item in fresh]):
+            with tracing.handling(tracer, "delivery apply", inbound[id(message)],
+                                  **tracing.message_ids(message)) as span:
+                ws.trace = tracecontext.traceparent()
+                appended = projection.apply(ws, message)
+                if appended:
+                    span.set_attributes(tracecontext.id_attributes({"frame_id": appended[0]}))
+            ws.trace = None
 
     def shown(self, touched: list[str]) -> bool:
         return False  # nothing leaves Delivery before its commit

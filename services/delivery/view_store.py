@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.trace import Tracer
 from pydantic_core import from_json
 
 from imprint.delivery import merge
@@ -68,13 +69,16 @@ class FeedRead:
 class ViewStore:
     """The delivery projection of one deployment (shared by its instances where the backend allows)."""
 
-    def __init__(self, settings: Settings, *, name: str = "delivery") -> None:
+    def __init__(self, settings: Settings, *, name: str = "delivery", tracer: Tracer | None = None) -> None:
+        """``tracer`` (tracing on): a span per message applied, its ``traceparent`` kept with
+        the frames it appends and read back with them by the live feeds."""
         self.tables = backend_for(settings).tables(name, tracking=True)
         self.views = ViewTables(self.tables)
         upgrade(self.views)
         self.origin = uuid.uuid4().hex
         """Names this process in its own notifications (it wakes its feeds directly)."""
-        self.sink = ViewSink(self.views, self.origin)
+        self.tracer = tracer
+        self.sink = ViewSink(self.views, self.origin, traced=tracer is not None)
         self.units = TrackedUnitOfWork()
 
     def close(self) -> None:
@@ -95,7 +99,7 @@ class ViewStore:
         """Apply a poll in one transaction with its tracking records. Returns the run ids
         whose streams changed: new frames, or a deletion (wake the feeds with them after
         this returns; other instances hear the poll's notification)."""
-        outcome = self.units.run(batch, Projecting(), self.sink)
+        outcome = self.units.run(batch, Projecting(self.tracer), self.sink)
         match outcome:
             case Committed(touched):
                 return touched
@@ -162,12 +166,16 @@ class ViewStore:
         """The live feeds' read after a wake-up, for every woken run at once: each run's
         frames after its cursor (at most ``limit``), then the runs' states. A batch that
         touched fifty followed runs costs one read, not fifty (on PostgreSQL two
-        statements: one for every run's frames, one for their states)."""
+        statements: one for every run's frames, one for their states). Tracing on, each frame
+        comes with its ``traceparent``: the feed's send of it continues that trace."""
         ids = list(cursors)
         frames: dict[str, list[Frame]] = {run_id: [] for run_id in ids}
+        traced = self.tracer is not None
+        framed = _traced_frame if traced else _frame
         with self.tables.reading() as c:
-            for row in self.views.frames_after(c, {run_id: int(cursors[run_id]) for run_id in ids}, int(limit)):
-                frames[row["run_id"]].append(_frame(row))
+            for row in self.views.frames_after(c, {run_id: int(cursors[run_id]) for run_id in ids}, int(limit),
+                                               traced=traced):
+                frames[row["run_id"]].append(framed(row))
             found = self.views.run_rows(c, ids, "run_id, deleted, terminal_frame_id, last_frame_id")
         reads: dict[str, FeedRead] = {}
         for run_id in ids:
@@ -250,6 +258,13 @@ def _frame(row: Any) -> Frame:
     300 proposals/s paced)."""
     text = row["data"]
     return Frame(row["run_id"], int(row["frame_id"]), row["event"], from_json(text), row["body_sha256"], text=text)
+
+
+def _traced_frame(row: Any) -> Frame:
+    """A frame read back with the ``traceparent`` it was stored with (tracing on)."""
+    text = row["data"]
+    return Frame(row["run_id"], int(row["frame_id"]), row["event"], from_json(text), row["body_sha256"], text=text,
+                 trace=row["traceparent"])
 
 
 def _record(row: Any) -> RunRecord:

@@ -5,7 +5,8 @@
                   ``version`` every write of its rows increments under the row's lock;
 ``<p>_blocks``    one row per block: its merged state and its live frame with its skeleton;
 ``<p>_frames``    every frame of every run, ids 1, 2, 3, … per run (D1), never deleted (a
-                  superseded or purged frame keeps its id and hash, its body becomes a skeleton);
+                  superseded or purged frame keeps its id and hash, its body becomes a skeleton),
+                  with the ``traceparent`` of the span that appended it when tracing is on (X9);
 ``<p>_conflicts`` protocol conflicts (P17), numbered per run;
 ``<p>_stream_tickets``  the hashes of live stream tickets (D6), shared by every instance;
 ``<p>_tracking``  the Kafka position of each partition, recorded with the rows it caused.
@@ -20,6 +21,8 @@ from typing import Any
 from services.common.tables import Tables
 
 FRAME_COLUMNS = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
+TRACED_FRAME_COLUMNS = (*FRAME_COLUMNS, "traceparent")
+"""A traced poll's frame rows (tracing off: the column is left to its ``NULL``)."""
 RUN_COLUMNS = ("account_id", "conversation_id", "state", "outcome", "last_frame_id", "deleted", "projection",
                "live_frames", "conflict_count", "updated_at", "run_id")
 BLOCK_COLUMNS = ("run_id", "block_id", "state", "frame_id", "frame_skeleton", "updated_at")
@@ -79,10 +82,10 @@ class ViewTables:
         self.update_rows(c, "{frames}", ("data", "run_id", "frame_id"), rows, ("run_id", "frame_id"),
                          "superseded = 1")
 
-    def frames_after(self, c: Any, cursors: Mapping[str, int], limit: int) -> list[Any]:
-        """Rows (run_id, frame_id, event, data, body_sha256) of each run's frames after its
-        cursor, at most ``limit`` per run, in run and frame order — one statement for every
-        run. Frame ids are dense per run and frames are never deleted, so "the next
+    def frames_after(self, c: Any, cursors: Mapping[str, int], limit: int, *, traced: bool = False) -> list[Any]:
+        """Rows (run_id, frame_id, event, data, body_sha256, and ``traceparent`` when
+        ``traced``) of each run's frames after its cursor, at most ``limit`` per run, in run
+        and frame order — one statement for every run. Frame ids are dense per run and frames are never deleted, so "the next
         ``limit`` frames" is the id range ``(after, after + limit]``: each run's part is a
         range scan of the primary key."""
         rows: list[Any] = []
@@ -92,7 +95,8 @@ class ViewTables:
             values = ", ".join(["(?, CAST(? AS BIGINT))"] * len(part))
             c.execute(self.q(
                 f"WITH w (run_id, after) AS (VALUES {values}) "
-                "SELECT f.run_id, f.frame_id, f.event, f.data, f.body_sha256 FROM w JOIN {frames} f"
+                "SELECT f.run_id, f.frame_id, f.event, f.data, f.body_sha256"
+                + (", f.traceparent" if traced else "") + " FROM w JOIN {frames} f"
                 " ON f.run_id = w.run_id AND f.frame_id > w.after AND f.frame_id <= w.after + ?"
                 " ORDER BY f.run_id, f.frame_id"), [*(v for run_id, after in part for v in (run_id, after)), limit])
             rows.extend(c.fetchall())
@@ -136,7 +140,7 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {frames} ("
     " run_id TEXT NOT NULL, frame_id BIGINT NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,"
     " body_sha256 TEXT NOT NULL, skey TEXT, superseded INTEGER NOT NULL DEFAULT 0,"
-    " created_at TEXT NOT NULL, PRIMARY KEY (run_id, frame_id))",
+    " created_at TEXT NOT NULL, traceparent TEXT, PRIMARY KEY (run_id, frame_id))",
     "CREATE INDEX IF NOT EXISTS {frames_index} ON {frames} (run_id, skey)",
     "CREATE TABLE IF NOT EXISTS {conflicts} ("
     " run_id TEXT NOT NULL, seq BIGINT NOT NULL, block_id TEXT NOT NULL, revision BIGINT NOT NULL,"

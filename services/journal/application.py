@@ -46,6 +46,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import ProcessRecorder
 from eventsourcing.utils import get_topic
+from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
 from imprint.journal import ids, leases
@@ -56,6 +57,7 @@ from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
 from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseLane
 from imprint.shredding import BulkKeyring
+from services.common import tracing
 from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
@@ -112,6 +114,8 @@ class RuntimeJournal(HotCacheApplication):
         """X10: the deadlines of the open runs of the runtime partitions this instance consumes."""
         self._leases_lock = threading.Lock()  # renewals come from the event loop, the rest from threads
         self.clock = clock
+        self.tracer: Tracer | None = None
+        """Tracing on (``services.common.tracing.active_tracer``): a ``journal apply`` span per message."""
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -141,7 +145,7 @@ class RuntimeJournal(HotCacheApplication):
     def process(self, batch: Sequence[Inbound]) -> None:
         """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
         with self.processing_lock:
-            outcome = self.units.run(batch, _Handled(self.handling), self.sink)
+            outcome = self.units.run(batch, _Handled(self.handling, self.tracer), self.sink)
             match outcome:
                 case Committed(intents):
                     self._after_commit(intents)
@@ -332,22 +336,34 @@ def open_journal(settings: Settings, *, keyring: BulkKeyring | None = None) -> R
 
 
 class _Handled:
-    """The Journal's policy over a poll: each message through its handler (keys fetched once per unit)."""
+    """The Journal's policy over a poll: each message through its handler (keys fetched once
+    per unit); with a tracer, each in a ``journal apply`` span under the context its record
+    carried (X9: its ids only)."""
 
-    def __init__(self, handling: JournalHandling) -> None:
+    def __init__(self, handling: JournalHandling, tracer: Tracer | None = None) -> None:
         self.handling = handling
+        self.tracer = tracer
 
     def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[Decided]:
         intents: list[Decided] = []
         handling = self.handling.scoped()
         handling.prepare(item.message for item in fresh)
+        tracer = self.tracer
         for item in fresh:
-            intents.extend(handling.apply(ws, item.message))
-            intents.extend(leases.keep(ws, item.partition, item.message))  # X10: the lane of its partition
+            if tracer is None:
+                _apply(intents, handling, ws, item)
+                continue
+            with tracing.handling(tracer, "journal apply", item, **tracing.message_ids(item.message)):
+                _apply(intents, handling, ws, item)
         return intents
 
     def shown(self, intents: list[Decided]) -> bool:
         return False  # the journal shows nothing before its commit
+
+
+def _apply(intents: list[Decided], handling: JournalHandling, ws: StoredWorkspace, item: Inbound) -> None:
+    intents.extend(handling.apply(ws, item.message))
+    intents.extend(leases.keep(ws, item.partition, item.message))  # X10: the lane of its partition
 
 
 class _Untracked:

@@ -4,6 +4,7 @@ its retention sweeper (X8) and its lease sweeper (X10)."""
 
 from __future__ import annotations
 
+from services.common import tracing
 from services.common.settings import Settings
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
@@ -14,6 +15,7 @@ from services.journal.relay import journal_relay
 
 async def serve(settings: Settings) -> None:
     journal = open_journal(settings)
+    journal.tracer = tracing.active_tracer("imprint.journal")  # None: tracing off
     broker = make_broker(settings, "imprint-journal")
     outbox = Outbox(settings, "imprint-journal")
     consumer.subscribe(broker, settings, outbox, journal)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from eventsourcing.application import AggregateNotFoundError, ProcessingEvent
 from eventsourcing.persistence import EventStore, IntegrityError, OperationalError, Recording
 from eventsourcing.utils import get_topic
+from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
@@ -27,16 +28,18 @@ from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.backends import backend_for
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
 from services.common.inbound import Inbound
+from services.common.kafka import Outgoing
 from services.common.observability import get_logger
 from services.common.recorders import PollRecorder, binary_inserts
 from services.common.relay import Handoff
 from services.common.settings import Settings
 from services.common.unit_of_work import Committed, Conflict, Refused, TrackedUnitOfWork, Unconfirmed
 from services.publication.sealing import RecentKeys, SealingMapper
+from services.publication.spans import PollSpans, poll_spans
 
 log = get_logger(__name__)
 
-EmitMany = Callable[[Sequence[tuple[Topic, Message]]], None]
+EmitMany = Callable[[Sequence[Outgoing]], None]
 RUN_OPENED = get_topic(PublicationRun.Opened)
 """The topic of a run's first event: what lists the runs of the log."""
 
@@ -62,6 +65,9 @@ class PublicationLog(HotCacheApplication):
         """Aggregate id → version of its last snapshot taken (or assumed) by this process."""
         self.handoff: Handoff | None = None
         """This process's relay, when it runs here: handed every commit (``_notify``)."""
+        self.tracer: Tracer | None = None
+        """Tracing on (``services.common.tracing.active_tracer``): a poll's spans (``spans``)."""
+        self._spans: PollSpans | None = None
 
     def construct_recorder(self) -> PollRecorder:
         recorder: PollRecorder = self.factory.process_recorder()  # type: ignore[assignment]
@@ -96,8 +102,11 @@ class PublicationLog(HotCacheApplication):
     def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         """A poll in one unit of work and one transaction; a commit that did not plainly
         succeed is settled as P15 says (:mod:`imprint.publication.saving`)."""
-        with self._processing:
-            outcome = self.units.run(batch, _Proposals(self, emit), self.sink)
+        with self._processing, poll_spans(self.tracer) as spans:
+            self._spans = spans
+            outcome = self.units.run(batch, _Proposals(self, emit, spans), self.sink)
+            if spans is not None:
+                spans.settled(outcome)
             match outcome:
                 case Committed(unit):
                     self._after_commit(unit)
@@ -127,7 +136,12 @@ class PublicationLog(HotCacheApplication):
 
     def _notify(self, recordings: list[Recording[uuid.UUID]]) -> None:
         if self.handoff is not None:
-            self.handoff.committed(recordings)
+            spans = self._spans
+            self.handoff.committed(recordings, None if spans is None else spans.context_of)
+
+    def _facts(self, messages: Sequence[Message]) -> list[Outgoing]:
+        spans = self._spans
+        return [(Topic.PUBLICATION, message) for message in messages] if spans is None else spans.facts(messages)
 
     # --- snapshots ----------------------------------------------------------------------
 
@@ -181,14 +195,14 @@ class PublicationLog(HotCacheApplication):
             self.units.run_untracked(policy, self.sink)
         except Exception:  # noqa: BLE001 — the log is not writable: announce the facts directly
             log.warning("could not record the save failure in the log; announcing it directly")
-            emit([(Topic.PUBLICATION, message) for message in saving.save_failed(settled, error)])
+            emit(self._facts(saving.save_failed(settled, error)))
 
     def _save_unknown(self, unit: Unit, error: Exception, emit: EmitMany) -> None:
         log.warning("commit outcome unknown; reading back", error=type(error).__name__)
         if self.handoff is not None:
             self.handoff.missed()  # if it did commit, this process's relay reads it from the log
         if unit.settled:
-            emit([(Topic.PUBLICATION, message) for message in saving.save_unknown(unit.settled)])
+            emit(self._facts(saving.save_unknown(unit.settled)))
         self.sink.forget()
         if not saving.confirmed(unit.settled, self.run):
             raise SaveUnconfirmed("not found on read-back: " + ", ".join(e.candidate_id for e in unit.settled)) \
@@ -197,15 +211,23 @@ class PublicationLog(HotCacheApplication):
 
 class _Proposals:
     """Publication's policy over a poll (:func:`imprint.publication.handling.apply_all`),
-    whose previews are emitted before the commit (P14)."""
+    whose previews are emitted before the commit (P14); with ``spans``, a span per proposal
+    and per commit (:mod:`services.publication.spans`)."""
 
-    def __init__(self, app: PublicationLog, emit: EmitMany) -> None:
+    def __init__(self, app: PublicationLog, emit: EmitMany, spans: PollSpans | None = None) -> None:
         self.app = app
         self.emit = emit
+        self.spans = spans
 
     def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> Unit:
         ws.look_up(aggregate_id for item in fresh for aggregate_id in aggregates_read(item.message))
-        policy = self.app.policy
+        policy, spans = self.app.policy, self.spans
+        if spans is not None:
+            unit = spans.decide(ws, fresh, policy)
+            if unit.previews:
+                self.emit(spans.previews(unit))
+            spans.committing(unit)
+            return unit
         unit = apply_all(ws, ((item.message, Context(policy, item.size, shard=str(item.partition))) for item in fresh))
         if unit.previews:
             self.emit([(Topic.PUBLICATION, preview) for preview in unit.previews])

@@ -12,10 +12,9 @@ from typing import Any
 
 from faststream.kafka import KafkaBroker
 
-from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from services.common.inbound import Inbound
-from services.common.kafka import Outbox, confirmed, subscribe_tracked
+from services.common.kafka import Outbox, Outgoing, confirmed, subscribe_tracked
 from services.common.settings import Settings
 from services.publication.application import PublicationLog
 
@@ -28,7 +27,7 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, app: Publ
     """What this poll emitted, handed to the event loop in order: each hand-off resolves to
     its sends' acknowledgements, awaited once the poll's commit is done."""
 
-    def emit(items: Sequence[tuple[Topic, Message]]) -> None:
+    def emit(items: Sequence[Outgoing]) -> None:
         # Handed to the loop now, in order, and sent as soon as the loop takes it, usually
         # while the poll commits. The unit of work does not wait for the loop to take it
         # (that would be a round trip between the two threads between every poll's previews

@@ -31,12 +31,13 @@ def announce_publication(domain_event: Any) -> Sequence[tuple[Topic, Message]]:
 
 def publication_relay(settings: Settings, app: PublicationLog, *, inline: bool) -> Relay:
     """The relay of ``app``'s log. ``inline``: it runs in the process that writes the log,
-    and ``app`` hands it every commit (``PublicationLog.handoff``)."""
+    and ``app`` hands it every commit (``PublicationLog.handoff``), with the commit's trace
+    when ``app`` traces (a relay on its own reads the log back: no trace is stored there)."""
     handoff = Handoff(announce_publication, ANNOUNCED_TOPICS) if inline else None
     app.handoff = handoff
     return relay_for(settings, app, announce_publication, name=RELAY_NAME,
                      decode=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch
-                     topics=ANNOUNCED_TOPICS, handoff=handoff)
+                     topics=ANNOUNCED_TOPICS, handoff=handoff, tracer=app.tracer if inline else None)
 
 
 async def serve(settings: Settings) -> None:

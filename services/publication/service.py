@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from services.common import tracing
 from services.common.kafka import Outbox, make_broker
 from services.common.lifecycle import run_until_stopped
 from services.common.settings import Settings
@@ -13,8 +14,9 @@ from services.publication.relay import publication_relay
 
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
+    app.tracer = tracing.active_tracer("imprint.publication")  # None: tracing off
     broker = make_broker(settings, "imprint-publication")
-    outbox = Outbox(settings, "imprint-publication")
+    outbox = Outbox(settings, "imprint-publication", tracer=app.tracer)
     consumer.subscribe(broker, settings, outbox, app)
     work = []
     relay = None

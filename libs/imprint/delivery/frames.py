@@ -90,6 +90,9 @@ class Frame:
     body_sha256: str
     text: str | None = field(default=None, compare=False, repr=False)
     """The data's JSON as the store holds it, for a frame read back: sent as it is."""
+    trace: str | None = field(default=None, compare=False, repr=False)
+    """The ``traceparent`` of the span that appended it, kept beside it when tracing is on
+    (X9: an id, never text): its sending continues that trace."""
 
     def sse(self) -> bytes:
         """This frame as one SSE event (``id``, ``event``, ``data``, blank line). The data

@@ -2,7 +2,9 @@
 the streams of its runs — pure, over a :class:`ViewWorkspace`.
 
 Delivery's consumer hands :func:`project` the decoded messages of a poll (those not yet
-applied) and the workspace of its unit of work (the runs' rows, locked). For each
+applied) and the workspace of its unit of work (the runs' rows, locked); a consumer that
+looks at each message on its own (a span per message) calls :func:`hold`, then :func:`apply`
+for each message in the order it returns. For each
 message the run's projection takes one step (:func:`imprint.delivery.handling.step`,
 P16–P18, P21) and the frames it asks for are appended, with per-run ids (D1). Three
 rules of the stream are decided here, once:
@@ -66,39 +68,55 @@ class ViewWorkspace(Protocol):
 
 
 def project(ws: ViewWorkspace, messages: Sequence[Any]) -> None:
+    for message in hold(ws, messages):
+        apply(ws, message)
+
+
+def hold(ws: ViewWorkspace, messages: Sequence[Any]) -> list[Any]:
+    """The poll's messages in the order they apply (``run.closed`` last), with every run of
+    the poll loaded up front, locked in one order: no deadlock between instances."""
     ordered = [m for m in messages if not isinstance(m, RunClosed)]
     ordered += [m for m in messages if isinstance(m, RunClosed)]
     named: dict[str, set[str] | None] = {}
     for message in ordered:  # every message of both topics names its run
         named[message.run_id] = _union(named.get(message.run_id, set()), named_blocks(message))
-    ws.load(named)  # every run of the poll locked up front, in one order: no deadlock between instances
-    for message in ordered:
-        run = ws.run(message.run_id)
-        ws.blocks(run, named_blocks(message))
-        result = step(run.projection, message)
-        if result.purge_conversation is not None:
-            ws.purge(result.purge_conversation, run.projection.account_id)
-            continue
-        ws.append(run, result.drafts, result.conflicts)
-        if result.terminal:
-            terminate(ws, run)
-        for block_id in result.hidden_after_terminal:
-            ws.strip(run, f"block:{block_id}", "withdrawn")
+    ws.load(named)
+    return ordered
 
 
-def terminate(ws: ViewWorkspace, run: ProjectedRun) -> None:
-    """D2/D3: ``stream-summary`` over every semantic frame of the run, then ``done`` — once."""
+def apply(ws: ViewWorkspace, message: Any) -> list[int]:
+    """One message of a poll :func:`hold` ordered: its run's step and the frames it appends
+    (their ids, terminal frames included, in order)."""
+    run = ws.run(message.run_id)
+    ws.blocks(run, named_blocks(message))
+    result = step(run.projection, message)
+    if result.purge_conversation is not None:
+        ws.purge(result.purge_conversation, run.projection.account_id)
+        return []
+    appended = ws.append(run, result.drafts, result.conflicts)
+    if result.terminal:
+        appended += terminate(ws, run)
+    for block_id in result.hidden_after_terminal:
+        ws.strip(run, f"block:{block_id}", "withdrawn")
+    return appended
+
+
+def terminate(ws: ViewWorkspace, run: ProjectedRun) -> list[int]:
+    """D2/D3: ``stream-summary`` over every semantic frame of the run, then ``done`` — once
+    (their frame ids)."""
     frames = ws.frame_hashes(run)
     if any(event in (SUMMARY, DONE) for _, event, _ in frames):
         raise AssertionError(f"run {run.projection.run_id} already has a terminal frame")
     semantic = [(frame_id, body_sha256) for frame_id, _, body_sha256 in frames]
     drafts = terminal_drafts(semantic)
+    appended = ws.append(run, drafts, ())
     held: list[tuple[int, str, Any]] = [(frame_id, "x", {"body_sha256": h}) for frame_id, h in semantic]
-    held += [(frame_id, draft.event, draft.data) for frame_id, draft in zip(ws.append(run, drafts, ()), drafts)]
+    held += [(frame_id, draft.event, draft.data) for frame_id, draft in zip(appended, drafts)]
     check = validate_stream(held)
     if not check.ok:  # never write a completion projection that a client would reject
         raise AssertionError(f"terminal of {run.projection.run_id} does not validate: {check.problems}")
     ws.mark_terminal(run)
+    return appended
 
 
 def _union(have: set[str] | None, more: tuple[str, ...] | None) -> set[str] | None:

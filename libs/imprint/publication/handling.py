@@ -385,18 +385,25 @@ def handle(ws: Workspace, message: Any, context: Context = Context()) -> Effects
 
 
 def apply_all(ws: Workspace, offered: Iterable[tuple[Any, Context]]) -> Unit:
-    """A poll's messages, in order, as one unit: each handled, a modification's quota made
-    durable before its settlement and its preview (P13), the effects gathered for the
-    unit of work to emit (previews, P14) and act on after its commit (keys to destroy)."""
+    """A poll's messages, in order, as one unit: each applied (:func:`apply_one`), the
+    effects gathered for the unit of work to emit (previews, P14) and act on after its
+    commit (keys to destroy)."""
     unit = Unit()
     for message, context in offered:
-        effects = handle(ws, message, context)
-        if effects.durable_first:
-            ws.flush()
-        if effects.then is not None:
-            effects.then.record(ws)
-        unit.add(effects)
+        unit.add(apply_one(ws, message, context))
     return unit
+
+
+def apply_one(ws: Workspace, message: Any, context: Context = Context()) -> Effects:
+    """One message of a unit: handled, a modification's quota made durable before its
+    settlement and its preview (P13), the settlement recorded. A caller that looks at each
+    message's effects on its own (a span per proposal) gathers them with :meth:`Unit.add`."""
+    effects = handle(ws, message, context)
+    if effects.durable_first:
+        ws.flush()
+    if effects.then is not None:
+        effects.then.record(ws)
+    return effects
 
 
 @dataclass

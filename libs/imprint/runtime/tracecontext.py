@@ -10,6 +10,8 @@ only when a valid context passes through (the API's no-op tracer keeps its paren
 
 * :func:`inject` adds ``traceparent`` (and ``tracestate``) to a header list; :func:`extract`
   reads them back, or gives ``None`` when a record carries no valid context.
+  :func:`traceparent` is a context's header value alone, for a store that keeps it beside
+  what the span produced (Delivery's frames); ``extract([(TRACEPARENT, value)])`` reads it back.
 * :func:`span` opens a span whose attributes are ids from :data:`ID_ATTRIBUTES` only, named
   ``imprint.<id>``. An exception marks the span as failed with its type name alone: the
   SDK's default would record ``str(exception)`` and its traceback, and a validation error's
@@ -34,10 +36,11 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 ID_ATTRIBUTES = frozenset({
     "run_id", "block_id", "candidate_id", "revision", "event_id", "message_type", "tool_call_id", "turn_id",
-    "source_id", "frame_id", "decision", "consumer",
+    "source_id", "frame_id", "decision", "outcome", "subscribers", "consumer",
 })
-"""What a span may say about a message: identities, positions and the kind of decision,
-never a body, a question, a title, a reason's free text or a provider envelope."""
+"""What a span may say about a message: identities, positions, counts and the kind of
+decision or outcome (a word from a fixed vocabulary), never a body, a question, a title, a
+reason's free text or a provider envelope."""
 
 MAX_ID_CHARS = 256
 """Ids are short; a longer value is cut so a trace stays bounded whatever a producer sent."""
@@ -50,6 +53,13 @@ def inject(headers: Sequence[tuple[str, bytes]], context: Context | None = None)
     _PROPAGATOR.inject(carrier, context=context)
     kept = [(key, value) for key, value in headers if key not in _HEADERS]
     return kept + [(key, value.encode("ascii")) for key, value in carrier.items()]
+
+
+def traceparent(context: Context | None = None) -> str | None:
+    """The ``traceparent`` value of ``context`` (default: the current one), ``None`` for an invalid one."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=context)
+    return carrier.get(TRACEPARENT)
 
 
 def extract(headers: Sequence[tuple[str, bytes | str]] | None) -> Context | None:
@@ -94,6 +104,12 @@ def span(tracer: trace.Tracer, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
         try:
             yield current
         except BaseException as error:
-            current.set_attribute("error.type", type(error).__qualname__)
-            current.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+            failed(current, error)
             raise
+
+
+def failed(span: Span, error: BaseException) -> None:
+    """Mark ``span`` failed with ``error``'s type name alone, never its message (a
+    validation error's message quotes its input)."""
+    span.set_attribute("error.type", type(error).__qualname__)
+    span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
