@@ -37,7 +37,7 @@ from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.kafka import create_topics
 from tests.support.postgres import drop_schema
-from tests.unit.delivery.delivery_builders import published, running
+from tests.support.delivery_builders import published, running
 
 ROOT = Path(__file__).resolve().parent.parent
 _T0 = re.compile(rb'"markdown":"t=(\d+)')
