@@ -22,6 +22,7 @@ Which message touches what:
 ``tool.receipt``           execution receipt (P19)
 ``run.heartbeat``          nothing while the run is open (X10: it renews the lease in memory);
                            refused and recorded once the run is closed
+``run.cancel_requested``   the user's stop request on the open execution (X11); nothing once it ended
 ``answer.published`` / ``answer.unchanged``   execution effect observed (P19, P20)
 ``source.tombstoned``      source tombstone + redaction of every linked execution (X7)
 ``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
@@ -42,7 +43,7 @@ from typing import Any, Literal
 from uuid import uuid5
 
 
-from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
 from imprint.contracts.runtime import (
     EvidenceGranted,
@@ -338,6 +339,13 @@ class JournalHandling:
         assert ex is not None
         ex.beat(str(m.event_id))
 
+    # -- X11: stop ------------------------------------------------------------------------------
+
+    def cancel_requested(self, ws: Workspace, m: RunCancelRequested) -> None:
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        ex.request_stop(str(m.event_id), m.account_id)
+
     # -- X7: tombstones -------------------------------------------------------------------------
 
     def tombstone(self, ws: Workspace, m: SourceTombstoned) -> None:
@@ -401,6 +409,7 @@ HANDLERS: dict[type, Handler] = {
     SourceTombstoned: JournalHandling.tombstone,
     ConversationDeleteRequested: JournalHandling.delete_requested,
     RunHeartbeat: JournalHandling.heartbeat,
+    RunCancelRequested: JournalHandling.cancel_requested,
 }
 """One table: a reader finds what happens to a message by its type here."""
 
