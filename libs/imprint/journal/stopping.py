@@ -7,7 +7,8 @@ Journal's ``stopped`` transition then carries the reason ``stop_requested``. Who
 
 * the request — the Journal (``StopRequested``; announced nowhere: Delivery answered the
   user already, and the runtime hears the request on the control topic itself);
-* the end — the runtime (``run.stopped``, an ordinary transition, X2);
+* the end — the runtime (``run.stopped`` naming the request it answers, an ordinary
+  transition, X2);
 * what stays — Publication: every proposal the runtime sent before ``run.stopped`` is
   settled, none after it.
 
@@ -17,6 +18,11 @@ Which requests are recorded (:func:`check_stop_request`):
   second request while the first is pending adds nothing;
 * a run that already ended: nothing changes and nothing is recorded (Delivery answers
   such a request 409 before it is ever sent; one that raced the end is moot);
+* the request and the runtime's ``run.stopped`` travel on different topics, so the Journal
+  often reads the stop first. The SDK's ``run.stopped`` names the request it answers
+  (``cancel_request_id``): the Journal then records the request from it — under the
+  request's own ``event_id``, before the transition — and the request's own message, when it
+  arrives, is a redelivery that changes nothing. Either order records the same fact once;
 * a run never admitted, or another account's: refused and recorded.
 """
 

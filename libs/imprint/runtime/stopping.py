@@ -13,7 +13,8 @@ Delivery answers ``POST /v1/runs/{run}/cancel`` by putting ``run.cancel_requeste
   raises :class:`Stopped` in place of the cancellation (a cancellation of the task by anyone
   else stays a cancellation). :meth:`RunScope.close` ends the run: the heartbeats it was
   given stop (:meth:`~imprint.runtime.heartbeat.Heartbeats.close`), then ``run.stopped`` goes
-  out on the runtime topic, once.
+  out on the runtime topic, once, naming the request it answers (``cancel_request_id``: the
+  request and the stop travel on different topics, and the Journal may read the stop first).
 * :func:`run_scope` — both around a block: the API a runtime uses.
 
 ::
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -65,16 +67,17 @@ class StopRequests:
 
     def __init__(self, remember: int = REMEMBERED) -> None:
         self._remember = remember
-        self._requested: OrderedDict[str, None] = OrderedDict()
+        self._requested: OrderedDict[str, uuid.UUID | None] = OrderedDict()
+        """run_id → the ``event_id`` of its first stop request."""
         self._watchers: dict[str, list[Callable[[], None]]] = {}
 
     def observe(self, message: Any) -> None:
         """A message of ``imprint.control.v1``: a cancel request stops its run; others change nothing."""
         if isinstance(message, RunCancelRequested):
-            self.request(message.run_id)
+            self.request(message.run_id, message.event_id)
 
-    def request(self, run_id: str) -> None:
-        self._requested[run_id] = None
+    def request(self, run_id: str, event_id: uuid.UUID | None = None) -> None:
+        self._requested[run_id] = self._requested.get(run_id) or event_id
         self._requested.move_to_end(run_id)
         while len(self._requested) > self._remember:
             self._requested.popitem(last=False)
@@ -83,6 +86,10 @@ class StopRequests:
 
     def requested(self, run_id: str) -> bool:
         return run_id in self._requested
+
+    def request_id(self, run_id: str) -> uuid.UUID | None:
+        """The ``event_id`` of the first stop request for ``run_id`` (``None``: none known)."""
+        return self._requested.get(run_id)
 
     def watch(self, run_id: str, stop: Callable[[], None]) -> Callable[[], None]:
         """Call ``stop`` when a request for ``run_id`` arrives (at once if one did); returns
@@ -169,11 +176,12 @@ class RunScope:
             raise Stopped(self.run_id)
 
     async def close(self) -> None:
-        """End the run ``stopped``: its heartbeats first, then ``run.stopped``. Once."""
+        """End the run ``stopped``: its heartbeats first, then ``run.stopped`` naming the
+        request it answers. Once."""
         for heartbeats in self._heartbeats:
             await heartbeats.close()
         if not self.stopped:
-            await self.writer.stop()
+            await self.writer.stop(cancel_request_id=self.stops.request_id(self.run_id))
             self.stopped = True
 
 

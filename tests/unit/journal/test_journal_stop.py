@@ -118,3 +118,19 @@ def test_the_stop_that_follows_a_request_says_the_user_asked_for_it_and_is_annou
     announced = announce(transitions["r1"], keyring)
     assert announced is not None and (announced.state, announced.reason) == ("stopped", STOP_REQUESTED)
     assert execution(ws, "r1").state is State.STOPPED
+
+
+@pytest.mark.rule("X11")
+def test_a_stop_read_before_the_request_it_answers_records_that_request_once(handling: JournalHandling) -> None:
+    """The request (control topic) and the runtime's stop (runtime topic) may be read in
+    either order; the fact recorded is the same, once."""
+    ws = MemoryWorkspace()
+    running(ws, handling, "r1")
+    request = cancel("r1")
+    recorded = handled(ws, handling, RunStopped(run_id="r1", cancel_request_id=request.event_id))
+    assert [type(e).__name__ for e in recorded] == ["StopRequested", "Transitioned", "Closed"]
+    assert recorded[0].event_id == str(request.event_id), "recorded under the request's own id"
+    assert recorded[1].reason == STOP_REQUESTED
+    assert handled(ws, handling, request) == [], "the request itself, read later, is that same fact"
+    ex = execution(ws, "r1")
+    assert ex.stop_requested_at is not None and ex.state is State.STOPPED and ex.refusals == []

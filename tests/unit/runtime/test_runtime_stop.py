@@ -53,12 +53,15 @@ def request_later(stops: StopRequests, message: Any, delay: float = STEP * 3) ->
 async def test_a_stop_request_cancels_the_work_in_the_scope_and_ends_the_run_stopped() -> None:
     transport, stops, log = MemoryTransport(), StopRequests(), []
     writer = await started(transport)
-    request_later(stops, cancel("run-1"))
+    request = cancel("run-1")
+    request_later(stops, request)
     async with run_scope(writer, stops) as scope:
         await writer.text("Before the stop.", turn_id="turn-1")
         await producing(log)
     assert scope.stopped and log[-1] == "cancelled"
     assert sent(transport) == ["run.started", "answer.text", "run.stopped"], "run.stopped is the run's last word"
+    stopped = decode(Topic.RUNTIME, transport.records[-1].value)
+    assert stopped.cancel_request_id == request.event_id, "the stop names the request it answers"
     assert asyncio.current_task().cancelling() == 0, "the scope's own cancellation does not leak to its task"
 
 
