@@ -146,15 +146,19 @@ class RunScope:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a run scope guards an asyncio task")
+        loop = asyncio.get_running_loop()
         ours = False
+        inside = True
 
         def stop() -> None:
             nonlocal ours
-            if not ours:
+            if inside and not ours:
                 ours = True
                 task.cancel(f"stop requested for run {self.run_id}")
 
-        unwatch = self.stops.watch(self.run_id, stop)
+        # Through the loop, never from inside the task itself: the cancellation then always
+        # lands at an await of the block, never on a later await after the guard.
+        unwatch = self.stops.watch(self.run_id, lambda: loop.call_soon(stop))
         try:
             yield
         except asyncio.CancelledError:
@@ -170,6 +174,7 @@ class RunScope:
                 raise Stopped(self.run_id) from None  # the body turned the cancellation into an error
             raise
         finally:
+            inside = False
             unwatch()
         if ours:  # the body swallowed the cancellation and went on: it is still stopped
             task.uncancel()

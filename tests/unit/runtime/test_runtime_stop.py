@@ -184,3 +184,21 @@ def test_stop_requests_are_remembered_within_a_bound() -> None:
     unwatch()
     stops.observe(cancel("c"))
     assert called == ["c"]
+
+
+@pytest.mark.rule("X11")
+async def test_the_cancellation_never_outlives_the_scope() -> None:
+    transport, stops = MemoryTransport(), StopRequests()
+    writer = await started(transport)
+    stops.observe(cancel("run-1"))
+    async with run_scope(writer, stops) as scope:
+        pass  # a block that never waits: the stop cannot reach it
+    await asyncio.sleep(0)  # no cancellation left pending on this task
+    assert not scope.stopped and asyncio.current_task().cancelling() == 0
+
+    writer = await started(transport, "run-2")
+    async with run_scope(writer, stops) as scope:
+        stops.observe(cancel("run-2"))  # heard while the block runs, before its next wait
+        await asyncio.sleep(10)
+    await asyncio.sleep(0)
+    assert scope.stopped and asyncio.current_task().cancelling() == 0
