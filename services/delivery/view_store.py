@@ -219,6 +219,23 @@ class ViewStore:
                         key=lambda e: (e["delivery_ordinal"], e["block_id"]))
         return {"blocks": blocks, "conflicts": conflicts}
 
+    def kept_blocks(self, run_id: str) -> dict[str, Any]:
+        """X11: the committed block revisions Delivery holds for the run now (what a stop
+        requested now keeps, :func:`imprint.delivery.merge.kept`), in display order, with
+        ``as_of_event_id``: the run's last frame id, read first, so every revision published
+        in a frame up to it is among them."""
+        with self.tables.reading() as c:
+            c.execute(self.views.q("SELECT last_frame_id, deleted FROM {runs} WHERE run_id = ?"), (run_id,))
+            run = c.fetchone()
+            if run is None or run["deleted"]:
+                return {"as_of_event_id": int(run["last_frame_id"]) if run else 0, "blocks": []}
+            c.execute(self.views.q("SELECT state FROM {blocks} WHERE run_id = ?"), (run_id,))
+            states = [row["state"] for row in c.fetchall()]
+        blocks = (merge.kept(merge.BlockState.model_validate_json(state)) for state in states)
+        return {"as_of_event_id": int(run["last_frame_id"]),
+                "blocks": sorted((b for b in blocks if b is not None),
+                                 key=lambda b: (b["delivery_ordinal"], b["block_id"]))}
+
     def history(self, conversation_id: str) -> list[RunRecord]:
         with self.tables.reading() as c:
             c.execute(self.views.q("SELECT * FROM {runs} WHERE conversation_id = ? ORDER BY first_seen, run_id"),

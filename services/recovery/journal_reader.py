@@ -51,6 +51,7 @@ def journal_run(execution: AnswerExecution | None, run_id: str) -> JournalRun:
         refusals=tuple({"message_type": r.message_type, "code": r.code, "detail": r.detail, "at": r.at.isoformat()}
                        for r in execution.refusals),
         lapsed=getattr(execution, "lapsed", None),
+        stop_requested=execution.stop_requested_at.isoformat() if execution.stop_requested_at else None,
     )
 
 

@@ -238,6 +238,7 @@ def inspect_table(out: TextIO, document: Mapping[str, Any]) -> None:
         states = " → ".join(f"{t['state']} {clock(t['at'])}" for t in life["transitions"]) or "no transitions"
         c.print(Text(f"journal lifecycle: {states}" + (f"  outcome {life['outcome']}" if life["outcome"] else "")
                      + (f"  closed: lease lapsed ({life['lapsed']})" if life.get("lapsed") else "")
+                     + (f"  stop requested {clock(life['stop_requested'])}" if life.get("stop_requested") else "")
                      + ("" if life["found"] else "  (the journal has no record of this run)")))
         for refusal in life.get("refusals", []):
             c.print(Text(f"journal refused {refusal['message_type']} {clock(refusal['at'])}: {refusal['code']}"

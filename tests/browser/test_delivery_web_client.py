@@ -203,3 +203,39 @@ def test_a_run_whose_runtime_was_lost_ends_with_its_saved_blocks_and_never_reads
     assert status != "complete"
     wait_blocks(page, ["b1"])
     assert page.inner_text("[data-block-id=b1] .body") == "Saved before the runtime was lost."
+
+
+@pytest.mark.rule("X11")
+@pytest.mark.rule("P14")
+@pytest.mark.rule("D5")
+def test_stop_generating_names_the_saved_blocks_kept_and_drops_the_preview_the_run_never_saved(
+        page: Any, delivery: Delivery) -> None:
+    run = "run-b-stop"
+    delivery.feeder.send(running(run), published(run, "b1", 1, "Saved before the stop.", 1),
+                         preview(run, "b2", 1, "Previewed, never saved.", 2))
+    open_run(page, delivery.url, run, delivery.token())
+    wait_blocks(page, ["b1", "b2"])
+    assert page.get_attribute("[data-block-id=b2]", "data-status") == "unsaved"
+
+    with page.expect_response(lambda r: r.url.endswith(f"/v1/runs/{run}/cancel")) as answered:
+        page.click("#cancel")
+    assert answered.value.status == 202
+    assert [(b["block_id"], b["revision"]) for b in answered.value.json()["kept"]["blocks"]] == [("b1", 1)]
+    page.wait_for_selector("#stop")
+    assert page.get_attribute("#stop", "data-kept") == '[["b1",1]]'
+    assert "1 saved block is kept: b1 (revision 1)" in page.inner_text("#stop")
+    assert page.is_disabled("#cancel")
+
+    stopped = RunTransitioned(run_id=run, account_id="acct-1", conversation_id=f"conv-{run}", state="stopped",
+                              previous="running", sequence=4, reason="stop_requested")
+    delivery.feeder.send(stopped, closed(run, None, state="stopped"), settled(run, "stopped"))
+    page.wait_for_function("() => window.imprintClient.done")
+    assert page.get_attribute("#integrity", "data-state") == "ok", "a complete, verified stream"
+    wait_blocks(page, ["b1"])
+    assert page.get_attribute("[data-block-id=b1]", "data-status") == "saved"
+    assert page.evaluate("() => window.imprintClient.dropped") == ["b2"]
+    assert "unsaved preview was dropped" in page.inner_text("#notices")
+    status = page.inner_text("#status")
+    assert status.startswith("stopped") and "at your request" in status and "incomplete" in status, status
+    assert page.errors == []  # type: ignore[attr-defined]
+

@@ -1,5 +1,5 @@
 """X10 with every part a real process over real Kafka: a research runtime — a real pydantic-ai
-``Agent`` whose ``FunctionModel`` keeps producing slowly (``tests/e2e/lost_runtime.py``) — is
+``Agent`` whose ``FunctionModel`` keeps producing slowly (``tests/e2e/slow_runtime.py``) — is
 SIGKILLed mid-run. Until then its heartbeats keep the run open well past the lease; after it,
 the Journal closes the run ``failed``/``runtime_lost``, and every open stream — an SSE client
 and the AI SDK UI message stream — ends with ``done`` within the lease and 5 s, keeping the
@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +24,7 @@ from imprint.runtime.kafka import KafkaTransport
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.sse import SSE, read_stream
-from tests.support.stack import Stack, environment
+from tests.support.stack import Stack, inspected, inspected_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -98,34 +96,6 @@ def ui_stream_reader(base_url: str, run_id: str, token: str) -> Reader:
     return Reader(read)
 
 
-def wait_for_line(stack: Stack, name: str, marker: str, timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in stack.log(name).splitlines():
-            if line.startswith(marker):
-                return line
-        assert stack.children[name].returncode is None, stack.log(name)[-3000:]
-        time.sleep(0.1)
-    raise AssertionError(f"{name} never printed {marker!r}:\n{stack.log(name)[-3000:]}")
-
-
-def inspected(settings: Settings, run_id: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "services.cli", "inspect", "--run", run_id, "--json"],
-                          env=environment(settings), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def inspected_until(settings: Settings, run_id: str, holds: Callable[[dict[str, Any]], bool],
-                    timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        document = inspected(settings, run_id)
-        if holds(document) or time.monotonic() > deadline:
-            return document
-        time.sleep(0.5)
-
-
 async def late_messages(settings: Settings, run_id: str) -> None:
     """The runtime comes back: a heartbeat and a block, as the SDK sends them."""
     async with KafkaTransport(settings.kafka_bootstrap, topic_prefix=settings.topic_prefix) as kafka:
@@ -143,17 +113,17 @@ def test_a_killed_runtime_loses_its_run_and_every_open_stream_ends(isolated: Set
     settings = isolated.model_copy(update={"run_lease_seconds": LEASE})
     run_id, token = "run-lease-1", mint_token(settings, ACCOUNT)
     with Stack(settings) as stack:
-        stack.start_command("runtime", "tests.e2e.lost_runtime", [run_id, ACCOUNT, str(HEARTBEAT)])
-        wait_for_line(stack, "runtime", "RUN STARTED")
+        stack.start_command("runtime", "tests.e2e.slow_runtime", [run_id, ACCOUNT, str(HEARTBEAT)])
+        stack.wait_for_line("runtime", "RUN STARTED")
         stack.wait_for_run(run_id, token)
         readers = [sse_reader(stack.base_url, run_id, token), ui_stream_reader(stack.base_url, run_id, token)]
         for reader in readers:
             reader.start()
 
-        settled = wait_for_line(stack, "runtime", "BLOCK SETTLED")
+        settled = stack.wait_for_line("runtime", "BLOCK SETTLED")
         block = BLOCK_ID.search(settled)
         assert block, settled
-        wait_for_line(stack, "runtime", "MODEL PRODUCING")
+        stack.wait_for_line("runtime", "MODEL PRODUCING")
         time.sleep(2 * LEASE)  # the model is still producing: only heartbeats go out
         status = httpx.get(f"{stack.base_url}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"}).json()
         assert status["state"] == "running" and not status["terminal"], \

@@ -5,9 +5,13 @@ ready and, on the way out, stops every child (and prints the log tails on failur
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -43,8 +47,39 @@ class Stack(Launcher):
             time.sleep(0.2)
         raise AssertionError(f"delivery never learned run {run_id}:\n" + self.log("journal")[-3000:])
 
+    def wait_for_line(self, name: str, marker: str, timeout: float = 90) -> str:
+        """The first line of child ``name``'s log that starts with ``marker`` (what a test's
+        runtime prints as it reaches a point), waited for while the child lives."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log(name).splitlines():
+                if line.startswith(marker):
+                    return line
+            assert self.children[name].returncode is None, self.log(name)[-3000:]
+            time.sleep(0.1)
+        raise AssertionError(f"{name} never printed {marker!r}:\n{self.log(name)[-3000:]}")
+
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.stop_all()
         if e is not None:
             for name in self.children:
                 print(self.tail(name, 3000), file=sys.stderr)
+
+
+def inspected(settings: Settings, run_id: str) -> dict[str, Any]:
+    """``imprint inspect --run <run_id> --json`` of the stack's stores."""
+    done = subprocess.run([sys.executable, "-m", "services.cli", "inspect", "--run", run_id, "--json"],
+                          env=environment(settings), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def inspected_until(settings: Settings, run_id: str, holds: Callable[[dict[str, Any]], bool],
+                    timeout: float = 60) -> dict[str, Any]:
+    """:func:`inspected` again until ``holds`` (or ``timeout`` passed: the last document)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        document = inspected(settings, run_id)
+        if holds(document) or time.monotonic() > deadline:
+            return document
+        time.sleep(0.5)

@@ -146,7 +146,7 @@ def test_no_part_reexports_another_parts_names() -> None:
 
 
 UNIT = ROOT / "tests" / "unit"
-TEST_SUPPORT_ALLOWED = {"tests.support.delivery_builders", "tests.support.versions"}
+TEST_SUPPORT_ALLOWED = {"tests.support.delivery_builders", "tests.support.runs", "tests.support.versions"}
 """Shared builders of contract messages, and the finder of what libs/imprint stores: pure,
 so the unit tier may use them."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
 
@@ -160,6 +161,10 @@ class RunCompleted(RunMessage):
 
 class RunStopped(RunMessage):
     type: Literal["run.stopped"] = "run.stopped"
+    cancel_request_id: uuid.UUID | None = None
+    """X11: the ``event_id`` of the user's ``run.cancel_requested`` this stop answers (none: the
+    runtime stopped on its own). The request and this stop travel on different topics, so the
+    Journal may read this first: it then records the request from here (once, by its id)."""
 
 
 class RunFailed(RunMessage):

@@ -21,6 +21,12 @@ no source id other than the run's own citations.
 ``content`` frames carry the closed answer text in chunks of at most 28 characters;
 they are only produced by ``run.closed`` — the closed execution record was persisted
 (X4) — followed by ``evidence-summary``, then the terminal pair.
+
+X11: a run that ended ``stopped`` drops, right before its terminal, every preview it still
+shows — one ``answer-preview`` frame per block with ``status: "dropped"`` (reason
+``run_stopped``) and the block as it stands without it: its committed revision, or ``null``.
+Publication settles nothing of a stopped run after its stop, and everything before it is
+settled by ``answer.settled``, so such a preview was never committed and never will be.
 """
 
 from __future__ import annotations
@@ -232,6 +238,12 @@ def closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
     return _finish(p, out)
 
 
+def ends_stopped(message: Any) -> bool:
+    """Whether ``message`` may end a stopped run's stream (:func:`closed`, :func:`settled`): its
+    handler then reads every block of the run, to drop the previews still shown (X11)."""
+    return isinstance(message, RunClosed | AnswerSettled) and message.state == "stopped"
+
+
 def settled(p: RunProjection, message: AnswerSettled, out: Step) -> Step:
     """Publication has nothing more for this run before its end (``answer.settled``)."""
     p.publication_settled = True
@@ -244,6 +256,8 @@ def _finish(p: RunProjection, out: Step) -> Step:
     the run is still on its way). Either may arrive first; ``done`` never overtakes a block."""
     if p.terminal or not (p.closed and p.publication_settled):
         return out
+    if p.state == "stopped":
+        out.drafts.extend(_dropped_previews(p))
     if p.state == "completed" and p.answer_text:
         for seq, chunk in enumerate(chunk_text(p.answer_text)):
             out.drafts.append(draft(CONTENT, {"seq": seq, "text": chunk}))
@@ -260,6 +274,22 @@ def _finish(p: RunProjection, out: Step) -> Step:
     return out
 
 
+def _dropped_previews(p: RunProjection) -> list[FrameDraft]:
+    """X11: every preview a stopped run still shows, dropped as such (see the module docstring)."""
+    drafts: list[FrameDraft] = []
+    blocks = sorted(p.answer.blocks.values(), key=lambda b: (b.ordinal or 0, b.block_id))
+    for block in blocks:
+        before = merge.display(block)
+        dropped = merge.drop_unsaved(block)
+        if dropped is None or before is None or before["status"] not in ("unsaved", "save_unknown"):
+            continue  # nothing was shown of it as a preview
+        drafts.append(draft(PREVIEW, {
+            "block_id": block.block_id, "block": merge.display(block), "revision": dropped.revision,
+            "status": "dropped", "reason": "run_stopped", "candidate_id": dropped.candidate_id,
+        }, key=f"block:{block.block_id}"))
+    return drafts
+
+
 @dataclass(frozen=True, slots=True)
 class Publication:
     """The handler of one ``imprint.publication.v1`` message class: merged into the
@@ -274,6 +304,11 @@ class Publication:
     merge: merge.Handler
 
     def __call__(self, p: RunProjection, message: Any, out: Step) -> Step:
+        if p.terminal and p.state == "stopped" and isinstance(message, AnswerPreview):
+            # X11: a preview reaching a stopped run after its end was sent before the stop (by
+            # Publication itself, not its relay) and is stale or failed: its commit, or its
+            # failure, came before answer.settled. Its previews were dropped; it stays dropped.
+            return out
         # Only the blocks this message can touch: the cost of a message never grows with the run.
         names = self.merge.blocks(message)
         held = p.answer.blocks if names is None else {b: p.answer.blocks[b] for b in names if b in p.answer.blocks}

@@ -11,7 +11,8 @@ type is one row. Every other type names no block and appends nothing.
 ``conversation.deleted``       purge the conversation's runs (X8)
 ``run.transitioned``           the run's status frame
 ``run.progress``               the progress frame
-``run.closed``                 the closed execution: content, evidence summary, then the end (D2)
+``run.closed``                 the closed execution: content, evidence summary, then the end (D2);
+                               a stopped run's previews still shown are dropped first (X11)
 ``answer.settled``             Publication has nothing more for the run before its end
 ``answer.preview``             an unsaved preview of a block (P14, P16)
 ``answer.published``           a committed block revision (P16–P18)
@@ -75,10 +76,12 @@ def step(p: RunProjection, message: Any) -> Step:
 
 def named_blocks(message: Any) -> tuple[str, ...] | None:
     """The blocks a message may read or change: ``()`` for none, ``None`` for every block of
-    the run (a save outcome naming no block). A store needs to hold only these blocks of a
-    run's answer state when it applies the message."""
+    the run (a save outcome naming no block, the end of a stopped run). A store needs to hold
+    only these blocks of a run's answer state when it applies the message."""
     handler = HANDLERS.get(type(message))
-    return handler.merge.blocks(message) if isinstance(handler, Publication) else ()
+    if isinstance(handler, Publication):
+        return handler.merge.blocks(message)
+    return None if frames.ends_stopped(message) else ()
 
 
 def apply(state: merge.AnswerState, message: Any) -> merge.MergeResult:

@@ -22,7 +22,9 @@ computes the one entry a viewer shows for the block (or nothing):
   revision; a revision replaces the block in place, never adds a second one;
 * a preview whose save failed is no longer shown as pending: the view falls back to
   the committed revision, or the block disappears if nothing was ever committed.
-  A failed preview is never shown as saved.
+  A failed preview is never shown as saved;
+* (X11) so is a preview still shown when a stopped run ends (:func:`drop_unsaved`): nothing
+  of a stopped run is committed after its stop, so it never will be.
 
 What each message class names and does is one row of :data:`HANDLERS`, at the end;
 :func:`named_blocks` and :func:`apply` dispatch through it by the message's type.
@@ -215,6 +217,19 @@ def display(state: BlockState) -> dict[str, Any] | None:
     return entry
 
 
+def kept(state: BlockState) -> dict[str, Any] | None:
+    """X11: the block revision a stop keeps — the newest committed revision still shown
+    (neither withdrawn nor in conflict), whatever preview is shown over it; ``None`` for a
+    block with none (only previewed, or hidden)."""
+    top = state.top_committed()
+    if top is None:
+        return None
+    committed = state.committed[top]
+    return {"block_id": state.block_id, "revision": top,
+            "delivery_ordinal": state.ordinal or committed.delivery_ordinal,
+            "body_sha256": committed.body_sha256, "receipt_id": committed.receipt.receipt_id}
+
+
 def view(state: AnswerState) -> list[dict[str, Any]]:
     """Every displayed block in ordinal order (withdrawn and hidden omitted)."""
     entries = [e for e in (display(b) for b in state.blocks.values()) if e is not None]
@@ -267,6 +282,19 @@ def _drop_preview(block: BlockState, candidate_id: str) -> bool:
         del block.seen[revision]
     block.preview = None
     return True
+
+
+def drop_unsaved(block: BlockState) -> BlockView | None:
+    """X11: the block's preview will never be committed (its run ended stopped, and
+    Publication settles nothing after a stop): drop it as such — the view falls back to the
+    committed revision, or the block leaves it — and ignore a late copy of it. Returns the
+    preview dropped, if there was one."""
+    preview = block.preview
+    if preview is None:
+        return None
+    _drop_preview(block, preview.candidate_id)
+    block.settled_candidates.append(preview.candidate_id)
+    return preview
 
 
 def _hide(block: BlockState, through: int, cause: str) -> None:

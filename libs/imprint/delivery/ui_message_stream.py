@@ -10,7 +10,8 @@ carries ``x-vercel-ai-ui-message-stream: v1``. One run is one assistant message:
 * every block as a ``data-block`` part whose ``id`` is the ``block_id``. The SDK
   keeps one part per (type, id) and replaces its ``data`` in place, so a revision
   replaces its block (P18) and a withdrawal is the same id with
-  ``state: "withdrawn"`` (the protocol has no delete; P21). Preview versus committed
+  ``state: "withdrawn"`` (the protocol has no delete; P21); a preview a stopped run
+  never committed, ``state: "dropped"`` (X11). Preview versus committed
   (``state``), ``revision``, ``ordinal``, ``source_hint``, ``citations`` — all inside
   ``data``: 5.x/6.x clients validate every part strictly (no extra top-level keys);
 * a block whose first frame was superseded before this reader came holds its place
@@ -84,6 +85,9 @@ def encode(part: Part) -> bytes:
 
 def block_data(block_id: str, entry: dict[str, Any] | None, frame: dict[str, Any]) -> dict[str, Any]:
     """``data`` of a ``data-block`` part: the block's display entry, or its withdrawal."""
+    if entry is None and frame.get("status") == "dropped":  # X11: a preview never committed, dropped as such
+        return {"block_id": block_id, "state": "dropped", "revision": frame.get("revision"),
+                "cause": frame.get("reason")}
     if entry is None:
         cause = frame.get("cause") or frame.get("reason") or frame.get("status") or "withdrawn"
         return {"block_id": block_id, "state": "withdrawn", "revision": frame.get("revision"), "cause": cause}

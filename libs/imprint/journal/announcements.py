@@ -23,7 +23,7 @@ Private fields are opened here, at announce time, with the keyring; after the
 conversation was shredded they come out as ``None``/``""`` — never as text, never
 as an exception. ``generation_unavailable`` is announced with no answer text,
 evidence, snapshot or knowledge_version (X6). A reason the Journal wrote itself
-(``runtime_lost``, X10) is a code, stored and announced as it is.
+(``runtime_lost``, X10; ``stop_requested``, X11) is a code, stored and announced as it is.
 
 Every message goes to the topic whose union holds its type (``topic_of``): all of them
 to ``imprint.runs.v1`` but the lease lapse, which is Publication's to hear.
@@ -49,7 +49,7 @@ from imprint.journal.execution import (
     CompletionRecord,
     title_field,
 )
-from imprint.journal.leases import JOURNAL_REASONS
+from imprint.journal.lifecycle import JOURNAL_REASONS
 from imprint.shredding import FieldSealer, Keyring
 
 

@@ -21,6 +21,9 @@ Id: ``uuid5(JOURNAL_NAMESPACE, "run:" + run_id)`` (:func:`imprint.journal.ids.ex
 * **X10** ``LeaseLapsed`` records that the run's runtime fell silent for longer than its
   lease; the run is closed ``failed`` (``runtime_lost``) in the same transaction
   (:mod:`imprint.journal.leases` decides when).
+* **X11** ``StopRequested`` records that the run's user asked it to stop while it was open
+  (:mod:`imprint.journal.stopping`); the runtime ends it, and the ``stopped`` transition that
+  follows carries the reason ``stop_requested``.
 
 Private fields are stored only as sealed strings (:mod:`imprint.shredding`);
 this module never sees plaintext.
@@ -37,8 +40,9 @@ from eventsourcing.domain import Aggregate
 from imprint.journal import ids
 from imprint.journal.diagnostics import DiagnosticRefused, DiagnosticTrace
 from imprint.journal.events import MessageEvent
-from imprint.journal.lifecycle import LIVE, State, check_live_fact, check_transition
+from imprint.journal.lifecycle import LIVE, STOP_REQUESTED, State, check_live_fact, check_transition
 from imprint.journal.refusals import Refusal, RefusalCode
+from imprint.journal.stopping import check_stop_request
 
 REQUEST_SCHEMA = "answer_execution_request/v1"
 COMPLETION_SCHEMA = "answer_execution_completion/v1"
@@ -395,8 +399,23 @@ class AnswerExecution(Aggregate):
             x.lapsed = self.reason
             x._trace("lease.lapsed", None)
 
+    class StopRequested(MessageEvent):
+        """X11: the run's user asked it to stop (``run.cancel_requested``) while it was open.
+        A request, not a transition: the run stays as it is until its runtime ends it."""
+        class_version = 1
+
+        run_id: str
+        account_id: str
+        conversation_id: str
+
+        def change(self, x: AnswerExecution) -> None:
+            x.stop_requested_at = self.timestamp
+            x._trace("stop.requested", None)
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self.stop_requested_at: datetime | None = None
+        """X11: when the run's user first asked it to stop, while it was open."""
         self.lapsed: str | None = None
         """X10: why the Journal closed the run when its lease lapsed (``runtime_lost``)."""
         self.request: AnswerExecutionRequest | None = None
@@ -488,6 +507,8 @@ class AnswerExecution(Aggregate):
         except Refusal as r:
             self.refuse(event_id, message_type, r)
             return False
+        if target is State.STOPPED and reason is None and self.stop_requested_at is not None:
+            reason = STOP_REQUESTED  # X11: the runtime stopped the run its user asked to stop
         self._trigger_transition(event_id, target, None, reason)
         if target in (State.STOPPED, State.FAILED, State.THROTTLED, State.REJECTED):
             self._trigger_closed(event_id, target, None)
@@ -526,6 +547,24 @@ class AnswerExecution(Aggregate):
                            reason=reason, lease_seconds=lease_seconds)
         self._trigger_transition(event_id, State.FAILED, None, reason)
         self._trigger_closed(event_id, State.FAILED, None)
+        return True
+
+    def request_stop(self, event_id: str, account_id: str) -> bool:
+        """X11: the user asked the run to stop. Recorded once, while the run is open; a request
+        for a run that already ended (or was asked already) changes nothing; one naming another
+        account, or a run never admitted, is refused and recorded."""
+        if event_id in self.processed:
+            return False
+        try:
+            self._check_not_erased()
+            if not check_stop_request(self.state, self.account_id, account_id, self.stop_requested_at is not None):
+                return False
+        except Refusal as r:
+            self.refuse(event_id, "run.cancel_requested", r)
+            return False
+        assert self.request is not None
+        self.trigger_event(self.StopRequested, run_id=self.run_id, event_id=event_id,
+                           account_id=self.request.account_id, conversation_id=self.request.conversation_id)
         return True
 
     def beat(self, event_id: str) -> bool:

@@ -22,6 +22,8 @@ Which message touches what:
 ``tool.receipt``           execution receipt (P19)
 ``run.heartbeat``          nothing while the run is open (X10: it renews the lease in memory);
                            refused and recorded once the run is closed
+``run.cancel_requested``   the user's stop request on the open execution (X11); nothing once it ended,
+                           but a ``run.stopped`` that names it records it first
 ``answer.published`` / ``answer.unchanged``   execution effect observed (P19, P20)
 ``source.tombstoned``      source tombstone + redaction of every linked execution (X7)
 ``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
@@ -42,7 +44,7 @@ from typing import Any, Literal
 from uuid import uuid5
 
 
-from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
 from imprint.contracts.runtime import (
     EvidenceGranted,
@@ -241,8 +243,15 @@ class JournalHandling:
     def transition(self, ws: Workspace, m: Any) -> None:
         target = MESSAGE_TARGETS[m.type]
         reason_text = m.reason if isinstance(m, (RunFailed, RunRejected)) and m.reason else None
-        self._with_sealed(ws, m, F_REASON, reason_text,
-                          lambda ex, eid, reason: ex.transition(eid, m.type, target, reason))
+
+        def record(ex: AnswerExecution, eid: str, reason: str | None) -> None:
+            if isinstance(m, RunStopped) and m.cancel_request_id is not None and ex.account_id is not None:
+                # X11: the stop answers this request, which travels on another topic and may come
+                # later: the request is recorded now, by its own id (its late copy is a redelivery).
+                ex.request_stop(str(m.cancel_request_id), ex.account_id)
+            ex.transition(eid, m.type, target, reason)
+
+        self._with_sealed(ws, m, F_REASON, reason_text, record)
 
     # -- X4 / X7: completion ----------------------------------------------------------------------
 
@@ -338,6 +347,13 @@ class JournalHandling:
         assert ex is not None
         ex.beat(str(m.event_id))
 
+    # -- X11: stop ------------------------------------------------------------------------------
+
+    def cancel_requested(self, ws: Workspace, m: RunCancelRequested) -> None:
+        ex = self._execution(ws, m.run_id)
+        assert ex is not None
+        ex.request_stop(str(m.event_id), m.account_id)
+
     # -- X7: tombstones -------------------------------------------------------------------------
 
     def tombstone(self, ws: Workspace, m: SourceTombstoned) -> None:
@@ -401,6 +417,7 @@ HANDLERS: dict[type, Handler] = {
     SourceTombstoned: JournalHandling.tombstone,
     ConversationDeleteRequested: JournalHandling.delete_requested,
     RunHeartbeat: JournalHandling.heartbeat,
+    RunCancelRequested: JournalHandling.cancel_requested,
 }
 """One table: a reader finds what happens to a message by its type here."""
 

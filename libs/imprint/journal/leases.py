@@ -16,7 +16,7 @@ release of its lease (:func:`lapse`):
 Nothing else changes: committed blocks and observed effects stay (P20), and the closed
 lifecycle refuses — and records — whatever that runtime sends later (a late
 ``run.completed``, a stage, a heartbeat). The reason is a code the Journal writes itself,
-never private text, so it is stored unsealed (:data:`JOURNAL_REASONS`).
+never private text, so it is stored unsealed (:data:`imprint.journal.lifecycle.JOURNAL_REASONS`).
 
 Where the deadline lives. Renewals are not facts: one event per runtime message would
 double the log. The instance that consumes a run's runtime partition keeps the
@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 from uuid import uuid5
 
 from eventsourcing.domain import Aggregate
@@ -53,12 +53,9 @@ from eventsourcing.domain import Aggregate
 from imprint.contracts.runtime import LIFECYCLE_TYPES
 from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
-from imprint.journal.lifecycle import LIVE
+from imprint.journal.lifecycle import LIVE, RUNTIME_LOST
 from imprint.workspace import Workspace
 
-RUNTIME_LOST: Final = "runtime_lost"
-JOURNAL_REASONS: Final = frozenset({RUNTIME_LOST})
-"""Transition reasons the Journal writes itself: fixed codes, stored and announced unsealed."""
 
 
 def lapse_event_id(run_id: str) -> str:

@@ -79,6 +79,14 @@ MESSAGE_TARGETS: Final[dict[str, State]] = {
 """Which ``imprint.runtime.v1`` type asks for which state."""
 
 
+RUNTIME_LOST: Final = "runtime_lost"
+"""X10: the Journal closed the run ``failed`` when its runtime's lease lapsed."""
+STOP_REQUESTED: Final = "stop_requested"
+"""X11: the run ended ``stopped`` after its user asked it to stop."""
+JOURNAL_REASONS: Final = frozenset({RUNTIME_LOST, STOP_REQUESTED})
+"""Transition reasons the Journal writes itself: fixed codes, stored and announced unsealed."""
+
+
 def is_terminal(state: State | None) -> bool:
     return state in TERMINAL
 

@@ -12,7 +12,8 @@ of work must do around its one transaction — and never saves, sends or sleeps.
 ``source.registered``                     the source registry (P7, P8)
 ``source.revoked`` / ``source.tombstoned``  withdrawal of every dependent block (P21)
 ``conversation.delete_requested``         withdrawal of every block, keys to destroy (X8)
-``run.completed`` … ``run.rejected``       the run's end (same partition as its proposals)
+``run.completed`` … ``run.rejected``       the run's end (same partition as its proposals); after
+                                          ``run.stopped`` (X11) later proposals are refused
 ``run.lease_lapsed``                      X10: the Journal closed the run (its runtime was lost):
                                           the run ends, later proposals are refused
 ``answer.text`` / ``answer.part`` …       a candidate: intake (P1–P3), settlement (P4–P13, P18)
@@ -250,7 +251,13 @@ def register_source(ws: Workspace, message: SourceRegistered, context: Context) 
 
 
 def end_run(ws: Workspace, message: Any, context: Context) -> Effects:
-    # Same partition as the run's proposals: everything before this is settled.
+    """Same partition as the run's proposals: everything before this is settled.
+
+    X11: ``run.stopped`` is the stop boundary. The runtime sends it once its user's stop
+    request cancelled the run's work, so every proposal before it on the run's partition is
+    settled (committed blocks stay, P20) and every one after it is refused (``run_stopped``,
+    recorded): nothing commits after a stop, so no preview shown before it can still become
+    saved, and the blocks kept are exactly those committed before ``answer.settled``."""
     run_of(ws, message.run_id).end(message.type.removeprefix("run."))
     return NOTHING
 
@@ -346,6 +353,9 @@ def _not_answerable(ws: Workspace, run: PublicationRun, message: Any, candidate:
     X8: neither does a run whose conversation was deleted."""
     if run.deleted:
         return IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
+                             message.type, message.run_id, candidate.candidate_id)
+    if getattr(run, "ended", None) == "stopped":  # getattr: snapshots taken before the field existed
+        return IntakeRefusal("run_stopped", "the run was stopped: nothing after its stop is settled",
                              message.type, message.run_id, candidate.candidate_id)
     if run.lost is not None:
         return IntakeRefusal("run_lost", "the Journal closed the run when its runtime's lease lapsed",

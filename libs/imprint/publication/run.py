@@ -602,7 +602,8 @@ class PublicationRun(Aggregate):
         return withdrawn
 
     def end(self, state: str) -> bool:
-        """Record that the run ended (``completed``, ``failed``, …). Once; later proposals are still settled."""
+        """Record that the run ended (``completed``, ``failed``, …). Once; later proposals are still
+        settled, but for a run that ended ``stopped`` (X11: refused, ``run_stopped``)."""
         if getattr(self, "ended", None) is not None:  # getattr: snapshots taken before this field existed
             return False
         self.trigger_event(self.Ended, run_id=self.run_id, state=state)

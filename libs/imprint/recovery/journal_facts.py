@@ -38,6 +38,8 @@ class JournalRun:
     e.g. what its runtime sent after the run was closed (X10)."""
     lapsed: str | None = None
     """X10: why the journal closed the run when its lease lapsed (``runtime_lost``), if it did."""
+    stop_requested: str | None = None
+    """X11: when the run's user asked it to stop while it was open (RFC 3339), if they did."""
 
     def journaled(self) -> frozenset[tuple[str, int]]:
         """The (block_id, revision) pairs whose commit the journal observed."""
@@ -53,4 +55,5 @@ class JournalRun:
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "found": self.found, "state": self.state, "outcome": self.outcome,
                 "erased": self.erased, "transitions": list(self.transitions), "effects": list(self.effects),
-                "receipts": list(self.receipts), "refusals": list(self.refusals), "lapsed": self.lapsed}
+                "receipts": list(self.receipts), "refusals": list(self.refusals), "lapsed": self.lapsed,
+                "stop_requested": self.stop_requested}

@@ -6,7 +6,8 @@ it), *previewed* (``answer.preview``; a previewed modification's quota fact),
 ids Delivery wrote and the delivery observation that covered them) and *received*
 / *rendered* (the client's receipts) — each with its time, and beside them what
 the runtime journal observed and the run's lifecycle as the journal holds it (with
-what it refused, and whether it closed the run when its lease lapsed, X10).
+what it refused, whether it closed the run when its lease lapsed, X10, and when the
+run's user asked it to stop, X11).
 
 A fact never stands in for another: a block that is committed but not sent shows
 exactly that. Where two sources disagree the timeline marks it:
@@ -198,6 +199,7 @@ def timeline(
             "transitions": list(journal.transitions) if journal is not None else [],
             "tool_receipts": list(journal.receipts) if journal is not None else [],
             "lapsed": journal.lapsed if journal is not None else None,
+            "stop_requested": journal.stop_requested if journal is not None else None,
             "refusals": list(journal.refusals) if journal is not None else [],
         },
         "sources": {"journal": journal is not None, "frames": frames is not None,

@@ -19,6 +19,10 @@ and leaving the call stops the task without waiting for a send in flight.
 
 (:class:`~imprint.runtime.pydantic_ai.AnswerPublication` does this around every model
 request and tool call of a pydantic-ai agent.)
+
+X11: once the run is over — stopped by its user (:class:`~imprint.runtime.stopping.RunScope`
+closes them) or ended by the runtime — :meth:`Heartbeats.close` ends them for good: a
+heartbeat after the run's end would be refused and recorded by the Journal, never renew anything.
 """
 
 from __future__ import annotations
@@ -45,12 +49,23 @@ class Heartbeats:
         self.every = every
         self._in_flight: list[InFlight] = []
         self._task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    async def close(self) -> None:
+        """No heartbeat from now on, not even for a call still in flight; returns once a
+        heartbeat being sent has been abandoned. Idempotent."""
+        self.closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     @contextlib.asynccontextmanager
     async def during(self, in_flight: InFlight) -> AsyncIterator[None]:
         """Heartbeat while the body runs (a model request, a tool call)."""
         self._in_flight.append(in_flight)
-        if self._task is None:
+        if self._task is None and not self.closed:
             self._task = asyncio.create_task(self._beat(), name=f"imprint-heartbeat-{self.writer.run_id}")
         try:
             yield

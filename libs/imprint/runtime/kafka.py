@@ -11,6 +11,13 @@ everything else there is pure.)
 * :class:`KafkaDecisions` reads ``imprint.publication.v1`` from its end and feeds
   :class:`~imprint.runtime.decisions.Decisions`, so a caller learns the block ids the
   Host issued for its proposals. Start it before sending what it should answer.
+* :class:`KafkaControl` reads ``imprint.control.v1`` from its end and feeds
+  :class:`~imprint.runtime.stopping.StopRequests` (X11), so a user's stop request reaches
+  the :func:`~imprint.runtime.stopping.run_scope` of its run. Start it before the runs it
+  should stop.
+
+Both read every partition of their topic without a consumer group, from its end when
+started: what a process needs is what happens to its own runs from then on.
 
 ``topic_prefix`` is prepended to contract topic names, as ``IMPRINT_TOPIC_PREFIX`` does
 for the services.
@@ -35,10 +42,12 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
+from imprint.contracts.control import RunCancelRequested
 from imprint.contracts.registry import decode
 from imprint.contracts.topics import Topic
 from imprint.runtime import tracecontext
 from imprint.runtime.decisions import Decisions
+from imprint.runtime.stopping import StopRequests
 from imprint.runtime.writer import Record
 
 log = logging.getLogger(__name__)
@@ -81,10 +90,13 @@ class KafkaTransport(_Started):
                                                headers=tracecontext.inject(record.headers))
 
 
-class KafkaDecisions(Decisions, _Started):
-    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime") -> None:
-        super().__init__()
-        self._topic = f"{topic_prefix}{Topic.PUBLICATION}"
+class _TopicReader(_Started):
+    """Reads one topic from its end (every partition, no group) in a background task and
+    hands :meth:`_take` each record."""
+
+    def __init__(self, topic: Topic, bootstrap_servers: str, *, topic_prefix: str, client_id: str) -> None:
+        self._contract_topic = topic
+        self._topic = f"{topic_prefix}{topic}"
         self._consumer = AIOKafkaConsumer(self._topic, bootstrap_servers=bootstrap_servers, client_id=client_id,
                                           group_id=None, enable_auto_commit=False, auto_offset_reset="latest")
         self._task: asyncio.Task[None] | None = None
@@ -96,7 +108,7 @@ class KafkaDecisions(Decisions, _Started):
         await self._consumer.seek_to_end(*partitions)
         for partition in partitions:  # resolve the positions now: nothing sent after start() is missed
             await self._consumer.position(partition)
-        self._task = asyncio.create_task(self._read(), name="imprint-runtime-decisions")
+        self._task = asyncio.create_task(self._read(), name=f"imprint-runtime-{self._contract_topic}")
         self._task.add_done_callback(_report_failure)
 
     async def stop(self) -> None:
@@ -108,21 +120,61 @@ class KafkaDecisions(Decisions, _Started):
         await self._consumer.stop()
 
     async def _read(self) -> None:
-        """Feed every awaited run's publication messages to :meth:`observe` (key = run_id)."""
         while True:
             batches = await self._consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
-                    if record.key is not None and not self.awaits(record.key.decode("utf-8", "replace")):
-                        continue  # another run's message: nobody here waits for it
-                    try:
-                        message = decode(Topic.PUBLICATION, record.value or b"")
-                    except (ValidationError, ValueError):
-                        log.warning("undecodable publication record skipped at offset %s", record.offset)
-                        continue
-                    self.observe(message)
+                    self._take(record)
+
+    def _take(self, record: Any) -> None: ...
+
+    def _decode(self, record: Any) -> Any | None:
+        try:
+            return decode(self._contract_topic, record.value or b"")
+        except (ValidationError, ValueError):
+            log.warning("undecodable %s record skipped at offset %s", self._contract_topic, record.offset)
+            return None
+
+
+class KafkaDecisions(Decisions, _TopicReader):
+    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime") -> None:
+        Decisions.__init__(self)
+        _TopicReader.__init__(self, Topic.PUBLICATION, bootstrap_servers, topic_prefix=topic_prefix,
+                              client_id=client_id)
+
+    def _take(self, record: Any) -> None:
+        """Feed every awaited run's publication messages to :meth:`observe` (key = run_id)."""
+        if record.key is not None and not self.awaits(record.key.decode("utf-8", "replace")):
+            return  # another run's message: nobody here waits for it
+        message = self._decode(record)
+        if message is not None:
+            self.observe(message)
+
+
+STOP_TYPES = frozenset({RunCancelRequested.model_fields["type"].default})
+"""The control messages a runtime acts on; the rest of the topic (deletions, lease lapses) is
+skipped by its ``type`` header, undecoded."""
+
+
+class KafkaControl(StopRequests, _TopicReader):
+    """X11: a user's stop requests, from ``imprint.control.v1``, for the scopes of this
+    process's runs (:func:`~imprint.runtime.stopping.run_scope`)."""
+
+    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime") -> None:
+        StopRequests.__init__(self)
+        _TopicReader.__init__(self, Topic.CONTROL, bootstrap_servers, topic_prefix=topic_prefix,
+                              client_id=client_id)
+
+    def _take(self, record: Any) -> None:
+        kind = next((value for key, value in record.headers or () if key == "type"), None)
+        if kind is not None and kind.decode("utf-8", "replace") not in STOP_TYPES:
+            return
+        message = self._decode(record)
+        if message is not None:
+            self.observe(message)
 
 
 def _report_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("the publication reader stopped; waits for decisions will time out", exc_info=task.exception())
+        log.error("%s stopped: waits for decisions time out, stop requests are not heard", task.get_name(),
+                  exc_info=task.exception())

@@ -13,6 +13,15 @@ the run has been silent for ``heartbeat_seconds`` (:class:`~imprint.runtime.hear
 so a slow model or a long tool keeps the run's lease at the Journal, and a runtime that
 dies stops renewing it.
 
+X11: given the run's scope (:func:`~imprint.runtime.stopping.run_scope`), the agent's run is
+stoppable by its user. A stop request cancels the task running the agent — the model request or
+tool call in flight with it — and the scope ends the run ``stopped``; the capability's heartbeats
+end with it, and it starts no model request or tool call once the stop was requested (should
+some code under the agent have swallowed the cancellation)::
+
+    async with run_scope(writer, control) as scope:
+        await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions, scope=scope)])
+
 Pass it per run: ``await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions)])``
 (``agent.iter`` and an ``event_stream_handler`` work alike; under ``agent.run_stream`` pydantic-ai
 takes the first text as the final output and runs its tool calls first, so that order is not kept).
@@ -42,6 +51,7 @@ from imprint.contracts.runtime import BlockDraft, TableContent
 from imprint.publication.candidate import candidate_id_for
 from imprint.runtime.decisions import Decision, Decisions
 from imprint.runtime.heartbeat import DEFAULT_EVERY, Heartbeats, InFlight
+from imprint.runtime.stopping import RunScope
 from imprint.runtime.writer import RunWriter
 
 TOOL_NAME = "send_answer_part"
@@ -61,11 +71,15 @@ class AnswerPublication(AbstractCapability[Any]):
     heartbeat_seconds: float | None = DEFAULT_EVERY
     """X10: silence after which a ``run.heartbeat`` goes out while a model request or tool call
     is in flight (``None``: no heartbeats). Keep it well under the deployment's run lease."""
+    scope: RunScope | None = None
+    """X11: the run's scope, when its user may stop it (:func:`~imprint.runtime.stopping.run_scope`)."""
     _heartbeats: Heartbeats | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.heartbeat_seconds is not None:
             self._heartbeats = Heartbeats(self.writer, self.heartbeat_seconds)
+            if self.scope is not None:
+                self.scope.adopt(self._heartbeats)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -92,6 +106,8 @@ class AnswerPublication(AbstractCapability[Any]):
 
     @asynccontextmanager
     async def _alive(self, in_flight: InFlight) -> AsyncIterator[None]:
+        if self.scope is not None:
+            self.scope.check()  # a stopped run starts nothing new
         async with self._heartbeats.during(in_flight) if self._heartbeats is not None else nullcontext():
             yield
 

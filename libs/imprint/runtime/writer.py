@@ -149,8 +149,9 @@ class RunWriter:
         return await self._write("run.completed", RunCompleted, outcome=outcome, answer_text=answer_text,
                                  evidence=evidence or EvidenceSet())
 
-    async def stop(self) -> RunStopped:
-        return await self._write("run.stopped", RunStopped)
+    async def stop(self, *, cancel_request_id: uuid.UUID | None = None) -> RunStopped:
+        """The run ends ``stopped``; ``cancel_request_id``: the user's request it answers (X11)."""
+        return await self._write("run.stopped", RunStopped, cancel_request_id=cancel_request_id)
 
     async def fail(self, reason: str) -> RunFailed:
         return await self._write("run.failed", RunFailed, reason=reason)

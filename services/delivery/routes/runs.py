@@ -1,5 +1,6 @@
 """A run's snapshots (answer view, execution state, D5), client receipts (D4) and
-cancel (D2: only this stops a run; a dropped connection never does)."""
+cancel (D2: only this stops a run; a dropped connection never does; X11: its answer names
+the committed block revisions the user keeps)."""
 
 # No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
 import asyncio
@@ -70,13 +71,21 @@ def router(ctx: Context) -> APIRouter:
 
     @api.post("/v1/runs/{run_id}/cancel", status_code=202, responses={409: {"description": "run already finished"}})
     async def cancel(run_id: str, account: Limited) -> dict[str, Any]:
-        """Ask the run to stop (the only thing that does, D2)."""
+        """Ask the run to stop (the only thing that does, D2; X11).
+
+        ``kept`` names what the user keeps: the committed block revisions Delivery held when
+        it accepted the request — ``blocks`` [{block_id, revision, delivery_ordinal,
+        body_sha256, receipt_id}] in display order, as of the run's frame ``as_of_event_id``.
+        This is Delivery's view at that moment: a preview is never in it, and a block the
+        runtime had already proposed may still commit before its stop, then it stays too and
+        the run's stream shows it before ``done``."""
         record = await ctx.owned_run(run_id, account)
         if record.terminal:
             raise HTTPException(status_code=409, detail="run already finished")
         message = RunCancelRequested(run_id=run_id, account_id=account)
         await ctx.publish(message)
-        log.info("cancel requested", run_id=run_id)
-        return {"cancel_requested": True, "event_id": str(message.event_id)}
+        kept = await asyncio.to_thread(store.kept_blocks, run_id)
+        log.info("cancel requested", run_id=run_id, kept=len(kept["blocks"]))
+        return {"cancel_requested": True, "event_id": str(message.event_id), "kept": kept}
 
     return api

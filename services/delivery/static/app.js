@@ -16,6 +16,9 @@
  *   from the frames that follow, ids from 1 again; the reset's own id is 0, so a
  *   reconnect right after it asks for the whole view;
  * - reports client.received / client.rendered (and client.conflict) receipts;
+ * - "Stop generating" asks the run to stop (POST …/cancel, X11: never a dropped connection)
+ *   and says which saved blocks the answer names as kept; a preview the stopped run never
+ *   saved is dropped from the page, and the page says so;
  * - renders model markdown with DOM nodes and textContent only: model text can never
  *   become markup or script.
  */
@@ -92,6 +95,8 @@
     abort: null, source: null, transport: "", retryDelay: 250, stopped: false,
     receipts: { received: 0, rendered: 0, timers: {} },
     renderQueued: false,
+    stop: null,             // X11: {kept: {as_of_event_id, blocks}} once a stop was accepted
+    dropped: [],            // block ids whose unsaved preview a stopped run dropped
   };
   window.imprintClient = client;
 
@@ -272,6 +277,22 @@
     }
   }
 
+  /** A POST whose answer matters: {status, body} (status 0: the request did not get through). */
+  async function postForAnswer(path, body) {
+    try {
+      const response = await fetch(path, {
+        method: "POST", cache: "no-store",
+        headers: { "Content-Type": "application/json", Authorization: "Bearer " + client.token },
+        body: JSON.stringify(body),
+      });
+      let answer = null;
+      try { answer = await response.json(); } catch (e) { /* no body */ }
+      return { status: response.status, body: answer };
+    } catch (e) {
+      return { status: 0, body: null };
+    }
+  }
+
   function requestReceipt(type, immediate) {
     const key = type === "client.received" ? "received" : "rendered";
     if (client.lastId <= client.receipts[key]) return;
@@ -311,7 +332,10 @@
     const why = ENDED_REASON[status.reason] || status.reason;
     return `${status.state}${why ? " — " + why : ""}; the answer is incomplete (saved blocks are kept)`;
   }
-  const ENDED_REASON = { runtime_lost: "the research runtime stopped responding" };
+  const ENDED_REASON = {
+    runtime_lost: "the research runtime stopped responding",
+    stop_requested: "stopped at your request",
+  };
 
   /** D8: the stream starts over. Everything held is forgotten; what follows is the
    * whole current view from frame 1, checked on its own (D3). */
@@ -390,6 +414,12 @@
         if (!stripped && "block" in data && data.block_id) {
           if (data.block) client.blocks.set(data.block_id, data.block);
           else client.blocks.delete(data.block_id);
+        }
+        if (!stripped && data.status === "dropped") {  // X11: never saved, and never will be
+          client.dropped.push(data.block_id);
+          notice(data.block
+            ? `An unsaved revision was dropped: the run stopped before it was saved; the saved revision ${data.block.revision} stays.`
+            : "An unsaved preview was dropped: the run stopped before it was saved.");
         }
         if (event === "answer-rejected" && !stripped) {
           notice(data.rejection === "revision" ? `A revision was not applied (${data.reason}).` : `A block could not be published (${data.reason}).`);
@@ -619,8 +649,25 @@
   });
   $("cancel").addEventListener("click", async () => {
     $("cancel").disabled = true;
-    const ok = await post(`/v1/runs/${encodeURIComponent(client.runId)}/cancel`, {});
-    notice(ok ? "Stop requested." : "The stop request was not accepted.");
+    const answer = await postForAnswer(`/v1/runs/${encodeURIComponent(client.runId)}/cancel`, {});
+    if (answer.status === 202 && answer.body) {
+      client.stop = { kept: answer.body.kept };
+      const blocks = (answer.body.kept && answer.body.kept.blocks) || [];
+      const line = document.createElement("p");
+      line.id = "stop";
+      line.dataset.kept = JSON.stringify(blocks.map((b) => [b.block_id, b.revision]));
+      line.textContent = `Stop requested. ${blocks.length} saved block${blocks.length === 1 ? "" : "s"} `
+        + `${blocks.length === 1 ? "is" : "are"} kept`
+        + (blocks.length ? ": " + blocks.map((b) => `${b.block_id} (revision ${b.revision})`).join(", ") : "")
+        + "; anything still unsaved is dropped when the run stops.";
+      $("notices").appendChild(line);
+      if (!client.done) { $("status").textContent = "stopping…"; $("status").dataset.state = "stopping"; }
+    } else if (answer.status === 409) {
+      notice("The run had already finished: nothing to stop.");
+    } else {
+      notice("The stop request was not accepted.");
+      $("cancel").disabled = client.done;
+    }
   });
 
   const p = params();

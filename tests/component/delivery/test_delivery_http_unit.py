@@ -201,6 +201,28 @@ async def test_cancel_publishes_run_cancel_requested_and_not_after_the_end(
     assert publish.types() == ["run.cancel_requested"]
 
 
+@pytest.mark.rule("X11")
+@pytest.mark.rule("P14")
+async def test_the_cancel_answer_names_the_committed_block_revisions_the_user_keeps(
+    client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,
+) -> None:
+    committed = [published(RUN, "b1", 1, "First, saved.", 1), published(RUN, "b2", 1, "Second, saved.", 2),
+                 published(RUN, "b2", 2, "Second, revised and saved.", 2)]
+    store.feed(running(RUN), *committed,  # type: ignore[attr-defined]
+               preview(RUN, "b1", 2, "A revision of the first, only previewed.", 1),
+               preview(RUN, "b3", 1, "A third, only previewed.", 3),
+               published(RUN, "b4", 1, "Saved, then withdrawn.", 4), withdrawn(RUN, "b4", 1))
+    response = await client.post(f"/v1/runs/{RUN}/cancel", headers=auth(settings))
+    assert response.status_code == 202
+    kept = response.json()["kept"]
+    newest = {m.block.block_id: m.block for m in committed}  # the newest committed revision of each block
+    assert kept["blocks"] == [
+        {"block_id": b.block_id, "revision": b.revision, "delivery_ordinal": b.delivery_ordinal,
+         "body_sha256": b.body_sha256, "receipt_id": b.receipt.receipt_id} for b in newest.values()], \
+        "each block's newest committed revision; a preview (new or over a saved revision) and a withdrawn block are not kept"
+    assert kept["as_of_event_id"] == store.run(RUN).last_frame_id  # type: ignore[union-attr]
+
+
 @pytest.mark.rule("X8")
 async def test_delete_conversation_is_owner_only_and_publishes_the_request(
     client: httpx.AsyncClient, store: ViewStore, publish: Collect, settings: Settings,

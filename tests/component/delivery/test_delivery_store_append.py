@@ -93,8 +93,9 @@ class Reference:
         return [(f["id"], f["event"], json.loads(json.dumps(f["data"], ensure_ascii=False))) for f in self.frames]
 
 
-def script(seed: int) -> list[list[Any]]:
-    """A run's publication traffic over six blocks, cut into batches of 1–7 messages."""
+def script(seed: int, end: str = "completed") -> list[list[Any]]:
+    """A run's publication traffic over six blocks, cut into batches of 1–7 messages; the run
+    ends ``end`` (``stopped``: its runtime stopped it at its user's request, X11)."""
     rng = random.Random(seed)
     revisions = {f"b{i}": 0 for i in range(1, 7)}
     messages: list[Any] = [running(RUN)]
@@ -135,7 +136,11 @@ def script(seed: int) -> list[list[Any]]:
             messages.append(unchanged(RUN, candidate, block_id, revision - 1))
         else:
             messages.append(rejected(RUN, candidate, reason="empty_body"))
-    messages += [settled(RUN), closed(RUN, "the closed answer " * 3)]
+    if end == "stopped":
+        messages += [preview(RUN, "b7", 1, "b7 r1, cut short by the stop", 7, candidate="c-cut"),
+                     settled(RUN, "stopped"), closed(RUN, None, state="stopped")]
+    else:
+        messages += [settled(RUN), closed(RUN, "the closed answer " * 3)]
     messages.append(withdrawn(RUN, "b1", revisions["b1"] or 1, "source_tombstoned"))
     batches: list[list[Any]] = []
     while messages:
@@ -162,6 +167,24 @@ def test_appending_per_batch_ends_where_the_whole_run_fold_ends(store: ViewStore
     assert view == {"blocks": merge.view(answer),
                     "conflicts": [{"block_id": c.block_id, "revision": c.revision} for c in answer.conflicts]}
     assert store.run(RUN).terminal  # type: ignore[union-attr]
+
+
+@pytest.mark.rule("X11")
+@pytest.mark.rule("P14")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_stopped_runs_end_drops_its_previews_in_the_store_as_in_the_whole_run_fold(store: ViewStore,
+                                                                                    seed: int) -> None:
+    feed, reference = Feed(), Reference()
+    for batch in script(seed, end="stopped"):
+        store.process(feed(*batch))
+        reference.batch(batch)
+    frames = [(f.id, f.event, f.data) for f in store.frames_after(RUN, 0, limit=10_000)]
+    assert frames == reference.held()
+    dropped = [data for _, event, data in frames if event == "answer-preview" and data.get("status") == "dropped"]
+    assert dropped, "the script leaves previews that were never committed"
+    view = store.answer_view(RUN)
+    assert view is not None and view["blocks"] == merge.view(reference.projection.answer)
+    assert {b["status"] for b in view["blocks"]} <= {"saved", "conflict"}, "no preview outlives a stopped run"
 
 
 @pytest.mark.rule("D1")

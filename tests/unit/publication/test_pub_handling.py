@@ -9,7 +9,14 @@ from pub_helpers import ACCOUNT, PUBLIC, RUN, part
 
 from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
 from imprint.contracts.publication import AnswerSettled
-from imprint.contracts.runtime import AnswerText, EvidenceGranted, QuestionConditionSet, RunAdmitted, RunCompleted
+from imprint.contracts.runtime import (
+    AnswerText,
+    EvidenceGranted,
+    QuestionConditionSet,
+    RunAdmitted,
+    RunCompleted,
+    RunStopped,
+)
 from imprint.publication.announcements import announce_all
 from imprint.contracts.sources import SourceRegistered, SourceRevoked
 from imprint.publication import ConversationRuns, PublicationRun, SourceRecord
@@ -165,3 +172,35 @@ def test_a_lapse_after_the_runtimes_own_end_keeps_that_end_and_still_refuses_lat
     assert run_in(ws).ended == "completed"
     apply_all(ws, part(markdown="Late."))
     assert [e.reason for e in ws.pending()] == ["run_lost"]
+
+
+@pytest.mark.rule("X11")
+@pytest.mark.rule("P20")
+def test_a_stopped_run_keeps_what_was_committed_before_its_stop_and_settles_nothing_after_it() -> None:
+    ws = MemoryWorkspace()
+    apply_all(ws, admitted(), part(tool_call_id="c-before", markdown="Committed before the stop."))
+    committed = [b.block_id for b in run_in(ws).live_blocks()]
+    ws.pending()
+
+    apply_all(ws, RunStopped(run_id=RUN))
+    recorded = ws.pending()
+    assert [(type(m), m.state) for m in announce_all(recorded)] == [(AnswerSettled, "stopped")]
+
+    late = apply_all(ws, part(tool_call_id="c-after", markdown="Sent after the stop."),
+                     AnswerText(run_id=RUN, turn_id="turn-9", segment=0, text="Late text."))
+    assert late.previews == [] and late.settled == [], "no preview of it is ever shown, nothing is settled"
+    refused = [e for e in ws.pending() if type(e).__name__ == "CandidateRefused"]
+    assert [(e.reason, e.message_type) for e in refused] == [("run_stopped", "answer.part"),
+                                                            ("run_stopped", "answer.text")]
+    assert [b.block_id for b in run_in(ws).live_blocks()] == committed, "committed blocks stay"
+    apply_all(ws, part(tool_call_id="c-before", markdown="Committed before the stop."))
+    assert ws.pending() == [], "a redelivery of what was settled before the stop is that settlement, not a refusal"
+
+
+@pytest.mark.rule("X11")
+def test_a_run_that_completed_still_settles_a_late_proposal() -> None:
+    ws = MemoryWorkspace()
+    apply_all(ws, admitted(), RunCompleted(run_id=RUN, outcome="answered"))
+    ws.pending()
+    unit = apply_all(ws, part(tool_call_id="c-late", markdown="After the end."))
+    assert len(unit.settled) == 1, "only a stop is a boundary for proposals"
