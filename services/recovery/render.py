@@ -311,16 +311,20 @@ def seen_table(c: Console, seen: Mapping[str, Any] | None, sources: Mapping[str,
             table.add_row(*head, "—", "no client reported it rendered", "—")
         for s in w["seen_by"]:
             received = s["received_withdrawal"]
-            table.add_row(*head, short(s["client_id"] or "(unnamed)", 14),
+            table.add_row(*head, short(s["client_id"] or "(unnamed)", 22),
                           f"r{s['revision'] if s['revision'] is not None else '?'} {clock(s['rendered_at'])}",
                           Text("unknown", style="yellow") if received is None
                           else Text(f"yes {clock(s['received_at'])}", style="green") if received
                           else Text("not yet", style="bold red"))
     c.print(table)
-    outstanding = seen["outstanding"]
-    c.print(Text(f"{outstanding} sighting(s) of a withdrawn block not yet told" if outstanding
-                 else "every client that rendered a withdrawn block received its withdrawal",
-                 style="bold red" if outstanding else "green"))
+    outstanding, unknown = seen["outstanding"], seen.get("unknown", 0)
+    if outstanding:
+        c.print(Text(f"{outstanding} sighting(s) of a withdrawn block not yet told", style="bold red"))
+    elif unknown:
+        c.print(Text(f"{unknown} sighting(s) by a client that never named itself: whether it was told is unknown",
+                     style="yellow"))
+    else:
+        c.print(Text("every client that rendered a withdrawn block received its withdrawal", style="green"))
 
 
 def tracked_pairs(items: Iterable[T], total: int | None, err: TextIO, label: str) -> Iterator[T]:

@@ -62,8 +62,10 @@ class Position:
 def report(run_id: str, withdrawals: Iterable[Withdrawal], renders: Iterable[Render],
            positions: Iterable[Position], notice_receipts: Mapping[tuple[int, str], str]) -> dict[str, Any]:
     """The run's report: one entry per withdrawal, in the order they were told, each with
-    the clients that rendered the withdrawn claim. ``notice_receipts``: (notice id, client
-    id) → when the client reported the notice received."""
+    the clients that rendered the withdrawn claim; ``outstanding`` counts the sightings whose
+    client has not received the withdrawal, ``unknown`` those of clients that never named
+    themselves. ``notice_receipts``: (notice id, client id) → when the client reported the
+    notice received."""
     by_block: dict[str, list[Render]] = {}
     for render in renders:
         by_block.setdefault(render.block_id, []).append(render)
@@ -84,7 +86,8 @@ def report(run_id: str, withdrawals: Iterable[Withdrawal], renders: Iterable[Ren
                         "outstanding": sum(1 for s in seen_by if s["received_withdrawal"] is False)})
     clients = {s["client_id"] for e in entries for s in e["seen_by"] if s["client_id"] is not None}
     return {"run_id": run_id, "withdrawals": entries, "clients": len(clients),
-            "outstanding": sum(e["outstanding"] for e in entries)}
+            "outstanding": sum(e["outstanding"] for e in entries),
+            "unknown": sum(1 for e in entries for s in e["seen_by"] if s["received_withdrawal"] is None)}
 
 
 def _received(w: Withdrawal, client_id: str | None, positions: Mapping[str, Position],

@@ -147,6 +147,8 @@
     }
     $("seen-summary").textContent = seen.outstanding
       ? `${seen.outstanding} sighting${seen.outstanding > 1 ? "s" : ""} of a withdrawn block not yet told`
+      : seen.unknown ? `${seen.unknown} sighting${seen.unknown > 1 ? "s" : ""} by a client that never named itself: `
+        + "whether it was told is unknown"
       : "every client that rendered a withdrawn block received its withdrawal";
   }
 

@@ -91,6 +91,7 @@ def test_the_report_lists_who_rendered_each_withdrawn_revision_and_whether_each_
     assert [(s["client_id"], s["revision"], s["rendered_at"], s["received_withdrawal"]) for s in b1["seen_by"]] == [
         ("page-a", 1, "t1", False), (None, None, "t2", None), ("page-b", 2, "t2", True)]
     assert "page-c" not in json.dumps(b1), "a newer revision than the withdrawn one is another claim"
-    assert (out["clients"], out["outstanding"], b1["outstanding"], b2["outstanding"]) == (2, 2, 1, 1)
+    assert (out["clients"], out["outstanding"], out["unknown"], b1["outstanding"], b2["outstanding"]) == (
+        2, 2, 1, 1, 1)
     assert report(RUN, [], renders, positions, {}) == {"run_id": RUN, "withdrawals": [], "clients": 0,
-                                                       "outstanding": 0}
+                                                       "outstanding": 0, "unknown": 0}
