@@ -355,6 +355,8 @@ class ViewWorkspace:
         account = run.projection.account_id
         if account is not None:  # a run with a conversation always has its account
             self.notices.append((account, notice))
+            # Named now: the policy hands the touched feeds to the consumer before the flush.
+            self.touched[notice_feed(notice.conversation_id)] = None
 
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         self.flush()
@@ -402,7 +404,6 @@ class ViewWorkspace:
             next_id[conversation] += 1
             rows.append((conversation, notice_id, notice.run_id, notice.block_id, notice.revision, notice.cause,
                          as_json(notice.payload(notice_id, self.now)), self.now))
-            self.touched[notice_feed(conversation)] = None
         if rows:
             self.views.insert_rows(self.c, "{notices}", NOTICE_COLUMNS, rows)
 

@@ -91,6 +91,8 @@ class Context:
         conversation that never appears, or is another account's, is 404 after the same
         wait as a run (D6)."""
         deadline = time.monotonic() + max(0.0, self.settings.stream_open_wait_seconds)
+        if not self.notifier.bound:
+            self.notifier.bind(asyncio.get_running_loop())
         while not await asyncio.to_thread(self.store.owns_conversation, conversation_id, account):
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -207,11 +207,13 @@ class Delivery:
         return mint_token(self.settings, account, ttl)
 
 
-def start_delivery(settings: Settings, *, store_name: str = "delivery", **app_options: Any) -> Iterator[Delivery]:
+def start_delivery(settings: Settings, *, store_name: str = "delivery", fallback_seconds: float = 1.0,
+                   **app_options: Any) -> Iterator[Delivery]:
     """A Delivery app on uvicorn over its view store (``store_name``: another name is a
-    store of its own in the same database, e.g. the deployment restored from a backup)."""
+    store of its own in the same database, e.g. the deployment restored from a backup;
+    ``fallback_seconds``: the live feeds' check for a lost wake-up)."""
     store = ViewStore(settings, name=store_name)
-    notifier = Notifier()
+    notifier = Notifier(poll_interval=fallback_seconds)
     publish = KafkaPublish(settings)
     app = create_app(settings, store, publish, notifier=notifier, poll_interval=0.5, **app_options)
     try:

@@ -30,6 +30,14 @@ SECRET = "Private claim from the field notes."
 
 
 @pytest.fixture
+def delivery(isolated: Settings) -> Iterator[Delivery]:
+    """The fallback check for a lost wake-up a minute away: within a test only the poll that
+    wrote a notice can wake its followers."""
+    yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 0.5,
+                                                          "stream_open_wait_seconds": 0.1}), fallback_seconds=60)
+
+
+@pytest.fixture
 def waiting_delivery(isolated: Settings) -> Iterator[Delivery]:
     yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 0.5,
                                                           "stream_open_wait_seconds": WAIT}))
