@@ -19,6 +19,10 @@ client of that run, on every Delivery instance.
   process was not listening) is caught by one fallback query per ``poll_interval`` for
   *all* live runs together (``ViewStore.heads``), never one query per client.
 
+A conversation's notices (D7, :mod:`services.delivery.notices`) are feeds of the same hub:
+their keys (``notice_feed``) are never a run's, their reads go to the notices' source, and a
+poll that writes a notice names its feed among those it changed.
+
 ``version``/``wait`` remain the process-local wake-up primitive (loss-free: read the
 version, then wait only while it is unchanged)."""
 

@@ -7,7 +7,9 @@
 ``<p>_frames``    every frame of every run, ids 1, 2, 3, … per run (D1), never deleted (a
                   superseded or purged frame keeps its id and hash, its body becomes a skeleton);
 ``<p>_conflicts`` protocol conflicts (P17), numbered per run;
-``<p>_stream_tickets``  the hashes of live stream tickets (D6), shared by every instance;
+``<p>_stream_tickets``  the hashes of live stream tickets (D6), shared by every instance, each
+                  with what it opens (its ``run_id`` column: a run, or a conversation's
+                  notices' feed key);
 ``<p>_tracking``  the Kafka position of each partition, recorded with the rows it caused;
 
 and for D7 (notices after the end, who saw a withdrawn claim):
@@ -146,7 +148,8 @@ class ViewTables:
         (account, n)), under the conversation row's lock until the transaction ends (rows
         taken in conversation order, after the runs the poll locked). Returns each
         conversation's last id now (its new ids end there); a conversation whose row names
-        another account gets none (its runs' notices are never another account's)."""
+        another account (its runs' notices are never another account's) or that was deleted
+        gets none."""
         last: dict[str, int] = {}
         items = sorted(counts.items())
         for start in range(0, len(items), ROWS_PER_STATEMENT):
