@@ -90,9 +90,10 @@ class ViewStore:
     # ------------------------------------------------------------------ writing
 
     def process(self, batch: Sequence[Inbound]) -> list[str]:
-        """Apply a poll in one transaction with its tracking records. Returns the run ids
-        whose streams changed: new frames, or a deletion (wake the feeds with them after
-        this returns; other instances hear the poll's notification)."""
+        """Apply a poll in one transaction with its tracking records. Returns the live feeds
+        that changed: runs (new frames, or a deletion) and conversations' notices (D7) —
+        wake the feeds with them after this returns; other instances hear the poll's
+        notification."""
         outcome = self.units.run(batch, Projecting(), self.sink)
         match outcome:
             case Committed(touched):

@@ -19,7 +19,7 @@ from services.common.settings import Settings
 from services.delivery.operator import mint_operator_token
 from services.delivery.view_tables import notice_feed
 from tests.integration.delivery.support import SSE, Delivery, read_stream, start_delivery
-from tests.support.delivery_builders import closed, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, deleted, published, running, settled, withdrawn
 from tests.support.sse import read_notices
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -236,3 +236,19 @@ def test_the_report_says_who_rendered_each_withdrawn_revision_and_whether_each_r
     bad = httpx.post(f"{delivery.url}/v1/runs/{run}/receipts", headers=bearer(token),
                      json={"type": "client.rendered", "notice_ids": [1]})
     assert bad.status_code == 422, "a notice is received, never rendered"
+
+
+@pytest.mark.rule("D7")
+@pytest.mark.rule("X8")
+@pytest.mark.rule("D6")
+def test_a_deleted_conversations_notices_stream_ends_and_is_then_404(delivery: Delivery) -> None:
+    conv = "conv-deleted"
+    delivery.feeder.send(*finished("run-d", conv, published("run-d", "b1", 1, "One.", 1)))
+    delivery.feeder.send(withdrawn("run-d", "b1"))
+    reader = NoticeReader(delivery, conv, until=lambda fs: False).following()
+    delivery.feeder.send(deleted("run-d", conv))
+    reader.join(10)
+    assert not reader.is_alive() and reader.error is None, "the stream of a deleted conversation ends"
+    assert notices(reader.frames) == [(1, "run-d", "b1")]
+    response = httpx.get(f"{delivery.url}/v1/conversations/{conv}/notices", headers=bearer(delivery.token()))
+    assert response.status_code == 404
