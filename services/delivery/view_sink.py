@@ -359,7 +359,9 @@ class ViewWorkspace:
             self.touched[notice_feed(notice.conversation_id)] = None
 
     def purge(self, conversation_id: str, account_id: str | None) -> None:
-        self.flush()
+        # The poll's notices wait for its end: a conversation row is locked only after every
+        # run row the poll locks (the purge locks more of them).
+        self.flush(notices=False)
         self.runs.clear()  # the purge rewrites runs behind what this poll loaded
         purged = purge(self.views, self.c, conversation_id, account_id)
         for run_id in purged:
@@ -382,7 +384,9 @@ class ViewWorkspace:
 
     def flush_notices(self) -> None:
         """D7: number this poll's notices per conversation (one statement for all of them,
-        under each conversation row's lock) and write them as they will be sent."""
+        under each conversation row's lock, taken after every run row the poll locked, so
+        two instances sharing a conversation never wait on each other in a cycle) and write
+        them as they will be sent."""
         if not self.notices:
             return
         pending, self.notices = self.notices, []
@@ -407,11 +411,12 @@ class ViewWorkspace:
         if rows:
             self.views.insert_rows(self.c, "{notices}", NOTICE_COLUMNS, rows)
 
-    def flush(self) -> None:
+    def flush(self, *, notices: bool = True) -> None:
         """Write every pending frame, notice and every changed run and block row."""
         v, c, stamp = self.views, self.c, self.now
         self.flush_frames()
-        self.flush_notices()
+        if notices:
+            self.flush_notices()
         if self.conflict_rows:
             v.insert_rows(c, "{conflicts}", CONFLICT_COLUMNS, self.conflict_rows)
             self.conflict_rows = []
