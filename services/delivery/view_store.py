@@ -34,7 +34,7 @@ from services.delivery.notices import NoticeFeeds
 from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
 from services.delivery.view_sink import HotRuns, Projecting, ViewSink, now, notify_payloads, purge
-from services.delivery.view_tables import ViewTables, notice_feed
+from services.delivery.view_tables import ViewTables, conversation_of, notice_feed
 from services.delivery.view_upgrade import upgrade
 
 
@@ -90,10 +90,14 @@ class ViewStore:
     # ------------------------------------------------------------------ writing
 
     def process(self, batch: Sequence[Inbound]) -> list[str]:
-        """Apply a poll in one transaction with its tracking records. Returns the live feeds
-        that changed: runs (new frames, or a deletion) and conversations' notices (D7) —
-        wake the feeds with them after this returns; other instances hear the poll's
-        notification."""
+        """Apply a poll in one transaction with its tracking records. Returns the run ids
+        whose streams changed: new frames, or a deletion."""
+        return [feed for feed in self.process_feeds(batch) if conversation_of(feed) is None]
+
+    def process_feeds(self, batch: Sequence[Inbound]) -> list[str]:
+        """:meth:`process`, returning every live feed the poll changed: the runs and the
+        conversations' notices (D7, :func:`~services.delivery.view_tables.notice_feed`) —
+        wake them after this returns; other instances hear the poll's notification."""
         outcome = self.units.run(batch, Projecting(), self.sink)
         match outcome:
             case Committed(touched):
