@@ -29,7 +29,8 @@ from imprint.delivery.frames import WITHDRAWN
 from services.delivery.view_tables import RENDER_COLUMNS, ViewTables
 
 UNNAMED = ""
-"""How a client that did not name itself is stored (it is reported as ``None``)."""
+"""How a client that did not name itself is stored (it is reported as ``None``). Such clients
+cannot be told apart: their renders of one block revision are one row, the first time."""
 UNKNOWN_REVISION = 0
 """How a render whose revision the client did not say is stored (revisions start at 1)."""
 
