@@ -1,5 +1,6 @@
 """Delivery HTTP (SPEC §2): SSE streams, the AI SDK UI message stream, answer /
-execution / history snapshots, client receipts, cancel and delete requests, health,
+execution / history snapshots, client receipts, cancel and delete requests, a
+conversation's notices (D7), health,
 metrics, the OpenAPI document (``/openapi.json``) and the reference web client.
 
 ``create_app(settings, store, publish)``: ``publish`` sends a contract message to its
@@ -27,10 +28,11 @@ from services.delivery.auth import (
 from services.delivery.cors import AllowListedOrigins
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
-from services.delivery.observer import AccessLog, DeliveryRecorder, GroupedOutcomes
+from services.delivery.observer import AccessLog, DeliveryRecorder, GroupCommit, GroupedOutcomes
 from services.delivery.operator import operator_router
-from services.delivery.routes import Context, conversations, ops, runs, streams, ui_stream
+from services.delivery.routes import Context, conversations, notices, ops, runs, streams, ui_stream
 from services.delivery.routes.ops import STATIC
+from services.delivery.seen_store import ClientReport
 from services.delivery.stream import StreamConfig
 from services.delivery.view_store import ViewStore
 
@@ -61,6 +63,9 @@ def create_app(
 
     record = GroupedOutcomes(write)
 
+    async def keep(reports: list[ClientReport]) -> None:
+        await asyncio.to_thread(store.sightings.record, reports)
+
     tickets = StreamTickets(store, ttl=settings.stream_ticket_ttl_seconds)
     ctx = Context(
         settings=settings, store=store, publish=publish, notifier=notifier, metrics=metrics,
@@ -71,6 +76,7 @@ def create_app(
         recorder=DeliveryRecorder(publish=publish, record=record, metrics=metrics),
         current_account=account_dependency(settings),
         stream_account=stream_account_dependency(settings, tickets),
+        sightings=GroupCommit(keep),
     )
 
     api = FastAPI(title="imprint delivery", version="1", docs_url=None, redoc_url=None,
@@ -92,6 +98,7 @@ def create_app(
     api.include_router(ui_stream.router(ctx))
     api.include_router(runs.router(ctx))
     api.include_router(conversations.router(ctx))
+    api.include_router(notices.router(ctx))
     api.include_router(ops.router(ctx))
     api.include_router(operator_router(settings, store))
     api.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from fastapi import HTTPException, Request
 
 from imprint.delivery.tickets import ticket_digest
 from services.common.settings import Settings
+from services.delivery.view_tables import notice_feed
 
 ALGORITHM = "HS256"
 ISSUER = "imprint"
@@ -76,7 +77,8 @@ def account_dependency(settings: Settings) -> Callable[[Request], Awaitable[str]
 
 class StreamTickets:
     """Stream tickets (the rule is :mod:`imprint.delivery.tickets`): random, opaque,
-    bound to (account, run), expiring ``ttl`` seconds after last use. Only their hash is
+    bound to (account, run) — or (account, a conversation's notices: its scope is
+    :func:`ticket_scope`) — expiring ``ttl`` seconds after last use. Only their hash is
     held, in the view store every Delivery instance shares, so a browser's reconnect may
     reach any instance (no sticky sessions). Calls block on the store: run
     them off the event loop."""
@@ -99,14 +101,21 @@ class StreamTickets:
         return self.store.use_ticket(ticket_digest(ticket), run_id, time.time(), self.ttl)
 
 
+def ticket_scope(path_params: Mapping[str, Any]) -> str:
+    """What a stream ticket opens: the path's run (``run_id``), or the path's conversation's
+    notices (``conversation_id``, D7) — never both, never another."""
+    conversation = path_params.get("conversation_id")
+    return notice_feed(str(conversation)) if conversation is not None else str(path_params.get("run_id", ""))
+
+
 def stream_account_dependency(settings: Settings, tickets: StreamTickets) -> Callable[[Request], Awaitable[str]]:
     """The account of a stream request: a bearer header, or a live ``ticket`` query
-    parameter for exactly this run (``run_id`` path parameter)."""
+    parameter for exactly this run or conversation (:func:`ticket_scope`)."""
 
     async def stream_account(request: Request) -> str:
         ticket = request.query_params.get("ticket")
         if ticket and "authorization" not in request.headers:
-            account = await asyncio.to_thread(tickets.account, ticket, request.path_params.get("run_id", ""))
+            account = await asyncio.to_thread(tickets.account, ticket, ticket_scope(request.path_params))
             if account is None:
                 raise Unauthorized("invalid or expired stream ticket")
             request.state.ticket = ticket

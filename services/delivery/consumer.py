@@ -24,7 +24,7 @@ DELIVERY_TOPICS = (Topic.PUBLICATION, Topic.RUNS)
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, store: ViewStore, notifier: Notifier) -> None:
     async def handle(batch: list[Inbound]) -> None:
-        run_ids = await asyncio.to_thread(store.process, batch)
-        notifier.notify(run_ids)
+        feeds = await asyncio.to_thread(store.process_feeds, batch)
+        notifier.notify(feeds)
 
     subscribe_tracked(broker, settings, outbox, consumer="delivery", topics=DELIVERY_TOPICS, handle=handle)

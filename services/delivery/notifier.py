@@ -22,6 +22,10 @@ client of that run, on every Delivery instance.
   over inside a ``delivery sse send`` span under that span (:meth:`Notifier.sending`): one
   per frame and feed, however many clients follow the run.
 
+A conversation's notices (D7, :mod:`services.delivery.notices`) are feeds of the same hub:
+their keys (``notice_feed``) are never a run's, their reads go to the notices' source, and a
+poll that writes a notice names its feed among those it changed.
+
 ``version``/``wait`` remain the process-local wake-up primitive (loss-free: read the
 version, then wait only while it is unchanged)."""
 
@@ -30,9 +34,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import Span, SpanKind, Tracer
 
@@ -41,10 +45,31 @@ from imprint.runtime import tracecontext
 from services.common.observability import get_logger
 from services.common.wakeups import ChannelListener
 
-if TYPE_CHECKING:
-    from services.delivery.view_store import FeedRead, ViewStore
-
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class FeedRead:
+    """What a live feed reads after a wake-up: new frames and where the feed stands."""
+
+    frames: list[Frame]
+    exists: bool
+    deleted: bool
+    terminal: bool
+    last_frame_id: int
+
+
+class FeedSource(Protocol):
+    """Where feeds read their frames: a run's (:class:`services.delivery.view_store.ViewStore`)
+    or a conversation's notices (:class:`services.delivery.notices.NoticeFeeds`)."""
+
+    def read_feeds(self, cursors: Mapping[str, int], limit: int = 1000) -> dict[str, FeedRead]:
+        """Each feed's frames after its cursor (at most ``limit``), and where it stands: one read for all."""
+        ...
+
+    def heads(self, keys: Sequence[str]) -> dict[str, tuple[int, bool]]:
+        """``{key: (last frame id, deleted)}``: the fallback check when no wake-up arrived."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -120,7 +145,7 @@ class Subscription:
 class RunFeed:
     """A run's live frames for every subscription of this process, read by the hub."""
 
-    def __init__(self, hub: Notifier, run_id: str, store: ViewStore, cursor: int) -> None:
+    def __init__(self, hub: Notifier, run_id: str, store: FeedSource, cursor: int) -> None:
         self.hub = hub
         self.run_id = run_id
         self.store = store
@@ -199,7 +224,7 @@ class Notifier:
 
     # -------------------------------------------------------------- live feeds
 
-    def subscribe(self, run_id: str, store: ViewStore, position: int, limit: int | None = None) -> Subscription:
+    def subscribe(self, run_id: str, store: FeedSource, position: int, limit: int | None = None) -> Subscription:
         """Follow ``run_id`` live from ``position`` (the last frame the client holds from
         the store). Frames up to ``subscription.floor`` must be read from the store. At
         most ``limit`` frames (default: the hub's ``buffer_limit``) wait for the client;
@@ -274,21 +299,25 @@ class Notifier:
             feed.wake()
 
     async def _poll(self) -> None:
-        """The fallback for a lost wake-up: one query for every live run, per interval."""
+        """The fallback for a lost wake-up: one query for every live feed of a source (the
+        runs; the conversations' notices), per interval."""
         while self.feeds:
             await asyncio.sleep(self.poll_interval)
-            feeds = list(self.feeds.values())
-            if not feeds:
+            by_store: dict[int, list[RunFeed]] = {}
+            for feed in self.feeds.values():
+                by_store.setdefault(id(feed.store), []).append(feed)
+            if not by_store:
                 return
-            try:
-                heads = await asyncio.to_thread(feeds[0].store.heads, [f.run_id for f in feeds])
-            except Exception as error:  # the feeds' own reads report a store that stays down
-                log.warning("run feed fallback check failed", error=repr(error))
-                continue
-            for feed in feeds:
-                head = heads.get(feed.run_id)
-                if head is None or head[1] or head[0] > feed.cursor:
-                    feed.wake()
+            for feeds in by_store.values():
+                try:
+                    heads = await asyncio.to_thread(feeds[0].store.heads, [f.run_id for f in feeds])
+                except Exception as error:  # the feeds' own reads report a store that stays down
+                    log.warning("run feed fallback check failed", error=repr(error))
+                    continue
+                for feed in feeds:
+                    head = heads.get(feed.run_id)
+                    if head is None or head[1] or head[0] > feed.cursor:
+                        feed.wake()
 
     # -------------------------------------------------------------- wake-ups
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from imprint.contracts.base import Message
 from imprint.contracts.delivery import DeliveryCompleted, DeliveryInterrupted, DeliverySent
@@ -33,28 +33,26 @@ log = get_logger(__name__)
 Publish = Callable[[Message], Awaitable[None]]
 Record = Callable[[str, str], Awaitable[None]]
 WriteOutcomes = Callable[[Mapping[str, str]], Awaitable[None]]
+Item = TypeVar("Item")
 
 
-class GroupedOutcomes:
-    """A :data:`Record` that writes the outcomes of streams ending together in one
-    transaction — a group commit: while one write is under way, the outcomes that
-    arrive wait and then go in the next write, all at once. Each caller returns only
-    once its own outcome is stored (or raises the error of the write that carried it),
-    so D4/D5 hold as they would with one write per stream; a run's ``completed`` wins
-    over any ``interrupted`` waiting beside it (it is sticky in the store as well).
+class GroupCommit(Generic[Item]):
+    """Writes what arrives while a write is under way together, in the next write — a group
+    commit. Each caller returns only once its own item is stored (or raises the error of
+    the write that carried it), so each keeps the guarantee one write per item would give.
+    ``write`` takes the items in arrival order.
 
-    A thousand clients of one run leaving at once cost a few transactions, not a
+    A thousand clients of one run reporting at once cost a few transactions, not a
     thousand serialised on the store."""
 
-    def __init__(self, write: WriteOutcomes) -> None:
+    def __init__(self, write: Callable[[list[Item]], Awaitable[None]]) -> None:
         self.write = write
-        self.waiting: dict[str, str] = {}
-        self.written: asyncio.Future[None] | None = None  # what the waiting outcomes' write will settle
+        self.waiting: list[Item] = []
+        self.written: asyncio.Future[None] | None = None  # what the waiting items' write will settle
         self.drainer: asyncio.Task[None] | None = None  # the writes under way (held: an unreferenced task may be collected)
 
-    async def __call__(self, run_id: str, outcome: str) -> None:
-        if self.waiting.get(run_id) != "completed":
-            self.waiting[run_id] = outcome
+    async def __call__(self, item: Item) -> None:
+        self.waiting.append(item)
         if self.written is None:
             self.written = asyncio.get_running_loop().create_future()
         written = self.written
@@ -64,11 +62,11 @@ class GroupedOutcomes:
 
     async def _drain(self) -> None:
         while self.waiting:
-            outcomes, written = self.waiting, self.written
-            self.waiting, self.written = {}, None
+            items, written = self.waiting, self.written
+            self.waiting, self.written = [], None
             assert written is not None
             try:
-                await self.write(outcomes)
+                await self.write(items)
             except Exception as error:  # every caller of this write hears it
                 written.set_exception(error)
                 written.exception()  # retrieved: the callers re-raise it, none is left unheard
@@ -77,6 +75,25 @@ class GroupedOutcomes:
                 raise
             else:
                 written.set_result(None)
+
+
+class GroupedOutcomes:
+    """A :data:`Record` that writes the outcomes of streams ending together in one
+    transaction (:class:`GroupCommit`); a run's ``completed`` wins over any ``interrupted``
+    written beside it (it is sticky in the store as well)."""
+
+    def __init__(self, write: WriteOutcomes) -> None:
+        async def write_outcomes(items: list[tuple[str, str]]) -> None:
+            outcomes: dict[str, str] = {}
+            for run_id, outcome in items:
+                if outcomes.get(run_id) != "completed":
+                    outcomes[run_id] = outcome
+            await write(outcomes)
+
+        self.group: GroupCommit[tuple[str, str]] = GroupCommit(write_outcomes)
+
+    async def __call__(self, run_id: str, outcome: str) -> None:
+        await self.group((run_id, outcome))
 
 
 class DeliveryRecorder:

@@ -7,7 +7,12 @@
     one run as a timeline (:func:`imprint.recovery.timeline`): the Publication log
     (what was committed — the only authority), the journal's store read-only (its
     lifecycle and the effects it observed), Delivery's own frames, and the
-    announcements on Kafka (proposals, previews, delivery and client receipts).
+    announcements on Kafka (proposals, previews, delivery and client receipts), with
+    Delivery's report of who saw each withdrawn block revision (D7).
+``GET /v1/operator/runs/{run_id}/seen``
+    that report alone, as JSON for an audit: for each withdrawn block revision, the
+    clients that reported it rendered, when, and whether each received the withdrawal
+    (:mod:`imprint.delivery.seen`; Delivery's store only — ids, revisions, causes, times).
 
 Only a bearer token carrying the operator claim (``"operator": true``, minted by
 ``imprint token --account A --operator``) reads a timeline. Any other valid token
@@ -89,6 +94,15 @@ def operator_router(settings: Settings, store: ViewStore) -> APIRouter:
             raise HTTPException(status_code=404, detail="run not found")
         log.info("run inspected", run_id=run_id, operator=account)
         return document
+
+    @router.get("/v1/operator/runs/{run_id}/seen")
+    async def run_seen(run_id: RunId, account: Operator) -> dict[str, Any]:
+        """D7: who saw each withdrawn block revision of the run, and whether each was told."""
+        report = await asyncio.to_thread(store.seen, run_id)
+        if report is None:
+            raise HTTPException(status_code=404, detail="run not found")
+        log.info("withdrawals audited", run_id=run_id, operator=account)
+        return report
 
     return router
 

@@ -1,5 +1,7 @@
 """The streaming responses of one run: ``GET /v1/runs/{run_id}/events`` (imprint's
-SSE frames) and the AI SDK UI message stream (the same frames as UI message parts).
+SSE frames) and the AI SDK UI message stream (the same frames as UI message parts) —
+and of a conversation's notices (D7: the same response over the notices' feed,
+:mod:`services.delivery.notices`, which never writes ``done``).
 
 Two tasks per connection:
 
@@ -35,12 +37,11 @@ from typing import Any, Protocol
 
 from starlette.responses import Response
 
-from imprint.delivery.frames import DONE, Frame
-from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, encode
+from imprint.delivery.frames import DONE, RESET, Frame
+from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, encode, notice_part, reset_part
 from services.common.observability import get_logger
 from services.delivery.metrics import DeliveryMetrics
-from services.delivery.notifier import Notifier
-from services.delivery.view_store import ViewStore
+from services.delivery.notifier import FeedSource, Notifier
 
 log = get_logger(__name__)
 
@@ -110,6 +111,23 @@ class DeliveryReport:
 ReportTo = Callable[[DeliveryReport], Awaitable[None]]
 
 
+class Head(Protocol):
+    deleted: bool
+    terminal: bool
+    last_frame_id: int
+
+
+class FrameSource(FeedSource, Protocol):
+    """What a stream reads: a run's frames (:class:`services.delivery.view_store.ViewStore`)
+    or a conversation's notices (:class:`services.delivery.notices.NoticeFeeds`)."""
+
+    def frames_after(self, key: str, last_id: int, limit: int = 1000) -> list[Frame]: ...
+
+    def run(self, key: str) -> Head | None:
+        """Where the feed stands (``None``: there is no such feed)."""
+        ...
+
+
 class StreamFormat(Protocol):
     headers: list[tuple[bytes, bytes]]
 
@@ -153,6 +171,24 @@ class UIMessageParts:
         return DONE_EVENT if terminal else b""
 
 
+class UINoticeParts:
+    """A conversation's notices as AI SDK parts (D7, :func:`imprint.delivery.ui_message_stream.notice_part`),
+    each with its SSE ``id`` (the SDK's parser ignores it; a client that resumes sends it back)."""
+
+    headers = [(HEADER[0].encode(), HEADER[1].encode())]
+
+    def opening(self) -> bytes:
+        return b""
+
+    def frame(self, frame: Frame) -> bytes:
+        data = frame.data if isinstance(frame.data, dict) else {}
+        part = reset_part(data) if frame.event == RESET else notice_part(data)
+        return f"id: {frame.id}\n".encode() + encode(part)
+
+    def closing(self, terminal: bool) -> bytes:
+        return b""
+
+
 class _Watch:
     """One clock for every stream of an event loop. It drops a client whose write has not
     gone out for ``slow_client_timeout``, and it wakes a stream that has written nothing
@@ -194,11 +230,11 @@ _WATCHES: dict[int, _Watch] = {}
 
 
 class EventStream(Response):
-    """An ASGI response streaming one run's frames after ``last_id``."""
+    """An ASGI response streaming one run's frames (or one conversation's notices) after ``last_id``."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, *, run_id: str, last_id: int, store: ViewStore, notifier: Notifier,
+    def __init__(self, *, run_id: str, last_id: int, store: FrameSource, notifier: Notifier,
                  config: StreamConfig, metrics: DeliveryMetrics, report: DeliveryReport,
                  report_to: ReportTo, form: StreamFormat | None = None, reset: Frame | None = None) -> None:
         super().__init__(status_code=200, media_type=self.media_type)

@@ -43,6 +43,7 @@ from pydantic_core import to_json
 
 from imprint.delivery import merge, projection
 from imprint.delivery.frames import FrameDraft, RunProjection, skeleton
+from imprint.delivery.notices import Notice
 from imprint.runtime import tracecontext
 from services.common import tracing
 from services.common.inbound import Inbound
@@ -51,9 +52,11 @@ from services.delivery.view_tables import (
     BLOCK_COLUMNS,
     CONFLICT_COLUMNS,
     FRAME_COLUMNS,
+    NOTICE_COLUMNS,
     RUN_COLUMNS,
     TRACED_FRAME_COLUMNS,
     ViewTables,
+    notice_feed,
 )
 
 log = get_logger(__name__)
@@ -187,7 +190,10 @@ class ViewWorkspace:
         self.c = c
         self.runs: dict[str, _Run] = {}
         self.touched: dict[str, None] = {}
-        """Runs whose streams changed: new frames, a terminal, a purge."""
+        """Live feeds that changed: runs (new frames, a terminal, a purge) and conversations
+        (new notices, a deletion: :func:`notice_feed`)."""
+        self.notices: list[tuple[str, Notice]] = []
+        """D7: (account, notice) to number and write with the poll."""
         self.conflicts: list[merge.Conflict] = []
         self.inserts: list[list[Any]] = []
         """Pending frame rows, in :data:`FRAME_COLUMNS` order."""
@@ -350,12 +356,24 @@ class ViewWorkspace:
         self.flush_frames()
         strip_key(self.views, self.c, run.projection.run_id, key, reason)
 
+    def notice(self, run: _Run, notice: Notice) -> None:
+        account = run.projection.account_id
+        if account is not None:  # a run with a conversation always has its account
+            self.notices.append((account, notice))
+            # Named now: the policy hands the touched feeds to the consumer before the flush.
+            self.touched[notice_feed(notice.conversation_id)] = None
+
     def purge(self, conversation_id: str, account_id: str | None) -> None:
-        self.flush()
+        # The poll's notices wait for its end: a conversation row is locked only after every
+        # run row the poll locks (the purge locks more of them).
+        self.flush(notices=False)
         self.runs.clear()  # the purge rewrites runs behind what this poll loaded
-        for purged in purge(self.views, self.c, conversation_id, account_id):
-            self.touched[purged] = None
-            self.hot.drop(purged)
+        purged = purge(self.views, self.c, conversation_id, account_id)
+        for run_id in purged:
+            self.touched[run_id] = None
+            self.hot.drop(run_id)
+        if purged:
+            self.touched[notice_feed(conversation_id)] = None
 
     # -------------------------------------------------------------- writing
 
@@ -369,10 +387,41 @@ class ViewWorkspace:
             self.inserts = []
             self.pending = {}
 
-    def flush(self) -> None:
-        """Write every pending frame and every changed run and block row."""
+    def flush_notices(self) -> None:
+        """D7: number this poll's notices per conversation (one statement for all of them,
+        under each conversation row's lock, taken after every run row the poll locked, so
+        two instances sharing a conversation never wait on each other in a cycle) and write
+        them as they will be sent."""
+        if not self.notices:
+            return
+        pending, self.notices = self.notices, []
+        counts: dict[str, tuple[str, int]] = {}
+        for account, notice in pending:
+            _, n = counts.get(notice.conversation_id, (account, 0))
+            counts[notice.conversation_id] = (account, n + 1)
+        last = self.views.number_notices(self.c, counts, self.now)
+        next_id = {conversation: last[conversation] - n + 1 for conversation, (_, n) in counts.items()
+                   if conversation in last}
+        rows: list[tuple[Any, ...]] = []
+        for _, notice in pending:
+            conversation = notice.conversation_id
+            if conversation not in next_id:
+                log.warning("notice not given: the conversation is another account's or deleted",
+                            run_id=notice.run_id, block_id=notice.block_id)
+                continue
+            notice_id = next_id[conversation]
+            next_id[conversation] += 1
+            rows.append((conversation, notice_id, notice.run_id, notice.block_id, notice.revision, notice.cause,
+                         as_json(notice.payload(notice_id, self.now)), self.now))
+        if rows:
+            self.views.insert_rows(self.c, "{notices}", NOTICE_COLUMNS, rows)
+
+    def flush(self, *, notices: bool = True) -> None:
+        """Write every pending frame, notice and every changed run and block row."""
         v, c, stamp = self.views, self.c, self.now
         self.flush_frames()
+        if notices:
+            self.flush_notices()
         if self.conflict_rows:
             v.insert_rows(c, "{conflicts}", CONFLICT_COLUMNS, self.conflict_rows)
             self.conflict_rows = []
@@ -451,6 +500,7 @@ def purge(views: ViewTables, c: Any, conversation_id: str, account_id: str | Non
         if updates:
             views.strip_frames(c, updates)
     if run_ids:
+        views.close_conversation(c, conversation_id, account_id, now())
         log.info("conversation purged", conversation_id=conversation_id, runs=len(run_ids))
     return run_ids
 

@@ -8,6 +8,8 @@
 * **Reading** is here: a run's frames after a position (a new or resuming client), the
   live feeds' read after a wake-up, the answer, history and execution views.
 * Stream tickets (D6) and delivery outcomes (D4, D5) are small writes of their own.
+* D7: a conversation's notices as live feeds (:mod:`services.delivery.notices`) and what
+  clients reported rendered and received (:mod:`services.delivery.seen_store`).
 
 The tables and their SQL are :mod:`services.delivery.view_tables`. Synchronous: call
 it from a worker thread in async code."""
@@ -29,8 +31,11 @@ from services.common.backends import backend_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.common.unit_of_work import Committed, Redelivered, TrackedUnitOfWork
+from services.delivery.notices import NoticeFeeds
+from services.delivery.notifier import FeedRead
+from services.delivery.seen_store import SeenStore
 from services.delivery.view_sink import HotRuns, Projecting, ViewSink, now, notify_payloads, purge
-from services.delivery.view_tables import ViewTables
+from services.delivery.view_tables import ViewTables, conversation_of, notice_feed
 from services.delivery.view_upgrade import upgrade
 
 
@@ -55,17 +60,6 @@ class RunRecord:
     reason: str | None = None
 
 
-@dataclass(frozen=True)
-class FeedRead:
-    """What a live feed reads after a wake-up: new frames and where the run stands."""
-
-    frames: list[Frame]
-    exists: bool
-    deleted: bool
-    terminal: bool
-    last_frame_id: int
-
-
 class ViewStore:
     """The delivery projection of one deployment (shared by its instances where the backend allows)."""
 
@@ -80,6 +74,10 @@ class ViewStore:
         self.tracer = tracer
         self.sink = ViewSink(self.views, self.origin, traced=tracer is not None)
         self.units = TrackedUnitOfWork()
+        self.notices = NoticeFeeds(self.views)
+        """D7: the conversations' notices, read as live feeds."""
+        self.sightings = SeenStore(self.views)
+        """D7: what clients reported rendered and received, and the "who saw it" report."""
 
     def close(self) -> None:
         self.tables.close()
@@ -97,8 +95,13 @@ class ViewStore:
 
     def process(self, batch: Sequence[Inbound]) -> list[str]:
         """Apply a poll in one transaction with its tracking records. Returns the run ids
-        whose streams changed: new frames, or a deletion (wake the feeds with them after
-        this returns; other instances hear the poll's notification)."""
+        whose streams changed: new frames, or a deletion."""
+        return [feed for feed in self.process_feeds(batch) if conversation_of(feed) is None]
+
+    def process_feeds(self, batch: Sequence[Inbound]) -> list[str]:
+        """:meth:`process`, returning every live feed the poll changed: the runs and the
+        conversations' notices (D7, :func:`~services.delivery.view_tables.notice_feed`) —
+        wake them after this returns; other instances hear the poll's notification."""
         outcome = self.units.run(batch, Projecting(self.tracer), self.sink)
         match outcome:
             case Committed(touched):
@@ -150,7 +153,8 @@ class ViewStore:
         text, answer text, block states). Returns the purged run ids."""
         with self.tables.transaction(commit=True) as c:
             purged = purge(self.views, c, conversation_id, account_id)
-            for payload in notify_payloads(self.origin, purged):
+            feeds = [*purged, notice_feed(conversation_id)] if purged else []
+            for payload in notify_payloads(self.origin, feeds):
                 self.tables.notify(c, payload)
         for run_id in purged:
             self.hot.drop(run_id)
@@ -236,6 +240,13 @@ class ViewStore:
                 "blocks": sorted((b for b in blocks if b is not None),
                                  key=lambda b: (b["delivery_ordinal"], b["block_id"]))}
 
+    def owns_conversation(self, conversation_id: str, account_id: str) -> bool:
+        """Whether the account has a run in the conversation that was not deleted (D6, D7)."""
+        with self.tables.reading() as c:
+            c.execute(self.views.q("SELECT run_id FROM {runs} WHERE conversation_id = ? AND account_id = ? "
+                                   "AND deleted = 0 LIMIT 1"), (conversation_id, account_id))
+            return c.fetchone() is not None
+
     def history(self, conversation_id: str) -> list[RunRecord]:
         with self.tables.reading() as c:
             c.execute(self.views.q("SELECT * FROM {runs} WHERE conversation_id = ? ORDER BY first_seen, run_id"),
@@ -249,6 +260,10 @@ class ViewStore:
             c.execute(self.views.q("SELECT projection FROM {runs} WHERE run_id = ?"), (run_id,))
             row = c.fetchone()
         return json.loads(row["projection"]).get("answer_text") if row is not None else None
+
+    def seen(self, run_id: str) -> dict[str, Any] | None:
+        """D7: who saw each withdrawn block revision of the run (``None``: no such run)."""
+        return self.sightings.report(run_id)
 
     def conflicts(self, run_id: str) -> list[dict[str, Any]]:
         with self.tables.reading() as c:

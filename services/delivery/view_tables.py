@@ -8,8 +8,23 @@
                   superseded or purged frame keeps its id and hash, its body becomes a skeleton),
                   with the ``traceparent`` of the span that appended it when tracing is on (X9);
 ``<p>_conflicts`` protocol conflicts (P17), numbered per run;
-``<p>_stream_tickets``  the hashes of live stream tickets (D6), shared by every instance;
-``<p>_tracking``  the Kafka position of each partition, recorded with the rows it caused.
+``<p>_stream_tickets``  the hashes of live stream tickets (D6), shared by every instance, each
+                  with what it opens (its ``run_id`` column: a run, or a conversation's
+                  notices' feed key);
+``<p>_tracking``  the Kafka position of each partition, recorded with the rows it caused;
+
+and for D7 (notices after the end, who saw a withdrawn claim):
+
+``<p>_conversations``  one row per conversation that was told something: its account, its
+                  last notice id (ids 1, 2, 3, … per conversation, taken under the row's lock
+                  in the poll that writes the notices) and whether it was deleted;
+``<p>_notices``   every notice, as sent (never a title or body);
+``<p>_renders``   which client reported which block revision rendered, first time only;
+``<p>_received``  how far each client reported a run's stream received;
+``<p>_notice_receipts``  which client reported which notice received, first time only.
+
+The last three are written when Delivery accepts a client receipt (``POST …/receipts``),
+each row once: a client that reports the same render again adds nothing.
 
 ``<p>`` is the store's name (``delivery``)."""
 
@@ -28,6 +43,22 @@ RUN_COLUMNS = ("account_id", "conversation_id", "state", "outcome", "last_frame_
 BLOCK_COLUMNS = ("run_id", "block_id", "state", "frame_id", "frame_skeleton", "updated_at")
 CONFLICT_COLUMNS = ("run_id", "seq", "block_id", "revision", "first_kind", "first_sha256", "second_kind",
                     "second_sha256", "frame_id", "detected_at")
+NOTICE_COLUMNS = ("conversation_id", "notice_id", "run_id", "block_id", "revision", "cause", "data", "created_at")
+RENDER_COLUMNS = ("run_id", "block_id", "revision", "client_id", "rendered_at")
+NOTICE_FEED = "\x1fnotices:"
+"""A conversation's notices follow the live-feed mechanism of runs under this key prefix: a
+run id is an identifier (no control characters), so no run's key is ever one of these."""
+
+
+def notice_feed(conversation_id: str) -> str:
+    """The live-feed key (and stream-ticket scope) of a conversation's notices."""
+    return NOTICE_FEED + conversation_id
+
+
+def conversation_of(feed: str) -> str | None:
+    """The conversation of a notice feed key (``None``: a run's key)."""
+    return feed[len(NOTICE_FEED):] if feed.startswith(NOTICE_FEED) else None
+
 ROWS_PER_STATEMENT = 500
 """Rows per multi-row ``VALUES`` statement (and ids per ``IN`` list)."""
 
@@ -45,7 +76,11 @@ class ViewTables:
             "runs": tables.table(f"{p}_runs"), "blocks": tables.table(f"{p}_blocks"),
             "frames": tables.table(f"{p}_frames"), "conflicts": tables.table(f"{p}_conflicts"),
             "tickets": tables.table(f"{p}_stream_tickets"), "views": tables.table(f"{p}_views"),
+            "conversations": tables.table(f"{p}_conversations"), "notices": tables.table(f"{p}_notices"),
+            "renders": tables.table(f"{p}_renders"), "received": tables.table(f"{p}_received"),
+            "notice_receipts": tables.table(f"{p}_notice_receipts"),
             "runs_index": f"{p}_runs_conversation", "frames_index": f"{p}_frames_key",
+            "notices_index": f"{p}_notices_run",
         }
         tables.create(self.q(statement) for statement in SCHEMA)
 
@@ -88,19 +123,68 @@ class ViewTables:
         and frame order — one statement for every run. Frame ids are dense per run and frames are never deleted, so "the next
         ``limit`` frames" is the id range ``(after, after + limit]``: each run's part is a
         range scan of the primary key."""
+        columns = "f.event, f.data, f.body_sha256" + (", f.traceparent" if traced else "")
+        return self._after(c, "{frames}", "run_id", "frame_id", columns, cursors, limit)
+
+    def notices_after(self, c: Any, cursors: Mapping[str, int], limit: int) -> list[Any]:
+        """Rows (conversation_id, notice_id, data) of each conversation's notices after its
+        cursor, as :meth:`frames_after` reads frames (notice ids are dense per conversation,
+        and notices are never deleted)."""
+        return self._after(c, "{notices}", "conversation_id", "notice_id", "f.data", cursors, limit)
+
+    def _after(self, c: Any, table: str, key: str, number: str, columns: str, cursors: Mapping[str, int],
+               limit: int) -> list[Any]:
         rows: list[Any] = []
         items = sorted(cursors.items())
         for start in range(0, len(items), ROWS_PER_STATEMENT):
             part = items[start:start + ROWS_PER_STATEMENT]
             values = ", ".join(["(?, CAST(? AS BIGINT))"] * len(part))
             c.execute(self.q(
-                f"WITH w (run_id, after) AS (VALUES {values}) "
-                "SELECT f.run_id, f.frame_id, f.event, f.data, f.body_sha256"
-                + (", f.traceparent" if traced else "") + " FROM w JOIN {frames} f"
-                " ON f.run_id = w.run_id AND f.frame_id > w.after AND f.frame_id <= w.after + ?"
-                " ORDER BY f.run_id, f.frame_id"), [*(v for run_id, after in part for v in (run_id, after)), limit])
+                f"WITH w ({key}, after) AS (VALUES {values}) "
+                f"SELECT f.{key}, f.{number}, {columns} FROM w JOIN {table} f"
+                f" ON f.{key} = w.{key} AND f.{number} > w.after AND f.{number} <= w.after + ?"
+                f" ORDER BY f.{key}, f.{number}"), [*(v for name, after in part for v in (name, after)), limit])
             rows.extend(c.fetchall())
         return rows
+
+    def number_notices(self, c: Any, counts: Mapping[str, tuple[str, int]], stamp: str) -> dict[str, int]:
+        """D7: take ``n`` more notice ids of each conversation (``counts``: conversation →
+        (account, n)), under the conversation row's lock until the transaction ends (rows
+        taken in conversation order, after the runs the poll locked). Returns each
+        conversation's last id now (its new ids end there); a conversation whose row names
+        another account (its runs' notices are never another account's) or that was deleted
+        gets none."""
+        last: dict[str, int] = {}
+        items = sorted(counts.items())
+        for start in range(0, len(items), ROWS_PER_STATEMENT):
+            part = items[start:start + ROWS_PER_STATEMENT]
+            c.execute(self.q(
+                "INSERT INTO {conversations} AS t (conversation_id, account_id, last_notice_id, updated_at) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(part))
+                + " ON CONFLICT (conversation_id) DO UPDATE SET last_notice_id = t.last_notice_id + "
+                  "excluded.last_notice_id, updated_at = excluded.updated_at"
+                  " WHERE t.account_id = excluded.account_id AND t.deleted = 0"
+                  " RETURNING conversation_id, last_notice_id"),
+                [v for conversation, (account, n) in part for v in (conversation, account, n, stamp)])
+            last.update((row["conversation_id"], int(row["last_notice_id"])) for row in c.fetchall())
+        return last
+
+    def close_conversation(self, c: Any, conversation_id: str, account_id: str | None, stamp: str) -> None:
+        """X8: the conversation was deleted: its notices stream ends, and it takes no more."""
+        c.execute(self.q("INSERT INTO {conversations} (conversation_id, account_id, deleted, updated_at) "
+                         "VALUES (?, ?, 1, ?) ON CONFLICT (conversation_id) DO UPDATE SET deleted = 1, "
+                         "updated_at = excluded.updated_at"), (conversation_id, account_id, stamp))
+
+    def conversation_heads(self, c: Any, conversation_ids: Sequence[str]) -> dict[str, Any]:
+        """(last_notice_id, deleted) rows of these conversations (those told anything yet)."""
+        found: dict[str, Any] = {}
+        for start in range(0, len(conversation_ids), ROWS_PER_STATEMENT):
+            part = list(conversation_ids[start:start + ROWS_PER_STATEMENT])
+            marks = ", ".join("?" for _ in part)
+            c.execute(self.q(f"SELECT conversation_id, last_notice_id, deleted FROM {{conversations}} "
+                             f"WHERE conversation_id IN ({marks})"), part)
+            found.update((row["conversation_id"], row) for row in c.fetchall())
+        return found
 
     def run_rows(self, c: Any, run_ids: Sequence[str], columns: str, *, lock: bool = False) -> dict[str, Any]:
         """These columns of the runs rows of ``run_ids`` (those that exist), by run id;
@@ -149,6 +233,23 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {tickets} ("
     " digest TEXT PRIMARY KEY, account_id TEXT NOT NULL, run_id TEXT NOT NULL,"
     " expires_at DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {conversations} ("
+    " conversation_id TEXT PRIMARY KEY, account_id TEXT, last_notice_id BIGINT NOT NULL DEFAULT 0,"
+    " deleted INTEGER NOT NULL DEFAULT 0, updated_at TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {notices} ("
+    " conversation_id TEXT NOT NULL, notice_id BIGINT NOT NULL, run_id TEXT NOT NULL, block_id TEXT NOT NULL,"
+    " revision BIGINT NOT NULL, cause TEXT NOT NULL, data TEXT NOT NULL, created_at TEXT NOT NULL,"
+    " PRIMARY KEY (conversation_id, notice_id))",
+    "CREATE INDEX IF NOT EXISTS {notices_index} ON {notices} (run_id)",
+    "CREATE TABLE IF NOT EXISTS {renders} ("
+    " run_id TEXT NOT NULL, block_id TEXT NOT NULL, revision BIGINT NOT NULL, client_id TEXT NOT NULL,"
+    " rendered_at TEXT NOT NULL, PRIMARY KEY (run_id, block_id, revision, client_id))",
+    "CREATE TABLE IF NOT EXISTS {received} ("
+    " run_id TEXT NOT NULL, client_id TEXT NOT NULL, last_event_id BIGINT NOT NULL, received_at TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, client_id))",
+    "CREATE TABLE IF NOT EXISTS {notice_receipts} ("
+    " run_id TEXT NOT NULL, notice_id BIGINT NOT NULL, client_id TEXT NOT NULL, received_at TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, notice_id, client_id))",
 )
 
 

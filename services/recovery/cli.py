@@ -28,7 +28,8 @@ go to stderr, and so do progress bars (on a terminal only).
 ``export --run R``
     The run's full committed history as one JSON document (P21).
 ``inspect --run R``
-    The run's timeline (:mod:`imprint.recovery.timeline`).
+    The run's timeline (:mod:`imprint.recovery.timeline`), with Delivery's report of who
+    saw each withdrawn block revision and whether each client received the withdrawal (D7).
 
 Exit codes: 0 done, 1 verification failed, 2 no such run."""
 
@@ -437,9 +438,12 @@ def observations_of(messages: list[Any]) -> list[Observation]:
 
 
 class DeliveredFrames(Protocol):
-    """What the inspector reads of Delivery's store: a run's frames after a position."""
+    """What the inspector reads of Delivery's store: a run's frames after a position, and its
+    report of who saw each withdrawn block revision (D7)."""
 
     def frames_after(self, run_id: str, last_id: int, limit: int = 1000) -> list[Any]: ...
+
+    def seen(self, run_id: str) -> Mapping[str, Any] | None: ...
 
     def close(self) -> None: ...
 
@@ -464,11 +468,13 @@ def assemble_timeline(app: PublicationLog, run_id: str, *, store: DeliveredFrame
     announcements and the journal's facts, put side by side by :func:`imprint.recovery.timeline`."""
     ledger = read_ledger(app, run_id)
     frames: list[SentFrame] | None = None
+    seen: Mapping[str, Any] | None = None
     if store is not None:
         frames = frames_of(store, run_id)
+        seen = store.seen(run_id)
     return timeline(run_id, ledger, journal=journal.run(run_id), journal_note=journal.reason, frames=frames,
                     observations=observations_of(observed.messages) if observed.available else None,
-                    observations_note=observed.reason)
+                    observations_note=observed.reason, seen_report=seen)
 
 
 async def observe_run(settings: Settings, run_id: str) -> Observations:

@@ -284,9 +284,48 @@ def inspect_table(out: TextIO, document: Mapping[str, Any]) -> None:
     stray = [d for d in document["disagreements"] if d["kind"] in ("journaled_not_committed", "sent_not_committed")]
     for d in stray:
         c.print(Text(f"{MARK_LABELS[d['kind']]}: {d['block_id']} r{d['revision']} — {d['detail']}", style="red"))
+    seen_table(c, document.get("seen"), document["sources"])
     count = len(document["disagreements"])
     c.print(Text(f"{count} disagreement(s)" if count else "log, journal and delivery agree",
                  style="bold red" if count else "bold green"))
+
+
+def seen_table(c: Console, seen: Mapping[str, Any] | None, sources: Mapping[str, Any]) -> None:
+    """D7: for each withdrawn block revision, the clients that rendered it and whether each
+    received the withdrawal (Delivery's report; ids and times only)."""
+    if seen is None:
+        if sources.get("frames"):
+            return
+        c.print(Text("who saw withdrawn blocks: not known — Delivery's store was not read", style="yellow"))
+        return
+    if not seen["withdrawals"]:
+        return
+    table = Table(title="Withdrawn blocks: who saw them", title_justify="left")
+    for name in ("block", "rev", "cause", "withdrawn", "told", "client", "rendered", "received the withdrawal"):
+        table.add_column(name)
+    for w in seen["withdrawals"]:
+        told = w["told"]
+        how = f"notice {told['notice_id']}" if told["via"] == "notice" else f"frame {told['frame_id']}"
+        head = (short(w["block_id"], 14), str(w["revision"] if w["revision"] is not None else "?"), w["cause"],
+                clock(w["withdrawn_at"]), how)
+        if not w["seen_by"]:
+            table.add_row(*head, "—", "no client reported it rendered", "—")
+        for s in w["seen_by"]:
+            received = s["received_withdrawal"]
+            table.add_row(*head, short(s["client_id"] or "(unnamed)", 22),
+                          f"r{s['revision'] if s['revision'] is not None else '?'} {clock(s['rendered_at'])}",
+                          Text("unknown", style="yellow") if received is None
+                          else Text(f"yes {clock(s['received_at'])}", style="green") if received
+                          else Text("not yet", style="bold red"))
+    c.print(table)
+    outstanding, unknown = seen["outstanding"], seen.get("unknown", 0)
+    if outstanding:
+        c.print(Text(f"{outstanding} sighting(s) of a withdrawn block not yet told", style="bold red"))
+    elif unknown:
+        c.print(Text(f"{unknown} sighting(s) by a client that never named itself: whether it was told is unknown",
+                     style="yellow"))
+    else:
+        c.print(Text("every client that rendered a withdrawn block received its withdrawal", style="green"))
 
 
 def tracked_pairs(items: Iterable[T], total: int | None, err: TextIO, label: str) -> Iterator[T]:

@@ -42,14 +42,19 @@ class Reader:
 
 
 def start_reader(line: str, api: str, chat_id: str, token: str, last_event_id: int | None = None) -> Reader:
+    extra = [str(last_event_id)] if last_event_id is not None else []
+    return start_script(line, SCRIPT, api, chat_id, token, *extra)
+
+
+def start_script(line: str, script: Path, *args: str) -> Reader:
+    """``script`` run by the Node of ``line`` with the ``ai`` package of that line."""
     for module in ("ai5", "ai6", "ai7"):
         if not (HERE / "node_modules" / module).exists():
             raise RuntimeError("the AI SDK client is not installed: run `make test` (npm ci --prefix tests/node)")
     node = LINES[line]
     if shutil.which(node) is None and not Path(node).exists():
         raise RuntimeError(f"no {node} for {line}")
-    extra = [str(last_event_id)] if last_event_id is not None else []
-    process = subprocess.Popen([node, str(SCRIPT), line, api, chat_id, token, *extra], cwd=HERE,
+    process = subprocess.Popen([node, str(script), line, *args], cwd=HERE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return Reader(line, process)
 

@@ -5,6 +5,8 @@
   or the server ends the stream; returns ``(frames, ended_by_server)``.
 - :func:`read_frames` is the same read where ``until`` must hold: the frames, or an
   ``AssertionError`` when the stream ends first.
+- :func:`read_notices` reads a conversation's notices (D7) the same way (``path`` picks the
+  imprint SSE form or the AI SDK one).
 - :func:`parse_sse` turns decoded lines into :class:`SSE` frames (also used on bodies
   read in-process)."""
 
@@ -60,11 +62,30 @@ def read_stream(base_url: str, run_id: str, token: str, *, last_event_id: int | 
                 timeout: float = 20.0, comments: list[str] | None = None) -> tuple[list[SSE], bool]:
     """Read frames until ``until`` holds (then drop the connection) or the server ends
     the stream. Returns (frames, ended_by_server)."""
-    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
-    url = f"{base_url}/v1/runs/{run_id}/events"
+    return _read(f"{base_url}/v1/runs/{run_id}/events", {"Authorization": f"Bearer {token}"},
+                 last_event_id=last_event_id, via_query=via_query, until=until, timeout=timeout, comments=comments)
+
+
+def read_notices(base_url: str, conversation_id: str, token: str | None, *, last_event_id: int | None = None,
+                 via_query: bool = False, until: Callable[[list[SSE]], bool] | None = None, timeout: float = 20.0,
+                 path: str = "/v1/conversations/{id}/notices", ticket: str | None = None,
+                 comments: list[str] | None = None) -> tuple[list[SSE], bool]:
+    """A conversation's notices (D7), read as :func:`read_stream` reads a run."""
+    url = base_url + path.format(id=conversation_id)
+    if ticket is not None:
+        url += f"?ticket={ticket}"
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return _read(url, headers, last_event_id=last_event_id, via_query=via_query, until=until, timeout=timeout,
+                 comments=comments)
+
+
+def _read(url: str, headers: dict[str, str], *, last_event_id: int | None, via_query: bool,
+          until: Callable[[list[SSE]], bool] | None, timeout: float,
+          comments: list[str] | None) -> tuple[list[SSE], bool]:
+    headers = {**headers, "Accept": "text/event-stream"}
     if last_event_id is not None:
         if via_query:
-            url += f"?last_event_id={last_event_id}"
+            url += ("&" if "?" in url else "?") + f"last_event_id={last_event_id}"
         else:
             headers["Last-Event-ID"] = str(last_event_id)
     frames: list[SSE] = []

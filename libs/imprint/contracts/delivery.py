@@ -33,10 +33,17 @@ class DeliveryCompleted(DeliveryObservation):
 class ClientObservation(AccountRunMessage):
     last_event_id: int = 0
     block_ids: list[str] = []
+    client_id: Identifier | None = None
+    """The client that reports (the reference page: one per page load), so that what it
+    rendered and what it received can be told apart from another client's (D7)."""
+    revisions: dict[str, int] = {}
+    """block id → the revision the client shows (D7: which revision of a withdrawn block it saw)."""
 
 
 class ClientReceived(ClientObservation):
     type: Literal["client.received"] = "client.received"
+    notice_ids: list[int] = []
+    """Notices of the run's conversation the client received (D7: a withdrawal after the end)."""
 
 
 class ClientRendered(ClientObservation):

@@ -50,6 +50,7 @@ from imprint.contracts.publication import (
 )
 from imprint.contracts.runs import TERMINAL_STATES, ConversationDeleted, RunClosed, RunProgress, RunTransitioned
 from imprint.delivery import merge
+from imprint.delivery.notices import Notice, withdrawn_after_end
 from imprint.delivery.reset import RESET_EVENT, RESET_ID, Reset
 from imprint.delivery.summary import DONE_DATA, DONE_EVENT, SUMMARY_EVENT, payload_sha256, summarize
 
@@ -189,6 +190,8 @@ class Step:
     """Append ``stream-summary`` + ``done`` after ``drafts``."""
     hidden_after_terminal: list[str] = field(default_factory=list)
     """Blocks that stopped being shown after ``done``: their frames lose their bodies."""
+    notices: list[Notice] = field(default_factory=list)
+    """What the run's conversation is told of those blocks (D7, :mod:`imprint.delivery.notices`)."""
     purge_conversation: str | None = None
 
 
@@ -321,6 +324,11 @@ class Publication:
                 b for b in dict.fromkeys(result.touched)
                 if before.get(b) is not None and merge.display(p.answer.blocks[b]) is None
             ]
+            for b in out.hidden_after_terminal:  # D7: told on the conversation's notices instead
+                notice = withdrawn_after_end(run_id=p.run_id, conversation_id=p.conversation_id, block_id=b,
+                                             shown=before[b], cause=p.answer.blocks[b].hidden_cause)
+                if notice is not None:
+                    out.notices.append(notice)
             return out
 
         for block_id in dict.fromkeys(result.touched):

@@ -16,7 +16,9 @@ rules of the stream are decided here, once:
   semantic frame of the run, then ``done``. A terminal that a client would reject is
   never written.
 * **A withdrawal after the terminal** strips the withdrawn block's frames to skeletons
-  (no frame follows ``done``; a client replaying from the start sees it withdrawn).
+  (no frame follows ``done``; a client replaying from the start sees it withdrawn) and
+  gives the run's conversation a notice (D7, :mod:`imprint.delivery.notices`): the
+  clients that already hold the run learn it there, numbered in the same transaction.
 
 Storage, SQL and Kafka stay in ``services/delivery``."""
 
@@ -29,6 +31,7 @@ from imprint.contracts.runs import RunClosed
 from imprint.delivery import merge
 from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, terminal_drafts
 from imprint.delivery.handling import named_blocks, step
+from imprint.delivery.notices import Notice
 from imprint.delivery.summary import validate_stream
 
 
@@ -62,6 +65,9 @@ class ViewWorkspace(Protocol):
 
     def strip(self, run: ProjectedRun, key: str, reason: str) -> None:
         """Replace the bodies of every frame of ``key`` with skeletons (ids and hashes stay)."""
+
+    def notice(self, run: ProjectedRun, notice: Notice) -> None:
+        """D7: tell the run's conversation (numbered per conversation when the poll commits)."""
 
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         """X8: drop every private body of the conversation's runs."""
@@ -98,6 +104,8 @@ def apply(ws: ViewWorkspace, message: Any) -> list[int]:
         appended += terminate(ws, run)
     for block_id in result.hidden_after_terminal:
         ws.strip(run, f"block:{block_id}", "withdrawn")
+    for notice in result.notices:
+        ws.notice(run, notice)
     return appended
 
 

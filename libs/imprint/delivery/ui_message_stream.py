@@ -41,6 +41,16 @@ so an application holding an older copy of this message knows to drop it rather 
 merge the replay into it. A valid id changes nothing: the message is replayed from
 ``start`` as ever.
 
+**Notices after the end (D7).** A block withdrawn after its run's ``done`` reaches a
+client on its conversation's notices stream, not the run's (nothing follows ``done``).
+Its AI SDK form (``GET /v1/ai-sdk/conversations/{id}/notices``, :func:`notice_part`) is
+the part the run's own stream would have sent: ``data-block`` with the block's id and
+``state: "withdrawn"``, plus the ``message_id`` of the run's message and the notice's
+id. The SDK replaces a data part of the same type and id in place, so a front end hands
+the notices of one message to ``readUIMessageStream({message, stream})`` (or applies
+them to ``useChat``'s messages with ``setMessages``) and the block reads withdrawn where
+it was. No ``start``: a notices stream belongs to no message of its own.
+
 Everything in a part is what the SSE frame already carries (client-safe, D6)."""
 
 from __future__ import annotations
@@ -76,6 +86,21 @@ Part = dict[str, Any]
 def message_id(run_id: str) -> str:
     """The assistant message's id for a run: stable across replays and resumes."""
     return f"imprint-run-{run_id}"
+
+
+def notice_part(notice: dict[str, Any]) -> Part:
+    """A notice (:meth:`imprint.delivery.notices.Notice.payload`) as the ``data-block`` part
+    that marks its block withdrawn in the run's message."""
+    block_id, run_id = str(notice["block_id"]), str(notice["run_id"])
+    return {"type": "data-block", "id": block_id, "data": {
+        "block_id": block_id, "state": "withdrawn", "revision": notice.get("revision"), "cause": notice.get("cause"),
+        "run_id": run_id, "message_id": message_id(run_id), "notice_id": notice.get("notice_id")}}
+
+
+def reset_part(data: dict[str, Any]) -> Part:
+    """D8's reset as a transient part (never kept in a message)."""
+    return {"type": "data-reset", "data": {k: data.get(k) for k in ("reason", "last_event_id", "last_id")},
+            "transient": True}
 
 
 def encode(part: Part) -> bytes:
@@ -201,8 +226,7 @@ class UIMessageStream:
         self.blocks.clear()
         self.text_open = False
         self.status, self.summary, self.finished = {}, None, False
-        return [{"type": "data-reset", "data": {k: data.get(k) for k in ("reason", "last_event_id", "last_id")},
-                 "transient": True}]
+        return [reset_part(data)]
 
     def _end_text(self) -> list[Part]:
         if not self.text_open:

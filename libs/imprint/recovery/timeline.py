@@ -27,6 +27,10 @@ exactly that. Where two sources disagree the timeline marks it:
     a client receipt names frames no delivery observation covered / a render with
     no receipt before it.
 
+Beside the timeline, Delivery's "who saw it" report (D7, built by Delivery from the
+receipts it kept): for each withdrawn block revision, the clients that rendered it and
+whether each has received the withdrawal. It is carried as Delivery made it.
+
 Inputs are plain data (the adapters read the log, the journal's store, Delivery's
 frames and Kafka); the Publication log alone decides what was committed. No I/O."""
 
@@ -93,9 +97,10 @@ def timeline(
     frames: Sequence[SentFrame] | None = None,
     observations: Sequence[Observation] | None = None,
     observations_note: str = "",
+    seen_report: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``journal``/``frames``/``observations`` ``None``: that source was not available (the note says
-    why); the timeline then shows the stage as unknown rather than as absent."""
+    """``journal``/``frames``/``observations``/``seen_report`` ``None``: that source was not available (the
+    note says why); the timeline then shows the stage as unknown rather than as absent."""
     seen = list(observations or ())
     effects: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for effect in journal.effects if journal is not None else ():
@@ -203,7 +208,9 @@ def timeline(
             "refusals": list(journal.refusals) if journal is not None else [],
         },
         "sources": {"journal": journal is not None, "frames": frames is not None,
-                    "observations": observations is not None, "observations_note": observations_note},
+                    "observations": observations is not None, "observations_note": observations_note,
+                    "seen": seen_report is not None},
+        "seen": dict(seen_report) if seen_report is not None else None,
         "blocks": blocks,
         "not_committed": settled_elsewhere,
         "disagreements": disagreements,

@@ -4,6 +4,7 @@
 * :mod:`.ui_stream` — the same run as an AI SDK UI message stream;
 * :mod:`.runs` — answer/execution snapshots, client receipts, cancel (D4/D5);
 * :mod:`.conversations` — history and delete requests (D5/X8);
+* :mod:`.notices` — a conversation's notices stream and its tickets (D7), also as AI SDK parts;
 * :mod:`.ops` — health, readiness, metrics and the reference web client.
 
 Each module has ``router(ctx) -> APIRouter``; ``create_app`` includes them."""
@@ -24,6 +25,7 @@ from services.delivery.auth import RateLimiter, StreamTickets
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import DeliveryRecorder
+from services.delivery.seen_store import ClientReport
 from services.delivery.stream import DeliveryReport, ReportTo, StreamConfig
 from services.delivery.view_store import RunRecord, ViewStore
 
@@ -50,7 +52,9 @@ class Context:
     current_account: AccountOf
     """Bearer header only (every route)."""
     stream_account: AccountOf
-    """Bearer header or a stream ticket for the path's run (stream routes)."""
+    """Bearer header or a stream ticket for the path's run or conversation (stream routes)."""
+    sightings: Callable[[ClientReport], Awaitable[None]]
+    """Keeps what a client receipt says it rendered and received (D7), before the receipt is announced."""
 
     def owns(self, record: RunRecord | None, account: str) -> bool:
         return record is not None and record.account_id == account and not record.deleted
@@ -80,6 +84,20 @@ class Context:
             if remaining <= 0:
                 raise HTTPException(status_code=404, detail="run not found")
             await self.notifier.wait(run_id, seen, min(remaining, self.config.poll_interval))
+
+    async def awaited_conversation(self, conversation_id: str, account: str) -> None:
+        """A conversation's notices may be asked for before Delivery heard of its run: wait (at
+        most ``stream_open_wait_seconds``) for one of the account's runs in it. A
+        conversation that never appears, or is another account's, is 404 after the same
+        wait as a run (D6)."""
+        deadline = time.monotonic() + max(0.0, self.settings.stream_open_wait_seconds)
+        if not self.notifier.bound:
+            self.notifier.bind(asyncio.get_running_loop())
+        while not await asyncio.to_thread(self.store.owns_conversation, conversation_id, account):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HTTPException(status_code=404, detail="conversation not found")
+            await asyncio.sleep(min(remaining, self.config.poll_interval))
 
     def report_to(self, request: Request, run_id: str) -> ReportTo:
         """Where a stream's report goes when its connection ends: the recorder, and (for a

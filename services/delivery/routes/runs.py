@@ -1,6 +1,6 @@
-"""A run's snapshots (answer view, execution state, D5), client receipts (D4) and
-cancel (D2: only this stops a run; a dropped connection never does; X11: its answer names
-the committed block revisions the user keeps)."""
+"""A run's snapshots (answer view, execution state, D5), client receipts (D4; what D7's
+"who saw it" report keeps of them) and cancel (D2: only this stops a run; a dropped
+connection never does; X11: its answer names the committed block revisions the user keeps)."""
 
 # No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
 import asyncio
@@ -14,14 +14,17 @@ from imprint.contracts.control import RunCancelRequested
 from imprint.contracts.delivery import ClientConflict, ClientReceived, ClientRendered
 from services.common.observability import get_logger
 from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
+from services.delivery.seen_store import ClientReport
 
 log = get_logger(__name__)
 
 ShortId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Revision = Annotated[int, Field(ge=1)]
+NoticeId = Annotated[int, Field(ge=1)]
 
 
 class ReceiptIn(BaseModel):
-    """``POST /v1/runs/{run_id}/receipts``: what the client observed (D4)."""
+    """``POST /v1/runs/{run_id}/receipts``: what the client observed (D4), and who it is (D7)."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["client.received", "client.rendered", "client.conflict"]
@@ -30,6 +33,13 @@ class ReceiptIn(BaseModel):
     detail: str = Field("", max_length=2000)
     event_id: uuid.UUID | None = None
     """The client's idempotency key for a retried receipt."""
+    client_id: ShortId | None = None
+    """The same on every receipt of one client (the reference page: one per page load): what
+    it rendered and which withdrawals it received are told apart from other clients' (D7)."""
+    revisions: dict[ShortId, Revision] = Field(default_factory=dict, max_length=500)
+    """block id → the revision the client shows (a block named in ``block_ids`` only: not said)."""
+    notice_ids: list[NoticeId] = Field(default_factory=list, max_length=500)
+    """``client.received`` only: notices of this run (from its conversation's notices stream) received."""
 
 
 def router(ctx: Context) -> APIRouter:
@@ -56,15 +66,26 @@ def router(ctx: Context) -> APIRouter:
         record = await ctx.owned_run(run_id, account)
         if body.last_event_id > record.last_frame_id:
             raise HTTPException(status_code=422, detail="last_event_id names a frame that was never sent")
+        if body.notice_ids and body.type != "client.received":
+            raise HTTPException(status_code=422, detail="notice_ids are received, never rendered or conflicting")
         kind = {"client.received": ClientReceived, "client.rendered": ClientRendered,
                 "client.conflict": ClientConflict}[body.type]
         fields: dict[str, Any] = {"run_id": run_id, "account_id": account, "last_event_id": body.last_event_id,
-                                  "block_ids": body.block_ids}
+                                  "block_ids": body.block_ids, "client_id": body.client_id,
+                                  "revisions": body.revisions}
         if body.event_id is not None:
             fields["event_id"] = body.event_id
         if kind is ClientConflict:
             fields["detail"] = body.detail
+        if kind is ClientReceived:
+            fields["notice_ids"] = body.notice_ids
         message = kind(**fields)
+        if kind is not ClientConflict:  # kept before it is announced: a retried receipt adds nothing
+            named: dict[str, int | None] = {block_id: None for block_id in body.block_ids}
+            named.update(body.revisions)
+            await ctx.sightings(ClientReport(
+                run_id=run_id, kind=body.type, client_id=body.client_id, last_event_id=body.last_event_id,
+                at=message.occurred_at.isoformat(), revisions=named, notice_ids=body.notice_ids))
         await ctx.publish(message)
         ctx.metrics.receipts.labels(body.type).inc()
         return {"accepted": body.type, "event_id": str(message.event_id)}

@@ -15,7 +15,13 @@
  *   e.g. a store restored from an older backup) forgets everything it held and rebuilds
  *   from the frames that follow, ids from 1 again; the reset's own id is 0, so a
  *   reconnect right after it asks for the whole view;
- * - reports client.received / client.rendered (and client.conflict) receipts;
+ * - reports client.received / client.rendered (and client.conflict) receipts, naming
+ *   itself (a client id per page load) and the revision of every block it shows;
+ * - once the run's stream ended, follows the conversation's notices (D7: nothing follows
+ *   `done`, so a block withdrawn after it arrives there): GET …/conversations/{id}/notices
+ *   with its own ticket, resumed with Last-Event-ID; a notice about a block the page shows
+ *   marks it withdrawn in place (its text is no longer shown) and is acknowledged with a
+ *   client.received receipt naming the notice;
  * - "Stop generating" asks the run to stop (POST …/cancel, X11: never a dropped connection)
  *   and says which saved blocks the answer names as kept; a preview the stopped run never
  *   saved is dropped from the page, and the page says so;
@@ -73,6 +79,17 @@
 
   // ---------------------------------------------------------------- state
   const $ = (id) => document.getElementById(id);
+  /** Who this page is on its receipts (D7): one id per page load, never stored. */
+  function newClientId() {
+    if (window.crypto && typeof window.crypto.randomUUID === "function") return "page-" + window.crypto.randomUUID();
+    const bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return "page-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+  const WITHDRAWN_CAUSE = {
+    source_revoked: "its source was revoked", source_tombstoned: "its source was deleted",
+    conversation_deleted: "the conversation was deleted", source_rejected: "its source is no longer authorized",
+  };
   const TERMINAL = new Set(["stream-summary", "done"]);
   const HINT_LABEL = {
     sources_verified: ["sources verified", "verified"],
@@ -97,6 +114,9 @@
     renderQueued: false,
     stop: null,             // X11: {kept: {as_of_event_id, blocks}} once a stop was accepted
     dropped: [],            // block ids whose unsaved preview a stopped run dropped
+    clientId: newClientId(),
+    notices: { conversationId: "", last: 0, source: null, connections: 0, duplicates: 0, acked: new Set(),
+               retryDelay: 500 },
   };
   window.imprintClient = client;
 
@@ -201,6 +221,7 @@
     el.dataset.revision = String(entry.revision);
     el.dataset.status = entry.status;
     el.dataset.ordinal = String(entry.delivery_ordinal);
+    if (entry.status === "withdrawn") return fillWithdrawn(el, entry);
     const badges = document.createElement("div");
     badges.className = "badges";
     if (entry.status !== "saved") badges.appendChild(badge(STATUS_LABEL[entry.status] || entry.status, entry.status === "conflict" ? "conflict" : "unsaved"));
@@ -230,6 +251,24 @@
       t.textContent = "This block was truncated.";
       el.appendChild(t);
     }
+  }
+
+  /** D7: a block withdrawn after the answer finished keeps its place, struck out: what it
+   *  said is no longer shown, only that it was withdrawn and why. */
+  function fillWithdrawn(el, entry) {
+    el.classList.add("withdrawn");
+    const badges = document.createElement("div");
+    badges.className = "badges";
+    badges.appendChild(badge("withdrawn", "withdrawn"));
+    if (entry.revision > 1) badges.appendChild(badge("revision " + entry.revision));
+    el.appendChild(badges);
+    const body = document.createElement("div");
+    body.className = "body";
+    const p = document.createElement("p");
+    p.textContent = "This block was withdrawn after the answer finished: "
+      + (WITHDRAWN_CAUSE[entry.withdrawn.cause] || "it is no longer shown") + ".";
+    body.appendChild(p);
+    el.appendChild(body);
   }
 
   function render() {
@@ -302,8 +341,11 @@
       const last = client.lastId;
       if (last <= client.receipts[key]) return;
       client.receipts[key] = last;
+      const shown = Array.from(client.blocks.values()).filter((b) => b.status !== "withdrawn").slice(0, 500);
+      const revisions = {};
+      for (const b of shown) if (Number.isInteger(b.revision) && b.revision > 0) revisions[b.block_id] = b.revision;
       post(`/v1/runs/${encodeURIComponent(client.runId)}/receipts`, {
-        type, last_event_id: last, block_ids: Array.from(client.blocks.keys()).slice(0, 500),
+        type, last_event_id: last, block_ids: shown.map((b) => b.block_id), client_id: client.clientId, revisions,
       });
     };
     if (immediate) { clearTimeout(client.receipts.timers[key]); send(); return; }
@@ -313,6 +355,7 @@
   function reportConflict(detail) {
     post(`/v1/runs/${encodeURIComponent(client.runId)}/receipts`, {
       type: "client.conflict", last_event_id: client.lastId, detail: String(detail).slice(0, 2000),
+      client_id: client.clientId,
     });
   }
 
@@ -400,6 +443,7 @@
       requestReceipt("client.received", true);
       render();
       requestReceipt("client.rendered", true);
+      followNotices();
       return;
     }
     if (event === "stream-summary") {
@@ -604,9 +648,93 @@
     setTimeout(connect, delay);
   }
 
+  // ---------------------------------------------------------------- notices (D7)
+  /** The run's conversation's notices, from the last one held: after `done` a withdrawal
+   *  reaches an open page only here. Notices about other runs, or blocks this page does not
+   *  show, change nothing and are not acknowledged (this page never showed them). */
+  async function followNotices() {
+    const n = client.notices;
+    if (client.stopped || n.source) return;
+    if (!n.conversationId) {
+      const run = await get(`/v1/runs/${encodeURIComponent(client.runId)}`);
+      if (run === null) return;
+      if (run === undefined || !run.conversation_id) return retryNotices();
+      n.conversationId = run.conversation_id;
+    }
+    const path = `/v1/conversations/${encodeURIComponent(n.conversationId)}`;
+    let ticket;
+    try {
+      const response = await fetch(`${path}/stream-tickets`, {
+        method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + client.token } });
+      if (response.status === 401 || response.status === 404) return;  // the run stream says so already
+      if (!response.ok) return retryNotices();
+      ticket = (await response.json()).ticket;
+    } catch (e) {
+      return retryNotices();
+    }
+    if (client.stopped) return;
+    let url = `${path}/notices?ticket=${encodeURIComponent(ticket)}`;
+    if (n.last > 0) url += `&last_event_id=${n.last}`;  // a new source sends no Last-Event-ID
+    const source = new EventSource(url);
+    n.source = source;
+    source.onopen = () => { n.connections += 1; n.retryDelay = 500; };
+    const onNotice = (event) => {
+      if (n.source !== source || !(event instanceof MessageEvent)) return;
+      if (event.type === "reset") { n.last = 0; return; }  // D8: every notice again from 1, applied once each
+      handleNotice(Number(event.lastEventId), event.data);
+    };
+    source.addEventListener("notice", onNotice);
+    source.addEventListener("reset", onNotice);
+    source.onerror = () => {
+      if (n.source !== source || source.readyState !== EventSource.CLOSED) return;  // the browser reconnects
+      n.source = null;  // refused (an expired ticket): a new ticket, from the last notice held
+      retryNotices();
+    };
+  }
+
+  function retryNotices() {
+    const n = client.notices;
+    if (client.stopped) return;
+    const delay = n.retryDelay;
+    n.retryDelay = Math.min(10000, n.retryDelay * 2);
+    setTimeout(followNotices, delay);
+  }
+
+  function handleNotice(id, raw) {
+    const n = client.notices;
+    if (!Number.isInteger(id) || id <= n.last) { n.duplicates += 1; return; }
+    n.last = id;
+    let notice;
+    try { notice = JSON.parse(raw); } catch (e) { return; }
+    if (!notice || notice.kind !== "withdrawn" || notice.run_id !== client.runId) return;
+    const entry = client.blocks.get(notice.block_id);
+    if (!entry || entry.status === "withdrawn") return;
+    client.blocks.set(notice.block_id, { ...entry, status: "withdrawn", content: null, citations: [], numbers: [],
+                                         withdrawn: { cause: notice.cause, notice_id: id } });
+    scheduleRender();
+    if (!n.acked.has(id)) {
+      n.acked.add(id);
+      post(`/v1/runs/${encodeURIComponent(notice.run_id)}/receipts`, {
+        type: "client.received", client_id: client.clientId, notice_ids: [id],
+      });
+    }
+  }
+
+  /** GET with the bearer token: the JSON, null (refused: nothing to do) or undefined (try again). */
+  async function get(path) {
+    try {
+      const response = await fetch(path, { cache: "no-store", headers: { Authorization: "Bearer " + client.token } });
+      if (response.status === 401 || response.status === 404) return null;
+      return response.ok ? await response.json() : undefined;
+    } catch (e) {
+      return undefined;
+    }
+  }
+
   function stop() {
     client.stopped = true;
     if (client.source) { client.source.close(); client.source = null; }
+    if (client.notices.source) { client.notices.source.close(); client.notices.source = null; }
     $("connection").dataset.state = "closed";
     $("connection").textContent = "closed";
   }

@@ -1,6 +1,6 @@
 // The run inspector (operators only): one run's timeline per block revision, from
-// GET /v1/operator/runs/{run}/timeline. Everything is written with textContent: no
-// value from the server is ever parsed as HTML.
+// GET /v1/operator/runs/{run}/timeline, and who saw each withdrawn block revision (D7).
+// Everything is written with textContent: no value from the server is ever parsed as HTML.
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
@@ -108,6 +108,7 @@
         rows.append(tr);
       }
     }
+    renderSeen(doc.seen);
     const others = $("uncommitted"); others.replaceChildren();
     for (const o of doc.not_committed) {
       others.append(el("li", {}, `${o.candidate_id || "—"}: ${o.outcome}` + (o.reason ? ` (${o.reason})` : "")));
@@ -118,6 +119,37 @@
       dis.append(el("li", { "data-kind": d.kind }, `${MARKS[d.kind] || d.kind}: ${d.block_id || "—"} r${d.revision ?? "—"} — ${d.detail}`));
     }
     $("disagreements").hidden = !n;
+  }
+
+  /** D7: one row per client that rendered a withdrawn block revision (one for a withdrawal nobody saw). */
+  function renderSeen(seen) {
+    const rows = $("seen-rows"); rows.replaceChildren();
+    $("seen").hidden = !seen || !seen.withdrawals.length;
+    if (!seen) return;
+    for (const w of seen.withdrawals) {
+      const told = w.told.via === "notice" ? `notice ${w.told.notice_id}` : `frame ${w.told.frame_id}`;
+      const head = () => [el("td", {}, el("code", { title: w.block_id }, short(w.block_id, 14))),
+        el("td", {}, w.revision == null ? "?" : String(w.revision)), el("td", {}, w.cause),
+        el("td", {}, el("time", { datetime: w.withdrawn_at }, clock(w.withdrawn_at))), el("td", {}, told)];
+      if (!w.seen_by.length) {
+        rows.append(el("tr", { "data-block-id": w.block_id }, ...head(), el("td", { colspan: "3", class: "note" },
+          "no client reported it rendered")));
+      }
+      for (const s of w.seen_by) {
+        const received = s.received_withdrawal;
+        const state = received === null ? "unknown" : received ? "received" : "outstanding";
+        rows.append(el("tr", { "data-block-id": w.block_id, "data-client-id": s.client_id || "", "data-received": state },
+          ...head(), el("td", {}, el("code", {}, short(s.client_id || "(unnamed)", 14))),
+          el("td", {}, `r${s.revision == null ? "?" : s.revision} `, el("time", { datetime: s.rendered_at }, clock(s.rendered_at))),
+          el("td", { class: "received " + state }, received === null ? "unknown (the client never named itself)"
+            : received ? el("time", { datetime: s.received_at || "" }, "yes " + clock(s.received_at)) : "not yet")));
+      }
+    }
+    $("seen-summary").textContent = seen.outstanding
+      ? `${seen.outstanding} sighting${seen.outstanding > 1 ? "s" : ""} of a withdrawn block not yet told`
+      : seen.unknown ? `${seen.unknown} sighting${seen.unknown > 1 ? "s" : ""} by a client that never named itself: `
+        + "whether it was told is unknown"
+      : "every client that rendered a withdrawn block received its withdrawal";
   }
 
   async function load() {

@@ -119,7 +119,7 @@ def test_tokens_are_hs256_with_sub_and_exp(settings: Settings) -> None:
     jwt.encode({"sub": "acct-1", "exp": int(time.time()) + 60}, "another-secret-that-is-long-enough-for-hs256", algorithm="HS256"),
     jwt.encode({"sub": "acct-1", "exp": int(time.time()) + 60}, None, algorithm="none"),
     jwt.encode({"exp": int(time.time()) + 60}, "imprint-development-secret-change-me", algorithm="HS256"),  # no sub
-])
+], ids=["not-a-jwt", "no-exp", "expired", "other-secret", "alg-none", "no-sub"])  # stable ids: every worker collects the same tests
 async def test_bad_tokens_are_401(client: httpx.AsyncClient, store: ViewStore, token: str) -> None:
     store.feed(running(RUN))  # type: ignore[attr-defined]
     response = await client.get(f"/v1/runs/{RUN}", headers={"Authorization": f"Bearer {token}"})

@@ -27,6 +27,7 @@ from services.delivery.app import create_app
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
+from services.delivery.view_tables import conversation_of
 from tests.support.feeder import Feeder as OneFeeder
 from tests.support.net import free_port
 from tests.support.sse import SSE, parse_sse, read_stream  # noqa: F401 - the one SSE reader, re-exported
@@ -98,7 +99,8 @@ class KafkaPublish:
 
 class Feeder(OneFeeder[list[str]]):
     """The one feeder (``tests.support.feeder``) playing Delivery's Kafka consumer: each poll
-    goes to ``store.process`` and the touched runs are notified; ``send`` returns them."""
+    goes to the store and the live feeds it changed are notified (runs, and conversations'
+    notices); ``send`` returns the runs."""
 
     def __init__(self, store: ViewStore, notifier: Notifier) -> None:
         self.store = store
@@ -106,9 +108,9 @@ class Feeder(OneFeeder[list[str]]):
         super().__init__(self._process)
 
     def _process(self, batch: list[Inbound]) -> list[str]:
-        touched = self.store.process(batch)
+        touched = self.store.process_feeds(batch)
         self.notifier.notify_threadsafe(touched)
-        return touched
+        return [feed for feed in touched if conversation_of(feed) is None]
 
 
 # ----------------------------------------------------------------------- TCP proxy
@@ -207,11 +209,13 @@ class Delivery:
         return mint_token(self.settings, account, ttl)
 
 
-def start_delivery(settings: Settings, *, store_name: str = "delivery", **app_options: Any) -> Iterator[Delivery]:
+def start_delivery(settings: Settings, *, store_name: str = "delivery", fallback_seconds: float = 1.0,
+                   **app_options: Any) -> Iterator[Delivery]:
     """A Delivery app on uvicorn over its view store (``store_name``: another name is a
-    store of its own in the same database, e.g. the deployment restored from a backup)."""
+    store of its own in the same database, e.g. the deployment restored from a backup;
+    ``fallback_seconds``: the live feeds' check for a lost wake-up)."""
     store = ViewStore(settings, name=store_name)
-    notifier = Notifier()
+    notifier = Notifier(poll_interval=fallback_seconds)
     publish = KafkaPublish(settings)
     app = create_app(settings, store, publish, notifier=notifier, poll_interval=0.5, **app_options)
     try:

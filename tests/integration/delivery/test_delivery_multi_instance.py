@@ -29,7 +29,8 @@ from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.integration.delivery.support import SSE, free_port, read_stream
 from tests.support.kafka import produce, read_topic
-from tests.support.delivery_builders import closed, published, running, settled
+from tests.support.delivery_builders import closed, published, running, settled, withdrawn
+from tests.support.sse import read_notices
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.backends("postgres")]  # several Delivery instances share one store (the embedded SQLite has one instance)
 
@@ -295,3 +296,44 @@ def test_a_stream_ticket_minted_on_one_instance_opens_the_stream_on_the_other(
                 break
     other_run = httpx.get(f"{b.url}/v1/runs/run-someone-else/events", params={"ticket": ticket}, timeout=10)
     assert other_run.status_code == 401, "a ticket opens its own run only, on every instance"
+
+
+@pytest.mark.rule("D7")
+@pytest.mark.rule("D1")
+def test_a_notice_born_on_one_instance_wakes_a_follower_of_the_conversation_on_the_other(
+        isolated: Settings, pair: tuple[Instance, Instance]) -> None:
+    a, b = pair
+    owned = assignment(isolated)
+    # The follower's instance does not consume the publication topic: the notice is born on the
+    # other one, and with the fallback check a minute away only the store's NOTIFY can bring it.
+    watcher = b if isolated.topic(Topic.PUBLICATION) in owned[a.pid] else a
+    run, conv, token = "run-notice-two-instances", "conv-notice-two-instances", mint_token(isolated, "acct-1")
+    asyncio.run(produce(isolated, Topic.RUNS, running(run, conversation=conv)))
+    asyncio.run(produce(isolated, Topic.PUBLICATION, published(run, "b1", 1, "one", 1),
+                        published(run, "b2", 1, "two", 2), settled(run)))
+    asyncio.run(produce(isolated, Topic.RUNS, closed(run, "closed", conversation=conv)))
+    deadline = time.monotonic() + 30
+    while not httpx.get(f"{watcher.url}/v1/runs/{run}", headers={"Authorization": f"Bearer {token}"}).json().get(
+            "terminal"):
+        assert time.monotonic() < deadline, "the run never ended"
+        time.sleep(0.1)
+    comments: list[str] = []
+    got: dict[str, Any] = {}
+
+    def follow() -> None:
+        try:
+            got["frames"], _ = read_notices(watcher.url, conv, token, until=lambda fs: len(fs) >= 1, timeout=40,
+                                            comments=comments)
+        except BaseException as error:
+            got["error"] = error
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    while not comments:  # a keep-alive: the stream is following live
+        assert time.monotonic() < deadline + 20 and follower.is_alive(), got
+        time.sleep(0.05)
+    asyncio.run(produce(isolated, Topic.PUBLICATION, withdrawn(run, "b2", 1, "source_revoked")))
+    follower.join(40)
+    assert "error" not in got, got
+    [notice] = got["frames"]
+    assert (notice.id, notice.event, notice.json["block_id"], notice.json["run_id"]) == (1, "notice", "b2", run)

@@ -1,0 +1,106 @@
+"""D7: a conversation's notices — withdrawals of blocks in runs that already ended.
+
+* ``GET /v1/conversations/{conversation_id}/notices`` — SSE, one ``notice`` event per
+  notice, ``id`` its id in the conversation; ``Last-Event-ID`` (or ``?last_event_id=``)
+  resumes after it with no gap and no repeat; an id beyond the conversation's last notice
+  starts over with a ``reset`` (id 0) and every notice from 1 (D8). It never ends by
+  itself: keep-alive comments while quiet; it ends when the conversation is deleted.
+* ``GET /v1/ai-sdk/conversations/{conversation_id}/notices`` — the same notices as AI SDK
+  ``data-block`` parts (:func:`imprint.delivery.ui_message_stream.notice_part`), for a
+  front end on the ``ai`` package (``DefaultChatTransport.reconnectToStream`` with this
+  URL from ``prepareReconnectToStreamRequest``), resumed the same way.
+* ``POST /v1/conversations/{conversation_id}/stream-tickets`` — a ticket that opens these
+  two and nothing else (``?ticket=``), for the browser's own ``EventSource``.
+
+Isolation is D6's: only the conversation's account reads it; another account's
+conversation, and one Delivery never heard of, answer 404 after the same bounded wait as
+a run. A client acknowledges a notice like any receipt: ``POST
+/v1/runs/{notice.run_id}/receipts`` with ``type: client.received`` and ``notice_ids``."""
+
+# No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
+import asyncio
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import Response
+
+from imprint.delivery.frames import RESET, Frame
+from imprint.delivery.reset import Reset, resume
+from services.common.observability import get_logger
+from services.delivery.routes import UNAUTHORIZED, Context, rate_limited
+from services.delivery.stream import DeliveryReport, EventStream, SSEFrames, StreamFormat, UINoticeParts
+from services.delivery.view_tables import notice_feed
+
+log = get_logger(__name__)
+
+NOT_FOUND = {404: {"description": "no such conversation for this account (a missing conversation and another "
+                                  "account's are the same, D6)"}}
+NOTICES_RESPONSE = {200: {"description": "the conversation's notices (`id`, `event: notice`, `data`), live; a "
+                                         "Last-Event-ID beyond its last notice gets a `reset` (id 0) and every notice "
+                                         "from 1", "content": {"text/event-stream": {}}},
+                    **UNAUTHORIZED, **NOT_FOUND}
+
+
+def router(ctx: Context) -> APIRouter:
+    api = APIRouter(tags=["notices"])
+    StreamAccount = Annotated[str, Depends(ctx.stream_account)]
+    Limited = Annotated[str, Depends(rate_limited(ctx))]
+    LastEventId = Annotated[str | None, Query(description="the last notice id held (the Last-Event-ID header wins)")]
+    Ticket = Annotated[str | None, Query(description="a stream ticket instead of the Authorization header")]
+
+    async def notices(conversation_id: str, account: str, request: Request, query_id: str | None,
+                      form: StreamFormat, stream: str) -> EventStream:
+        raw = request.headers.get("last-event-id") or query_id or "0"
+        try:
+            last = int(raw.strip())
+        except ValueError:
+            raise HTTPException(status_code=400, detail="Last-Event-ID must be a notice id") from None
+        if last < 0:
+            raise HTTPException(status_code=400, detail="Last-Event-ID must be a notice id")
+        await ctx.awaited_conversation(conversation_id, account)
+        feed = notice_feed(conversation_id)
+        head = await asyncio.to_thread(ctx.store.notices.run, feed)
+        start = resume(last, last_frame_id=head.last_frame_id, terminal=False)  # a notices stream has no end
+        reset = start if isinstance(start, Reset) else None
+        report = DeliveryReport(run_id=conversation_id, account_id=account, connection_id=uuid.uuid4().hex,
+                                resumed_from=last, stream=stream, reset=reset.reason if reset else None)
+        ticket = getattr(request.state, "ticket", None)
+
+        async def ended(report: DeliveryReport) -> None:
+            # No delivery fact: those are a run's (D4). A ticket's use extends its life.
+            if ticket is not None:
+                await asyncio.to_thread(ctx.tickets.touch, ticket, feed)
+            log.info("notices stream ended", conversation_id=conversation_id, stream=stream, notices=report.frames,
+                     last_event_id=report.last_event_id, resumed_from=last, reset=report.reset)
+
+        return EventStream(run_id=feed, last_id=start.after, store=ctx.store.notices, notifier=ctx.notifier,
+                           config=ctx.config, metrics=ctx.metrics, report=report, report_to=ended, form=form,
+                           reset=Frame(feed, reset.after, RESET, reset.payload(), "") if reset else None)
+
+    @api.get("/v1/conversations/{conversation_id}/notices", responses=NOTICES_RESPONSE, response_class=Response)
+    async def notices_stream(conversation_id: str, request: Request, account: StreamAccount,
+                             last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
+        """The conversation's notices after ``Last-Event-ID`` (D7), then live."""
+        return await notices(conversation_id, account, request, last_event_id, SSEFrames(), "notices")
+
+    @api.get("/v1/ai-sdk/conversations/{conversation_id}/notices", responses=NOTICES_RESPONSE,
+             response_class=Response, tags=["ai-sdk"])
+    async def ui_notices_stream(conversation_id: str, request: Request, account: StreamAccount,
+                                last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
+        """The same notices as AI SDK ``data-block`` parts (header ``x-vercel-ai-ui-message-stream: v1``)."""
+        return await notices(conversation_id, account, request, last_event_id, UINoticeParts(), "ui-notices")
+
+    @api.post("/v1/conversations/{conversation_id}/stream-tickets", status_code=201,
+              responses={**UNAUTHORIZED, **NOT_FOUND})
+    async def notices_ticket(conversation_id: str, account: Limited) -> dict[str, Any]:
+        """A short-lived ticket that opens this conversation's notices streams (``?ticket=``)
+        without a header; it expires ``expires_in`` seconds after its last use."""
+        await ctx.awaited_conversation(conversation_id, account)
+        ticket, ttl = await asyncio.to_thread(ctx.tickets.mint, account, notice_feed(conversation_id))
+        ctx.metrics.tickets.inc()
+        return {"ticket": ticket, "expires_in": ttl, "conversation_id": conversation_id,
+                "notices_url": f"/v1/conversations/{conversation_id}/notices?ticket={ticket}",
+                "ui_notices_url": f"/v1/ai-sdk/conversations/{conversation_id}/notices?ticket={ticket}"}
+
+    return api
