@@ -49,11 +49,14 @@ HOT_CACHE = {
 HOT_ENTRIES = "AGGREGATE_CACHE_MAXENTRIES"
 """The setting (environment, like the library's ``AGGREGATE_CACHE_MAXSIZE``) that bounds
 what the hot aggregates hold together, in :func:`entries`."""
-DEFAULT_HOT_ENTRIES = 150_000
-"""A Publication run holds a few entries per block (its record, its fingerprint, its
-candidate's outcome), so this bound keeps on the order of a thousand runs of a few dozen
-proposals, or some dozens of runs of hundreds; the count bound alone would let long runs
-hold gigabytes."""
+DEFAULT_HOT_ENTRIES = 1_000_000
+"""A Publication run holds about eight entries per proposal (its blocks, their fingerprints
+and modification counts, the candidate and what it consumed), so a run of 25 proposals
+holds about 200: this bound keeps some five thousand such runs in flight, or hundreds of
+runs of hundreds of proposals. Runs proposing in turn wider than the bound would each be
+pushed out before their next proposal (least recently used, round robin: every proposal a
+reload), so the bound is set by the runs in flight an instance must hold; the count bound
+alone would let long runs hold gigabytes."""
 
 
 def entries(aggregate: object) -> int:
