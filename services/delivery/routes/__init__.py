@@ -122,6 +122,20 @@ class Context:
         }
 
 
+def resume_position(request: Request, query: str | None, what: str) -> int:
+    """The position a stream resumes after: the ``Last-Event-ID`` header (what a browser's
+    ``EventSource`` sends on reconnect), else ``?last_event_id=``, else 0. Anything but a
+    whole number ≥ 0 is a 400 naming ``what`` it must be (a frame id, a notice id)."""
+    raw = request.headers.get("last-event-id") or query or "0"
+    try:
+        last = int(raw.strip())
+    except ValueError:
+        last = -1
+    if last < 0:
+        raise HTTPException(status_code=400, detail=f"Last-Event-ID must be a {what} id")
+    return last
+
+
 def rate_limited(ctx: Context) -> Any:
     """A dependency: the bearer's account, within the per-account POST rate limit (429 beyond)."""
     Account = Annotated[str, Depends(ctx.current_account)]

@@ -22,13 +22,13 @@ import asyncio
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from imprint.delivery.frames import RESET, Frame
 from imprint.delivery.reset import Reset, resume
 from services.common.observability import get_logger
-from services.delivery.routes import UNAUTHORIZED, Context, rate_limited
+from services.delivery.routes import UNAUTHORIZED, Context, rate_limited, resume_position
 from services.delivery.stream import DeliveryReport, EventStream, SSEFrames, StreamFormat, UINoticeParts
 from services.delivery.view_tables import notice_feed
 
@@ -51,13 +51,7 @@ def router(ctx: Context) -> APIRouter:
 
     async def notices(conversation_id: str, account: str, request: Request, query_id: str | None,
                       form: StreamFormat, stream: str) -> EventStream:
-        raw = request.headers.get("last-event-id") or query_id or "0"
-        try:
-            last = int(raw.strip())
-        except ValueError:
-            raise HTTPException(status_code=400, detail="Last-Event-ID must be a notice id") from None
-        if last < 0:
-            raise HTTPException(status_code=400, detail="Last-Event-ID must be a notice id")
+        last = resume_position(request, query_id, "notice")
         await ctx.awaited_conversation(conversation_id, account)
         feed = notice_feed(conversation_id)
         head = await asyncio.to_thread(ctx.store.notices.run, feed)

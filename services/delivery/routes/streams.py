@@ -6,12 +6,12 @@ import asyncio
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from imprint.delivery.frames import reset_frame
 from imprint.delivery.reset import NothingMore, Reset, resume
-from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited, resume_position
 from services.delivery.stream import DeliveryReport, EventStream
 
 SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), ending after `done`. A "
@@ -37,13 +37,7 @@ def router(ctx: Context) -> APIRouter:
         """A run's frames after ``Last-Event-ID`` (D1); waits a bounded time for a run
         Delivery has not heard of yet. A stream read to its end answers 204; an id the
         run cannot continue from starts over with ``reset`` (D8)."""
-        raw = request.headers.get("last-event-id") or last_event_id or "0"
-        try:
-            last = int(raw.strip())
-        except ValueError:
-            raise HTTPException(status_code=400, detail="Last-Event-ID must be a frame id") from None
-        if last < 0:
-            raise HTTPException(status_code=400, detail="Last-Event-ID must be a frame id")
+        last = resume_position(request, last_event_id, "frame")
         record = await ctx.awaited_run(run_id, account)
         start = resume(last, last_frame_id=record.last_frame_id, terminal=record.terminal)
         if isinstance(start, NothingMore):

@@ -311,7 +311,9 @@ async def test_a_finished_run_streams_to_done_and_records_completed(
     after = await client.get(f"/v1/runs/{RUN}/events?last_event_id={frames[-1].id}", headers=auth(settings))
     assert "id:" not in after.text
     assert publish.types().count("delivery.completed") == 2, "a resume past the terminal records nothing"
-    assert (await client.get(f"/v1/runs/{RUN}/events", headers={**auth(settings), "Last-Event-ID": "x"})).status_code == 400
+    for bad in ("x", "-1"):
+        refused = await client.get(f"/v1/runs/{RUN}/events", headers={**auth(settings), "Last-Event-ID": bad})
+        assert refused.status_code == 400 and refused.json()["detail"] == "Last-Event-ID must be a frame id"
 
 
 # ---------------------------------------------------------------------- observer
