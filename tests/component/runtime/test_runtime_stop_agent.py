@@ -69,7 +69,8 @@ async def test_a_stop_cancels_the_tool_call_in_flight_and_the_run_ends_stopped()
                         capabilities=[AnswerPublication(writer, heartbeat_seconds=STEP, scope=scope)])
     assert scope.stopped and tool == ["cancelled"] and len(model_requests) == 1
     types = sent(transport)
-    assert types[:2] == ["run.started", "answer.text"] and "run.heartbeat" in types, "the slow tool was heartbeating"
+    said = [t for t in types if t != "run.heartbeat"]  # a busy machine may heartbeat the model request too
+    assert said[:2] == ["run.started", "answer.text"] and "run.heartbeat" in types, "the slow tool was heartbeating"
     await asyncio.sleep(STEP * 4)
     assert sent(transport)[-1] == "run.stopped" and sent(transport).count("run.stopped") == 1, \
         "run.stopped is the last word: no heartbeat after it"
