@@ -303,17 +303,10 @@
   }
 
   // ---------------------------------------------------------------- receipts
+  /** A POST whose answer does not matter beyond whether it was accepted. */
   async function post(path, body) {
-    try {
-      const response = await fetch(path, {
-        method: "POST", cache: "no-store",
-        headers: { "Content-Type": "application/json", Authorization: "Bearer " + client.token },
-        body: JSON.stringify(body),
-      });
-      return response.ok;
-    } catch (e) {
-      return false;
-    }
+    const { status } = await postForAnswer(path, body);
+    return status >= 200 && status < 300;
   }
 
   /** A POST whose answer matters: {status, body} (status 0: the request did not get through). */
