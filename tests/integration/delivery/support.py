@@ -224,3 +224,8 @@ def start_delivery(settings: Settings, *, store_name: str = "delivery", fallback
             publish.close()
     finally:
         store.close()
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header of a bearer token."""
+    return {"Authorization": f"Bearer {token}"}

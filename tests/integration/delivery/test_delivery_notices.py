@@ -18,7 +18,7 @@ import pytest
 from services.common.settings import Settings
 from services.delivery.operator import mint_operator_token
 from services.delivery.view_tables import notice_feed
-from tests.integration.delivery.support import SSE, Delivery, read_stream, start_delivery
+from tests.integration.delivery.support import Delivery, SSE, bearer, read_stream, start_delivery
 from tests.support.delivery_builders import closed, deleted, published, running, settled, withdrawn
 from tests.support.sse import read_notices
 
@@ -41,10 +41,6 @@ def delivery(isolated: Settings) -> Iterator[Delivery]:
 def waiting_delivery(isolated: Settings) -> Iterator[Delivery]:
     yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 0.5,
                                                           "stream_open_wait_seconds": WAIT}))
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def finished(run: str, conversation: str, *blocks: Any, account: str = "acct-1") -> list[Any]:

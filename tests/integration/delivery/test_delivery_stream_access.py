@@ -15,7 +15,7 @@ import pytest
 
 from imprint.delivery.ui_message_stream import message_id
 from services.common.settings import Settings
-from tests.integration.delivery.support import Delivery, read_stream, start_delivery
+from tests.integration.delivery.support import Delivery, bearer, read_stream, start_delivery
 from tests.support.delivery_builders import closed, published, running, settled, withdrawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -27,10 +27,6 @@ WAIT = 3.0
 def waiting_delivery(isolated: Settings) -> Iterator[Delivery]:
     yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 0.5,
                                                           "stream_open_wait_seconds": WAIT}))
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.mark.rule("D1")
