@@ -16,9 +16,12 @@ gets one multi-row statement. Only the terminal (once per run), a withdrawal aft
 **Hot runs.** The runs a poll touched stay in memory with the rows they loaded, keyed by
 the run row's ``version``, which every write of the run's rows increments under the row
 lock. The next poll still locks and reads the run row; when its version is the cached
-one, nothing else is read or parsed. Another instance's write, a purge or a failed
-transaction makes the copy stale or drops it, and the run is read again. A run that
-ended or was deleted is not kept; the rest are bounded by :data:`HOT_BLOCKS`.
+one, no other row is read. A kept block is its row's text as stored, not its parsed
+state: the next poll parses only the blocks its messages name, and thousands of runs in
+flight cost a few kilobytes per block rather than the parsed models' many objects.
+Another instance's write, a purge or a failed transaction makes the copy stale or drops
+it, and the run is read again. A run that ended or was deleted is not kept; the rest
+are bounded by :data:`HOT_BLOCKS`.
 
 **Several instances.** The instances form one consumer group over one shared store.
 During a rebalance the old and the new owner of a partition may apply overlapping polls
@@ -165,6 +168,11 @@ class HotRuns:
             self.drop(run.projection.run_id)
             if run.projection.terminal or run.projection.deleted:
                 continue  # done: at most a late withdrawal follows, which reads the run again
+            # A kept block is its row as stored; the next poll that names it parses it again.
+            held = run.projection.answer.blocks
+            for name, row in run.rows.items():
+                if row.stored is not None:
+                    held.pop(name, None)
             self._runs[run.projection.run_id] = run
             self._blocks += len(run.rows)
         while self._blocks > self.max_blocks and self._runs:
@@ -251,13 +259,20 @@ class ViewWorkspace:
             run.touched = None
         elif run.touched is not None:
             run.touched.update(names)
-        if run.all_blocks:
-            return
+        if not run.all_blocks:
+            self._read_rows(run, names)
+        held, rows = run.projection.answer.blocks, run.rows
+        for name in rows if names is None else names:
+            row = rows.get(name)
+            if row is not None and row.stored is not None and name not in held:
+                held[name] = merge.BlockState.model_validate_json(row.stored)
+
+    def _read_rows(self, run: _Run, names: tuple[str, ...] | None) -> None:
         v, c, run_id = self.views, self.c, run.projection.run_id
         if names is None:
             c.execute(v.q("SELECT block_id, state, frame_id, frame_skeleton FROM {blocks} WHERE run_id = ?"), (run_id,))
             run.all_blocks = True
-            self._adopt(run, c.fetchall(), skip_loaded=True)
+            self._adopt(run, c.fetchall())
             return
         missing = sorted(n for n in names if n not in run.rows)
         for start in range(0, len(missing), 400):
@@ -265,17 +280,16 @@ class ViewWorkspace:
             marks = ", ".join("?" for _ in part)
             c.execute(v.q(f"SELECT block_id, state, frame_id, frame_skeleton FROM {{blocks}} "
                           f"WHERE run_id = ? AND block_id IN ({marks})"), (run_id, *part))
-            self._adopt(run, c.fetchall(), skip_loaded=False)
+            self._adopt(run, c.fetchall())
             for name in part:
                 run.rows.setdefault(name, _Block(None, None, None))
 
-    def _adopt(self, run: _Run, rows: list[Any], *, skip_loaded: bool) -> None:
+    @staticmethod
+    def _adopt(run: _Run, rows: list[Any]) -> None:
+        """Take the rows read for ``run`` (a row already held is newer than the table's)."""
         for row in rows:
-            block_id = row["block_id"]
-            if skip_loaded and block_id in run.rows:
-                continue
-            run.rows[block_id] = _Block(row["state"], row["frame_id"], row["frame_skeleton"])
-            run.projection.answer.blocks[block_id] = merge.BlockState.model_validate_json(row["state"])
+            if row["block_id"] not in run.rows:
+                run.rows[row["block_id"]] = _Block(row["state"], row["frame_id"], row["frame_skeleton"])
 
     # -------------------------------------------------------------- frames
 

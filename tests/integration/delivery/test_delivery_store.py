@@ -327,6 +327,26 @@ def test_a_run_held_in_memory_is_read_again_after_another_instance_wrote_it(sett
 
 @each_backend
 @pytest.mark.rule("D1")
+@pytest.mark.rule("D2")
+def test_a_run_held_in_memory_keeps_its_blocks_as_stored_and_goes_on_from_them(store: ViewStore) -> None:
+    """A held run keeps each block as its stored row, not as parsed state (thousands of runs
+    in flight must not cost the parsed models' memory). The next batch parses the blocks it
+    names from there and goes on exactly as from the table."""
+    feed = Feed()
+    store.process(feed(running(RUN), preview(RUN, "b1", 1, "draft"), published(RUN, "b2", 1, "w1", ordinal=2)))
+    (kept,) = store.hot._runs.values()
+    assert set(kept.rows) == {"b1", "b2"} and kept.projection.answer.blocks == {}
+    store.process(feed(published(RUN, "b1", 1, "draft")))
+    assert len(store.hot) == 1, "the run was taken from memory, not read again"
+    store.process(feed(published(RUN, "b2", 2, "w2", ordinal=2)))
+    shown = {b["block_id"]: (b["revision"], b["status"], b["content"]["markdown"])
+             for b in store.answer_view(RUN)["blocks"]}
+    assert shown == {"b1": (1, "saved", "draft"), "b2": (2, "saved", "w2")}
+    assert [f.event for f in store.frames_after(RUN, 0)][-2:] == ["answer-publication", "answer-publication"]
+
+
+@each_backend
+@pytest.mark.rule("D1")
 def test_a_failed_batch_leaves_no_copy_in_memory(store: ViewStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch whose transaction fails gives back none of the runs it changed: the next
     batch reads the stored rows, not the half-applied copy."""
