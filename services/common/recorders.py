@@ -220,10 +220,13 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecor
         for row in rows:
             streams.setdefault(row[0], []).append(row)
         events: list[StoredEvent] = []
-        for stream in streams.values():
+        for originator_id, stream in streams.items():
             stream.sort(key=_VERSION)
+            # One id object for the whole stream (the driver makes one per row): the
+            # reader's lookups by originator id then find it by identity, without
+            # comparing UUIDs in Python.
             events.extend(StoredEvent(originator_id, version, topic, bytes(state))
-                          for originator_id, version, topic, state in stream)
+                          for _, version, topic, state in stream)
         return events
 
     def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:

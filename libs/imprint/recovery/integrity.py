@@ -48,10 +48,18 @@ def bound_block(revision: Revision) -> dict[str, Any]:
     return block
 
 
+_validate_committed = CommittedBlock.__pydantic_validator__.validate_python
+_dump_committed = CommittedBlock.__pydantic_serializer__.to_python
+"""``CommittedBlock.model_validate`` and ``model_dump`` without their keyword handling: a
+replay validates and dumps every live block of the log once each."""
+
+
 def committed_view(revision: Revision) -> CommittedBlock | None:
     """The revision as a :class:`CommittedBlock`, or ``None`` if the record is malformed."""
+    block = bound_block(revision)  # a copy already: the receipt joins it, not a second copy
+    block["receipt"] = dict(revision.receipt)
     try:
-        return CommittedBlock.model_validate({**bound_block(revision), "receipt": dict(revision.receipt)})
+        return _validate_committed(block)  # type: ignore[no-any-return]
     except (ValidationError, TypeError, ValueError):
         return None
 
@@ -99,7 +107,7 @@ def served(revision: Revision) -> tuple[DefectReason | None, dict[str, Any] | No
     if found is not None:
         return found[0], None
     assert view is not None
-    return None, view.model_dump(mode="json")
+    return None, _dump_committed(view, mode="json")
 
 
 def served_block(revision: Revision) -> dict[str, Any] | None:

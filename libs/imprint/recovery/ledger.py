@@ -329,6 +329,8 @@ class LogFold:
         if history is None:
             history = ledger.blocks[block_id] = BlockHistory(block_id)
         history.revisions.append(revision)
+        if not self._audit:  # neither the settlement nor the trail entry is kept
+            return
         if revision.candidate_id is not None:
             self._settle(ledger, revision.candidate_id, revision.block_index, "committed", block_id,
                          number, None, position, receipt)
