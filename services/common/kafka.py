@@ -145,7 +145,7 @@ class Outbox:
                     futures.append(await self._send_traced(topic_name(topic), message, headers, item[2]))
                     continue
                 headers = tracecontext.inject(headers, item[2])
-            futures.append(await send(topic_name(topic), encode(message), key=_key_of(message), headers=headers))
+            futures.append(await send(topic_name(topic), encode(message), key=message.key.encode(), headers=headers))
         return futures
 
     async def _send_traced(self, topic: str, message: Message, headers: list[tuple[str, bytes]],
@@ -154,7 +154,7 @@ class Outbox:
         span = tracing.sending(self._tracer, topic, message, parent, self._client_id)
         try:
             future: asyncio.Future[Any] = await self._producer.send(
-                topic, encode(message), key=_key_of(message),
+                topic, encode(message), key=message.key.encode(),
                 headers=tracecontext.inject(headers, otel_trace.set_span_in_context(span, parent)))
         except BaseException as error:
             tracing.sent(span, error)
@@ -168,11 +168,6 @@ async def confirmed(acknowledgements: Sequence[asyncio.Future[Any]]) -> None:
     """Wait for every acknowledgement; the first failure is raised (the others still settle)."""
     if acknowledgements:
         await asyncio.gather(*acknowledgements)
-
-
-def _key_of(message: Message) -> bytes | None:
-    key = getattr(message, "key", None)
-    return key.encode() if isinstance(key, str) else None
 
 
 def decode_records(

@@ -54,6 +54,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import Span, SpanKind
 
+from imprint.contracts.base import Message
 from imprint.runtime import tracecontext
 from services.common.inbound import Inbound
 
@@ -141,25 +142,13 @@ def handling(tracer_: trace.Tracer, name: str, inbound: Inbound, **ids: Any) -> 
         yield span
 
 
-def message_ids(message: Any) -> dict[str, Any]:
-    """The ids of a contract message a span may carry: its type, run, event id and, when it
-    names a block or a candidate, those (never a field of its body)."""
-    ids = {"message_type": getattr(message, "type", None), "run_id": getattr(message, "run_id", None),
-           "event_id": getattr(message, "event_id", None), "candidate_id": getattr(message, "candidate_id", None),
-           "block_id": getattr(message, "block_id", None)}
-    block = getattr(message, "block", None)
-    if block is not None:
-        ids.update(block_id=block.block_id, candidate_id=block.candidate_id, revision=block.revision)
-    return ids
-
-
-def sending(tracer_: trace.Tracer, topic: str, message: Any, parent: Context, client_id: str) -> Span:
+def sending(tracer_: trace.Tracer, topic: str, message: Message, parent: Context, client_id: str) -> Span:
     """A PRODUCER span for one message a producer (``client_id``: which outbox, e.g. the
     relay's) sends to ``topic``, under ``parent``; not made current (the caller ends it once
     the broker answered: :func:`sent`)."""
     attributes: dict[str, Any] = {"messaging.system": "kafka", "messaging.operation.type": "send",
                                   "messaging.destination.name": topic, "messaging.client.id": client_id}
-    attributes.update(tracecontext.id_attributes(message_ids(message)))
+    attributes.update(tracecontext.id_attributes(message.trace_ids()))
     return tracer_.start_span(f"send {topic}", context=parent, kind=SpanKind.PRODUCER, attributes=attributes)
 
 

@@ -596,7 +596,7 @@ class Projecting:
         inbound = {id(item.message): item for item in fresh}
         for message in projection.hold(ws, [item.message for item in fresh]):
             with tracing.handling(tracer, "delivery apply", inbound[id(message)],
-                                  **tracing.message_ids(message)) as span:
+                                  **message.trace_ids()) as span:
                 ws.trace = tracecontext.traceparent()
                 appended = projection.apply(ws, message)
                 if appended:

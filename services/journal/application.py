@@ -353,7 +353,7 @@ class _Handled:
             if tracer is None:
                 _apply(intents, handling, ws, item)
                 continue
-            with tracing.handling(tracer, "journal apply", item, **tracing.message_ids(item.message)):
+            with tracing.handling(tracer, "journal apply", item, **item.message.trace_ids()):
                 _apply(intents, handling, ws, item)
         return intents
 

@@ -63,7 +63,7 @@ class PollSpans:
         unit = Unit()
         for item in fresh:
             offered = Offered(policy, item.size, shard=str(item.partition))
-            if getattr(item.message, "type", None) in CANDIDATE_TYPES:
+            if item.message.type in CANDIDATE_TYPES:
                 unit.add(self._decide(ws, item, offered))
             else:
                 unit.add(apply_one(ws, item.message, offered))
@@ -89,8 +89,7 @@ class PollSpans:
 
     def previews(self, unit: Unit) -> list[Outgoing]:
         """The unit's previews, each sent under its candidate's decision."""
-        return [(Topic.PUBLICATION, preview, self.decisions.get(getattr(getattr(preview, "block", None),
-                                                                        "candidate_id", None)))
+        return [(Topic.PUBLICATION, preview, self.decisions.get(preview.block.candidate_id))
                 for preview in unit.previews]
 
     # --- committing ----------------------------------------------------------------

@@ -70,6 +70,7 @@ def test_make_runs_page_on_the_embedded_default_shows_the_demo_blocks_the_revisi
         assert first["revision"] == "2" and "warmest year on record" in first["body"], "revised in place"
         assert second["revision"] == "1" and "field notes" in second["body"]
         assert chromium.inner_text("#status") == "complete"
+        assert chromium.inner_text("#progress") == "", "no stage of a run that ended"
         assert "summary verified" in chromium.inner_text("#integrity")
         assert chromium.errors == []  # type: ignore[attr-defined]
         chromium.screenshot(path=str(tmp_path / "make-run.png"), full_page=True)

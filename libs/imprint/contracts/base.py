@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -35,6 +35,18 @@ class Message(Model):
     type: str
     event_id: uuid.UUID = Field(default_factory=new_event_id)
     occurred_at: AwareDatetime = Field(default_factory=utcnow)
+
+    @property
+    def key(self) -> str:
+        """The Kafka key: what orders this message with the others about the same thing."""
+        raise NotImplementedError(f"{type(self).__name__} names no key")
+
+    def trace_ids(self) -> dict[str, Any]:
+        """The ids a span about this message carries: its type and event id, and the run,
+        candidate and block it names (never a field of its body)."""
+        fields = self.__dict__
+        return {"message_type": self.type, "event_id": self.event_id, "run_id": fields.get("run_id"),
+                "candidate_id": fields.get("candidate_id"), "block_id": fields.get("block_id")}
 
 
 class RunMessage(Message):

@@ -6,7 +6,7 @@ every other type except the save outcomes is relayed from the committed log."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
@@ -69,11 +69,19 @@ class CommittedBlock(BlockView):
     receipt: Receipt
 
 
+def _block_ids(block: BlockView) -> dict[str, Any]:
+    """The ids of the block revision a message carries, for its spans."""
+    return {"block_id": block.block_id, "candidate_id": block.candidate_id, "revision": block.revision}
+
+
 class AnswerPreview(RunMessage):
     """Prepared but not saved (P14). Never shown as saved."""
 
     type: Literal["answer.preview"] = "answer.preview"
     block: BlockView
+
+    def trace_ids(self) -> dict[str, Any]:
+        return {**super().trace_ids(), **_block_ids(self.block)}
 
 
 class AnswerPublished(RunMessage):
@@ -81,6 +89,9 @@ class AnswerPublished(RunMessage):
 
     type: Literal["answer.published"] = "answer.published"
     block: CommittedBlock
+
+    def trace_ids(self) -> dict[str, Any]:
+        return {**super().trace_ids(), **_block_ids(self.block)}
 
 
 class AnswerUnchanged(RunMessage):

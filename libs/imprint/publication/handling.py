@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
-from imprint.contracts.publication import PublicationMessage, WithdrawalCause
+from imprint.contracts.publication import AnswerPreview, WithdrawalCause
 from imprint.contracts.runtime import (
     EvidenceGranted,
     NumericIssued,
@@ -100,7 +100,7 @@ class Settlement:
 class Effects:
     """What a unit of work does around its transaction because of one message."""
 
-    previews: tuple[PublicationMessage, ...] = ()
+    previews: tuple[AnswerPreview, ...] = ()
     """``answer.preview``\\ s to emit before the commit (P14)."""
     durable_first: bool = False
     """P13: record what is pending so far before ``then`` and before the previews."""
@@ -420,7 +420,7 @@ def apply_one(ws: Workspace, message: Any, context: Context = Context()) -> Effe
 class Unit:
     """The effects of every message of one unit of work, gathered in order."""
 
-    previews: list[PublicationMessage] = field(default_factory=list)
+    previews: list[AnswerPreview] = field(default_factory=list)
     settled: list[SettledCandidate] = field(default_factory=list)
     shred: set[str] = field(default_factory=set)
 

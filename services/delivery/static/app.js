@@ -475,7 +475,9 @@
           const label = data.state === "completed" && !client.done ? "completed — delivering" : data.state + (data.outcome ? " (" + data.outcome + ")" : "");
           $("status").textContent = label;
           $("status").dataset.state = data.state || "";
-          $("cancel").disabled = ["completed", "stopped", "failed", "throttled", "rejected"].includes(data.state);
+          const ended = ["completed", "stopped", "failed", "throttled", "rejected"].includes(data.state);
+          $("cancel").disabled = ended;
+          if (ended) $("progress").textContent = "";  // a stage is news only while the run works
         }
         break;
       case "progress":
