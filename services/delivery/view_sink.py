@@ -17,8 +17,9 @@ gets one multi-row statement. Only the terminal (once per run), a withdrawal aft
 the run row's ``version``, which every write of the run's rows increments under the row
 lock. The next poll still locks and reads the run row; when its version is the cached
 one, no other row is read. A kept block is its row's text as stored, not its parsed
-state: the next poll parses only the blocks its messages name, and thousands of runs in
-flight cost a few kilobytes per block rather than the parsed models' many objects.
+state (unless its preview still awaits the commit the next poll most likely brings): a
+poll parses only the blocks its messages name, and thousands of runs in flight cost a
+few kilobytes per block rather than the parsed models' many objects.
 Another instance's write, a purge or a failed transaction makes the copy stale or drops
 it, and the run is read again. A run that ended or was deleted is not kept; the rest
 are bounded by :data:`HOT_BLOCKS`.
@@ -168,11 +169,14 @@ class HotRuns:
             self.drop(run.projection.run_id)
             if run.projection.terminal or run.projection.deleted:
                 continue  # done: at most a late withdrawal follows, which reads the run again
-            # A kept block is its row as stored; the next poll that names it parses it again.
+            # A block whose preview still awaits its commit stays parsed: the next poll
+            # most likely names it. Any other block is kept as its row as stored, and the
+            # poll that names it parses it again.
             held = run.projection.answer.blocks
             for name, row in run.rows.items():
-                if row.stored is not None:
-                    held.pop(name, None)
+                state = held.get(name)
+                if row.stored is not None and state is not None and state.preview is None:
+                    del held[name]
             self._runs[run.projection.run_id] = run
             self._blocks += len(run.rows)
         while self._blocks > self.max_blocks and self._runs:
