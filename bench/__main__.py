@@ -207,12 +207,10 @@ def versions(settings: Any) -> dict[str, str]:
             found["postgresql"] = str(connection.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
     except Exception:  # noqa: BLE001
         pass
-    for libs in (Path(os.environ.get("IMPRINT_STATE_DIR") or ROOT / ".imprint") / "kafka" / "libs",
-                 Path("/work/main/.imprint/kafka/libs")):
-        jars = sorted(libs.glob("kafka_2.13-*.jar")) if libs.exists() else []
-        if jars:
-            found["kafka"] = jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar")
-            break
+    libs = Path(os.environ.get("IMPRINT_STATE_DIR") or ROOT / ".imprint") / "kafka" / "libs"
+    jars = sorted(libs.glob("kafka_2.13-*.jar")) if libs.exists() else []
+    if jars:
+        found["kafka"] = jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar")
     return found
 
 
