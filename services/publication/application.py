@@ -176,10 +176,14 @@ class PublicationLog(HotCacheApplication):
         """The library's record step, with each run's events sealed under its conversation's
         key (the mapper is told which key belongs to which run before it maps them)."""
         assert isinstance(self.mapper, SealingMapper)
+        key_names = set()
         for aggregate in processing_event.aggregates.values():
             if isinstance(aggregate, PublicationRun):
-                self.mapper.bind(aggregate.id, key_name_for(aggregate.run_id, aggregate.conversation_id))
+                key_name = key_name_for(aggregate.run_id, aggregate.conversation_id)
+                self.mapper.bind(aggregate.id, key_name)
+                key_names.add(key_name)
         try:
+            self.keyring.prepare(key_names)
             return super()._record(processing_event)
         except KeyDestroyed as error:
             # Another instance deleted the conversation after this one loaded the run: the

@@ -180,6 +180,11 @@ def _is_seal(value: dict[str, Any]) -> bool:
     return len(value) == 2 and SEALED in value and KEY in value
 
 
+MAX_REMEMBERED_KEYS = 100_000
+"""More conversations than this remembered at once and :class:`RecentKeys` starts over (a
+bound on memory; the next poll's :meth:`RecentKeys.prepare` reads its keys back in one query)."""
+
+
 class RecentKeys:
     """A keyring in front of the key table that remembers found keys for ``max_age``
     seconds: sealing a poll's bodies costs one lookup per conversation, not one per
@@ -209,10 +214,34 @@ class RecentKeys:
             return found[1]
         key = self._keyring.key_for(conversation_id, create)
         if key is not None:
-            self._keys[conversation_id] = (now, key, now)
-            if len(self._keys) > 10_000:
-                self._keys.clear()
+            self._remember(conversation_id, key, now)
         return key
+
+    def prepare(self, conversation_ids: Iterable[str]) -> None:
+        """Have the keys a unit is about to seal under, creating the missing ones: those not
+        remembered (or too old) are read in one query, and the missing ones created in one
+        transaction and read again. A poll over many conversations each seen for the first
+        time (or again after a pause longer than ``keep``) then costs a few round trips, not
+        a read, an insert and a read again for each one. A destroyed conversation gets no
+        key here; sealing under it still raises ``KeyDestroyed`` (through :meth:`key_for`)."""
+        now = time.monotonic()
+        wanted = [c for c in set(conversation_ids)
+                  if (found := self._keys.get(c)) is None or now - found[0] >= self._max_age]
+        if not wanted:
+            return
+        keys = self._keyring.keys_for(wanted)
+        missing = [c for c, key in keys.items() if key is None]
+        if missing:
+            self._keyring.create_keys(missing)
+            keys.update(self._keyring.keys_for(missing))
+        for conversation_id, key in keys.items():
+            if key is not None:
+                self._remember(conversation_id, key, now)
+
+    def _remember(self, conversation_id: str, key: bytes, now: float) -> None:
+        self._keys[conversation_id] = (now, key, now)
+        if len(self._keys) > MAX_REMEMBERED_KEYS:
+            self._keys.clear()
 
     def _refresh(self, now: float) -> None:
         stale = [name for name, (read_at, _, used_at) in self._keys.items() if now - read_at >= self._max_age]

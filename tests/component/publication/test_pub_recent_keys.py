@@ -78,3 +78,33 @@ def test_keys_not_used_lately_are_dropped_not_read_again(clock: list[float]) -> 
         keys.key_for("busy")
     assert table.bulk[0] == ["busy", "idle"]
     assert all(batch == ["busy"] for batch in table.bulk[5:]), "idle is dropped once not used for 5 s"
+
+
+class CreatingKeyring(CountingKeyring):
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[list[str]] = []
+
+    def create_keys(self, conversation_ids: Any) -> None:
+        self.created.append(sorted(conversation_ids))
+        super().create_keys(conversation_ids)
+
+
+@pytest.mark.rule("X8")
+def test_a_unit_over_new_conversations_reads_and_creates_their_keys_together(clock: list[float]) -> None:
+    table = CreatingKeyring()
+    table.key_for("known", create=True)
+    table.key_for("deleted", create=True)
+    table.destroy("deleted")
+    table.single = 0
+    keys = RecentKeys(table, max_age=1.0)
+    keys.prepare(["new-1", "new-2", "known", "deleted"])
+    assert table.bulk[0] == ["deleted", "known", "new-1", "new-2"], "one read for the whole unit"
+    assert table.created == [["deleted", "new-1", "new-2"]], "the missing keys created together"
+    sealed_under = {c: keys.key_for(c, create=True) for c in ("new-1", "new-2", "known")}
+    assert all(sealed_under.values()) and table.single == 0, "sealing asks the table no more"
+    with pytest.raises(KeyDestroyed):
+        keys.key_for("deleted", create=True)  # a destroyed conversation never gets a fresh key
+    reads = len(table.bulk)
+    keys.prepare(["new-1", "known"])
+    assert len(table.bulk) == reads, "keys remembered within max_age are not read again"
