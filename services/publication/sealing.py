@@ -218,22 +218,33 @@ class RecentKeys:
         return key
 
     def prepare(self, conversation_ids: Iterable[str]) -> None:
-        """Have the keys a unit is about to seal under, creating the missing ones: those not
-        remembered (or too old) are read in one query, and the missing ones created in one
-        transaction and read again. A poll over many conversations each seen for the first
-        time (or again after a pause longer than ``keep``) then costs a few round trips, not
-        a read, an insert and a read again for each one. A destroyed conversation gets no
-        key here; sealing under it still raises ``KeyDestroyed`` (through :meth:`key_for`)."""
+        """Have the keys a unit is about to seal under, creating the missing ones, in a few
+        round trips for the whole unit: the keys not remembered are read in one query (with
+        every remembered key due for a refresh, when one of the unit's is), and the missing
+        ones created in one transaction and read again. Without it a poll over many
+        conversations each seen for the first time (or again after a pause longer than
+        ``keep``) paid a read, an insert and a read again for each one. A destroyed
+        conversation gets no key here; sealing under it still raises ``KeyDestroyed``
+        (through :meth:`key_for`)."""
         now = time.monotonic()
-        wanted = [c for c in set(conversation_ids)
-                  if (found := self._keys.get(c)) is None or now - found[0] >= self._max_age]
-        if not wanted:
-            return
-        keys = self._keyring.keys_for(wanted)
-        missing = [c for c, key in keys.items() if key is None]
+        wanted = set(conversation_ids)
+        due = False
+        for conversation_id in wanted:
+            found = self._keys.get(conversation_id)
+            if found is not None:
+                self._keys[conversation_id] = (found[0], found[1], now)  # in use: a refresh keeps it
+                due = due or now - found[0] >= self._max_age
+        unknown = [c for c in wanted if c not in self._keys]
+        if due:
+            self._refresh(now, also=unknown)
+        elif unknown:
+            self._store(self._keyring.keys_for(unknown), now)
+        missing = [c for c in wanted if c not in self._keys]
         if missing:
             self._keyring.create_keys(missing)
-            keys.update(self._keyring.keys_for(missing))
+            self._store(self._keyring.keys_for(missing), now)
+
+    def _store(self, keys: dict[str, bytes | None], now: float) -> None:
         for conversation_id, key in keys.items():
             if key is not None:
                 self._remember(conversation_id, key, now)
@@ -243,16 +254,19 @@ class RecentKeys:
         if len(self._keys) > MAX_REMEMBERED_KEYS:
             self._keys.clear()
 
-    def _refresh(self, now: float) -> None:
+    def _refresh(self, now: float, also: Sequence[str] = ()) -> None:
+        """Read again, in one query, every remembered key too old to use that was used in the
+        last ``keep`` seconds (and the keys named in ``also``); forget the other old ones."""
         stale = [name for name, (read_at, _, used_at) in self._keys.items() if now - read_at >= self._max_age]
         wanted = [name for name in stale if now - self._keys[name][2] < self._keep]
-        fresh = self._keyring.keys_for(wanted) if wanted else {}
+        fresh = self._keyring.keys_for([*wanted, *also]) if wanted or also else {}
         for name in stale:
             key = fresh.get(name)
             if key is None:  # destroyed, or not used lately
                 del self._keys[name]
             else:
                 self._keys[name] = (now, key, self._keys[name][2])
+        self._store({name: fresh.get(name) for name in also}, now)
 
     def destroy(self, conversation_id: str) -> None:
         self._keys.pop(conversation_id, None)

@@ -108,3 +108,20 @@ def test_a_unit_over_new_conversations_reads_and_creates_their_keys_together(clo
     reads = len(table.bulk)
     keys.prepare(["new-1", "known"])
     assert len(table.bulk) == reads, "keys remembered within max_age are not read again"
+
+
+@pytest.mark.rule("X8")
+def test_a_unit_whose_key_is_due_refreshes_every_busy_key_with_its_new_ones_in_one_query(
+        clock: list[float]) -> None:
+    table = CreatingKeyring()
+    keys = RecentKeys(table, max_age=1.0, keep=10.0)
+    keys.prepare(["a", "b"])
+    reads = len(table.bulk)
+    clock[0] += 1.5
+    keys.prepare(["a", "c"])  # a is due; b, used lately, is due too; c is new
+    assert table.bulk[reads] == ["a", "b", "c"], "one read: the due keys and the unit's new ones"
+    assert table.created[-1] == ["c"]
+    reads = len(table.bulk)
+    clock[0] += 0.2
+    keys.prepare(["b"])
+    assert len(table.bulk) == reads, "b was read again with a: the next unit asks nothing"
