@@ -323,8 +323,10 @@ class BatchOpener:
       refusals, source facts, withdrawals, settlements…) is decoded by the plain mapper,
       with no walk over its state;
     * the conversation keys of the whole batch are read in **one** query
-      (``keys_for``), found by scanning the stored bytes for ``"__key__"`` — a name the
-      scan misses is still looked up on its own, so the scan only saves round trips;
+      (``keys_for``), found by scanning the stored bytes of each stream's first sealed
+      event for ``"__key__"`` (a run's bodies are sealed under its conversation's key) — a
+      name the scan misses (a run sealed under ``run:<id>`` before its conversation was
+      known) is still looked up on its own, so the scan only saves round trips;
     * those keys live for one batch only: a key destroyed before the batch was read is
       never used, and one destroyed while it is being produced (milliseconds) is the
       same race as a relay that was a batch faster. The service's own sealing keeps its
@@ -349,7 +351,12 @@ class BatchOpener:
         still in the processor's caches."""
         if not self._scannable:
             return lambda part: [self._mapper.to_domain_event(s) for s in part]
-        names = {_key_name(name) for s in stored if SEAL_MARK in s.state for name in _KEY_NAME.findall(s.state)}
+        names: set[str] = set()
+        scanned: set[uuid.UUID] = set()
+        for s in stored:  # a stream's bodies share their conversation's key: one scan per stream
+            if s.originator_id not in scanned and SEAL_MARK in s.state:
+                scanned.add(s.originator_id)
+                names.update(_key_name(name) for name in _KEY_NAME.findall(s.state))
         # The batch's sealer, like its keys, lives for this batch only: it may keep each
         # key's cipher context.
         sealer = FieldSealer(_BatchKeys(self._keyring, names), purpose=self._mapper.sealer.purpose,

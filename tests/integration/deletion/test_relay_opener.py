@@ -51,3 +51,36 @@ def test_the_relay_opens_bodies_once_per_batch_and_announces_what_the_log_holds(
     finally:
         keyring.close()
         log.close()
+
+
+@pytest.mark.rule("X8")
+def test_a_key_the_scan_did_not_find_is_still_read_and_its_body_opened(isolated: Settings) -> None:
+    """The scan reads one sealed record per stream (a run's bodies share its conversation's
+    key); a record of the same stream sealed under another key is opened all the same."""
+    log, feed = open_log(isolated), Feed()
+    keyring = backend_for(isolated).keyring()
+    try:
+        log.process(feed(Topic.RUNTIME, admitted("r1", "c1"), part("r1", "k1", "first body"),
+                         part("r1", "k2", "second body")), feed.emit)
+        notifications = log.recorder.select_notifications(start=1, limit=10_000)
+        sealed = [n for n in notifications if b"__sealed__" in n.state]
+        last = log.mapper.to_domain_event(sealed[-1])
+        log.mapper.bind(last.originator_id, "c-elsewhere")  # as if sealed before its conversation was known
+        resealed = log.mapper.to_stored_event(last)
+        assert b"c-elsewhere" in resealed.state
+        calls: list[list[str]] = []
+        keys_for, key_for = keyring.keys_for, keyring.key_for
+        keyring.keys_for = lambda names: calls.append(sorted(names)) or keys_for(names)  # type: ignore[method-assign]
+        keyring.key_for = lambda name, create=False: calls.append([name]) or key_for(name, create)  # type: ignore[method-assign]
+
+        opened = BatchOpener(log.mapper, keyring)([*sealed[:-1], resealed])
+
+        assert calls == [["c1"], ["c-elsewhere"]], "one read for the batch, one for the name it missed"
+        bodies = [m.block.content.markdown for e in opened for _, m in announce_publication(e)
+                  if m.type == "answer.published"]
+        assert bodies == [log.mapper.to_domain_event(s).block["content"]["markdown"] for s in sealed], \
+            "every body opened, the resealed one included"
+        assert set(bodies) == {"first body", "second body"}
+    finally:
+        keyring.close()
+        log.close()
