@@ -174,9 +174,10 @@ class PublicationLog(HotCacheApplication):
 
     def _record(self, processing_event: ProcessingEvent[uuid.UUID]) -> list[Recording[uuid.UUID]]:
         """The library's record step, with each run's events sealed under its conversation's
-        key (the mapper is told which key belongs to which run before it maps them)."""
+        key (the mapper is told which key belongs to which run before it maps them, and the
+        unit's keys are read, or created, together first: :meth:`RecentKeys.prepare`)."""
         assert isinstance(self.mapper, SealingMapper)
-        key_names = set()
+        key_names: set[str] = set()
         for aggregate in processing_event.aggregates.values():
             if isinstance(aggregate, PublicationRun):
                 key_name = key_name_for(aggregate.run_id, aggregate.conversation_id)
