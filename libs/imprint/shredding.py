@@ -209,7 +209,8 @@ class FieldSealer:
 
     The base64 of a seal is pybase64's (SIMD: the standard library's decoding is a large part
     of opening a short body). ``remember_ciphers``: keep each key's AES-GCM context for the
-    sealer's life (its key schedule is paid once, not per open) — only for a
+    sealer's life (its key schedule, and the MAC key :meth:`prove` derives from it, are paid
+    once, not per use) — only for a
     sealer that lives as long as its keyring's keys may be used, such as a relay's or a
     replay's sealer of one batch; a long-lived sealer would keep a destroyed key's context."""
 
@@ -217,6 +218,7 @@ class FieldSealer:
         self.keyring = keyring
         self.purpose = purpose
         self._ciphers: dict[bytes, AESGCM] | None = {} if remember_ciphers else None
+        self._proof_keys: dict[tuple[bytes, bytes], bytes] | None = {} if remember_ciphers else None
 
     def _cipher(self, key: bytes) -> AESGCM:
         if self._ciphers is None:
@@ -254,6 +256,33 @@ class FieldSealer:
             return Unreadable(field)
         return plain.decode("utf-8")
 
+
+    def prove(self, conversation_id: str, scope: str, context: bytes, subject: bytes) -> str:
+        """A keyed MAC of ``subject`` under the conversation's key, bound to ``scope`` and to
+        ``context`` (what is proven, and in which version): only a holder of the key can
+        make one, and it is worthless once the key is destroyed. Raises :class:`KeyDestroyed`."""
+        key = self.keyring.key_for(conversation_id, create=True)
+        if key is None:
+            raise KeyDestroyed(conversation_id)
+        return self._proof(key, conversation_id, scope, context, subject)
+
+    def proves(self, conversation_id: str, scope: str, context: bytes, subject: bytes, proof: object) -> bool:
+        """Whether ``proof`` is :meth:`prove`'s MAC of ``subject``; ``False`` without the key. Never raises."""
+        if not isinstance(proof, str):
+            return False
+        key = self.keyring.key_for(conversation_id, create=False)
+        if key is None:
+            return False
+        return hmac.compare_digest(self._proof(key, conversation_id, scope, context, subject), proof)
+
+    def _proof(self, key: bytes, conversation_id: str, scope: str, context: bytes, subject: bytes) -> str:
+        mac = self._proof_keys.get((key, context)) if self._proof_keys is not None else None
+        if mac is None:
+            mac = hmac.new(key, b"imprint.proof/v1\x00" + context, hashlib.sha256).digest()
+            if self._proof_keys is not None:
+                self._proof_keys[(key, context)] = mac
+        ad = associated_data(conversation_id, scope, "proof", self.purpose)
+        return pybase64.urlsafe_b64encode(hmac.digest(mac, ad + b"\x00" + subject, "sha256")).decode("ascii")
 
     def fingerprint(self, conversation_id: str, scope: str, field: str, plaintext: str) -> str:
         """A keyed MAC of ``plaintext``: equal texts give equal fingerprints under one conversation key,

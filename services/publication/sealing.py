@@ -8,8 +8,14 @@ conversation is known). Decoding opens them again; once the key is destroyed the
 body reads as :data:`REMOVED` and everything else in the log — ids, revisions,
 hashes, receipts, withdrawals — stays readable and auditable.
 
+Each stored commit also carries a proof (:mod:`imprint.publication.proof`): a keyed MAC,
+under the same conversation key, over its block as served, kept under :data:`PROOF` beside
+the event's fields. A reader that holds the key checks it (:meth:`BatchDecoder.proven`) and
+serves a record that proves itself without examining it field by field; the relay never
+needs it, and a log written before proofs reads as it always did.
+
 The keys are the shared per-conversation keys of ``services.common.keyring``; the
-cipher is :class:`~imprint.shredding.FieldSealer` (one home
+cipher and the MAC are :class:`~imprint.shredding.FieldSealer`'s (one home
 for the crypto)."""
 
 from __future__ import annotations
@@ -25,11 +31,16 @@ from typing import Any
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
+from imprint.canonical import canonical_bytes
+from imprint.publication.proof import PROOF_CONTEXT, Proven, served_form
 from imprint.shredding import BulkKeyring, FieldSealer, Keyring, Shredded
-from services.common.relay import DecodeBatch
 
 PRIVATE_FIELDS = frozenset({"markdown"})
 SEALED, KEY = "__sealed__", "__key__"
+PROOF, PROOF_MAC = "__proof__", "__mac__"
+"""Where a stored commit keeps its proof (:mod:`imprint.publication.proof`): the MAC and the
+name of the key it was made under, beside the event's own fields. An event read by code
+that predates proofs carries it as one more attribute, which nothing reads."""
 REMOVED = "⟨removed: this conversation was deleted⟩"
 UNREADABLE = "⟨unreadable⟩"
 
@@ -62,9 +73,14 @@ class SealingMapper(Mapper[uuid.UUID]):
         if key_name is None:
             return super().to_stored_event(domain_event)
         state = vars(domain_event)
-        sealed_state = self._sealed(state, key_name, str(domain_event.originator_id))
+        scope = str(domain_event.originator_id)
+        sealed_state = self._sealed(state, key_name, scope)
         if sealed_state is state:  # nothing private in it
             return super().to_stored_event(domain_event)
+        form = served_form(domain_event)
+        if form is not None:
+            sealed_state[PROOF] = {KEY: key_name, PROOF_MAC: self.sealer.prove(
+                key_name, scope, PROOF_CONTEXT, canonical_bytes(form))}
         sealed = object.__new__(type(domain_event))
         object.__setattr__(sealed, "__dict__", sealed_state)
         return super().to_stored_event(sealed)
@@ -344,27 +360,55 @@ class BatchOpener:
     def __call__(self, stored: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
         return self.for_batch(stored)(stored)
 
-    def for_batch(self, stored: Sequence[StoredEvent]) -> DecodeBatch:
+    def for_batch(self, stored: Sequence[StoredEvent]) -> BatchDecoder:
         """A decoder holding the keys of every seal in ``stored`` (read in one query), for
         ``stored`` or any part of it. A replay reads a page of runs at once and decodes it
         one run at a time, each run folded and viewed right after: its events are then
         still in the processor's caches."""
-        if not self._scannable:
-            return lambda part: [self._mapper.to_domain_event(s) for s in part]
         names: set[str] = set()
-        scanned: set[uuid.UUID] = set()
-        for s in stored:  # a stream's bodies share their conversation's key: one scan per stream
-            if s.originator_id not in scanned and SEAL_MARK in s.state:
-                scanned.add(s.originator_id)
-                names.update(_key_name(name) for name in _KEY_NAME.findall(s.state))
+        if self._scannable:
+            scanned: set[uuid.UUID] = set()
+            for s in stored:  # a stream's bodies share their conversation's key: one scan per stream
+                if s.originator_id not in scanned and SEAL_MARK in s.state:
+                    scanned.add(s.originator_id)
+                    names.update(_key_name(name) for name in _KEY_NAME.findall(s.state))
         # The batch's sealer, like its keys, lives for this batch only: it may keep each
         # key's cipher context.
         sealer = FieldSealer(_BatchKeys(self._keyring, names), purpose=self._mapper.sealer.purpose,
                              remember_ciphers=True)
-        opener = SealingMapper(self._mapper.transcoder, sealer, self._mapper.seal_paths)
-        plain = self._plain
+        return BatchDecoder(SealingMapper(self._mapper.transcoder, sealer, self._mapper.seal_paths),
+                            self._plain if self._scannable else None)
 
-        def decode(part: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
-            return [opener.to_domain_event(s) if SEAL_MARK in s.state else plain.to_domain_event(s) for s in part]
 
-        return decode
+class BatchDecoder:
+    """One batch's decoder (:meth:`BatchOpener.for_batch`): its events with their seals
+    opened, and whether a commit's proof holds, under the batch's keys."""
+
+    def __init__(self, opener: SealingMapper, plain: Mapper[uuid.UUID] | None) -> None:
+        self._opener = opener
+        self._plain = plain
+        """The mapper for events with no seal in them (``None``: a compressed or enciphered
+        log, whose bytes cannot be scanned: every event goes through the opener)."""
+
+    def __call__(self, part: Sequence[StoredEvent]) -> list[DomainEventProtocol[uuid.UUID]]:
+        opener, plain = self._opener, self._plain
+        if plain is None:
+            return [opener.to_domain_event(s) for s in part]
+        return [opener.to_domain_event(s) if SEAL_MARK in s.state else plain.to_domain_event(s) for s in part]
+
+    def proven(self, event: object) -> Proven | None:
+        """The commit's served form if the event carries a proof that holds under its key
+        (R4: the record is what Publication committed); ``None`` for any other event —
+        no proof, a proof that does not verify, a destroyed key — which is examined in full."""
+        proof = getattr(event, PROOF, None)
+        if not isinstance(proof, dict):
+            return None
+        form = served_form(event)
+        if form is None:
+            return None
+        subject = canonical_bytes(form)
+        key_name = proof.get(KEY)
+        if not isinstance(key_name, str) or not self._opener.sealer.proves(
+                key_name, str(getattr(event, "originator_id", "")), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
+            return None
+        return Proven(form, subject)

@@ -58,6 +58,7 @@ from imprint.recovery import (
     RunLedger,
     SentFrame,
     answer_view,
+    hashed_answer_view,
     export_history,
     pending_reconciliations,
     read_protected,
@@ -154,8 +155,7 @@ def default_workers() -> int:
 
 def _replayed(ledger: RunLedger, output: Output, bodies: bool) -> dict[str, Any]:
     """What the replay writes of one run: its view, hash, JSON line (or table row)."""
-    view = answer_view(ledger)
-    sha = view_hash(view)
+    view, sha = hashed_answer_view(ledger)
     done: dict[str, Any] = {"run_id": ledger.run_id, "sha256": sha, "view": view,
                             "blocks": len(view["blocks"]), "withheld": len(view["withheld"])}
     if output == "json":

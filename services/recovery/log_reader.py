@@ -40,9 +40,8 @@ from services.common.recorders import PollRecorder
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
-from services.common.relay import DecodeBatch
 from services.publication.application import RUN_OPENED, PublicationLog
-from services.publication.sealing import REMOVED, SEAL_MARK, UNREADABLE, BatchOpener
+from services.publication.sealing import REMOVED, SEAL_MARK, UNREADABLE, BatchDecoder, BatchOpener
 
 log = get_logger(__name__)
 PAGE = 500
@@ -87,7 +86,7 @@ def _opener(app: PublicationLog) -> BatchOpener:
     return BatchOpener(app.mapper, app.keyring)
 
 
-def _decoded(app: PublicationLog, decode: DecodeBatch, page: Sequence[StoredEvent]
+def _decoded(app: PublicationLog, decode: BatchDecoder, page: Sequence[StoredEvent]
              ) -> list[tuple[StoredEvent, object | None, Exception | None]]:
     """Each stored event with its domain event, or with the error that kept it from decoding."""
     try:
@@ -103,8 +102,9 @@ def _decoded(app: PublicationLog, decode: DecodeBatch, page: Sequence[StoredEven
     return decoded
 
 
-def _fold_page(app: PublicationLog, decode: DecodeBatch, fold: LogFold, page: Sequence[StoredEvent]) -> None:
-    _fold_decoded(fold, _decoded(app, decode, page))
+def _fold_page(app: PublicationLog, opener: BatchOpener, fold: LogFold, page: Sequence[StoredEvent]) -> None:
+    decode = opener.for_batch(page)
+    _fold_decoded(fold, _decoded(app, decode, page), decode)
 
 
 def read_fold(app: PublicationLog, run_id: str | None = None, bound: Bound | None = None) -> LogFold:
@@ -195,14 +195,18 @@ def iter_ledgers(app: PublicationLog, run_ids: Iterable[str], *, audit: bool = T
         decode = opener.for_batch([s for stream in streams.values() for s in stream])
         for run_id in chunk:
             fold = LogFold(owns_events=True, audit=audit)
-            _fold_decoded(fold, _decoded(app, decode, streams.get(ids[run_id], ())))
+            _fold_decoded(fold, _decoded(app, decode, streams.get(ids[run_id], ())), decode)
             yield _bounded(fold.ledger(run_id))
 
 
-def _fold_decoded(fold: LogFold, decoded: Iterable[tuple[StoredEvent, object | None, Exception | None]]) -> None:
+def _fold_decoded(fold: LogFold, decoded: Iterable[tuple[StoredEvent, object | None, Exception | None]],
+                  decode: BatchDecoder) -> None:
+    """Fold each decoded event with what the reader saw of it: its sealed body, and for a
+    commit whose body opened, whether its proof holds (:mod:`imprint.publication.proof`)."""
     for stored, event, error in decoded:
         if error is None:
-            fold.apply(event, seal_of(stored, event))
+            seal = seal_of(stored, event)
+            fold.apply(event, seal, decode.proven(event) if seal == "opened" else None)
             continue
         originator_id = stored.originator_id if isinstance(stored.originator_id, uuid.UUID) else None
         log.warning("undecodable event in the Publication log", position=stored.originator_version,

@@ -16,7 +16,7 @@ No Kafka, SQL, HTTP or journal reads here; the adapters in
 ``services.recovery`` read the log and print."""
 
 from imprint.canonical import canonical_json
-from imprint.recovery.answer_view import answer_view, answer_views, replay, view_hash
+from imprint.recovery.answer_view import answer_view, answer_views, hashed_answer_view, replay, view_hash
 from imprint.recovery.export import export_history
 from imprint.recovery.integrity import defect_of
 from imprint.recovery.ledger import BlockHistory, Defect, LogFold, Revision, RunLedger
@@ -41,6 +41,7 @@ __all__ = [
     "SentFrame",
     "answer_view",
     "answer_views",
+    "hashed_answer_view",
     "canonical_json",
     "defect_of",
     "export_history",

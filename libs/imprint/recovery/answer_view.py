@@ -17,9 +17,10 @@ UTF-8), so replaying the same log yields the same hash."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Iterable, Mapping
 
-from imprint.canonical import canonical_sha256
+from imprint.canonical import canonical_bytes, canonical_sha256
 from imprint.recovery.integrity import served
 from imprint.recovery.ledger import LogFold, RunLedger
 
@@ -32,7 +33,29 @@ def view_hash(view: Mapping[str, Any]) -> str:
 
 
 def answer_view(ledger: RunLedger) -> dict[str, Any]:
+    return _view(ledger)[0]
+
+
+def hashed_answer_view(ledger: RunLedger) -> tuple[dict[str, Any], str]:
+    """The view and :func:`view_hash` of it, where each proven block's canonical JSON is the
+    one its proof was checked over (a replay writes the hash of every view it rebuilds)."""
+    view, proven = _view(ledger)
+    parts = []
+    for key in sorted(view):  # canonical JSON: sorted keys, no whitespace
+        if key == "blocks":
+            text = b"[" + b",".join(p if p is not None else canonical_bytes(b)
+                                    for p, b in zip(proven, view["blocks"])) + b"]"
+        else:
+            text = canonical_bytes(view[key])
+        parts.append(canonical_bytes(key) + b":" + text)
+    return view, hashlib.sha256(b"{" + b",".join(parts) + b"}").hexdigest()
+
+
+def _view(ledger: RunLedger) -> tuple[dict[str, Any], list[bytes | None]]:
+    """The view, and for each of its blocks the canonical JSON its proof covers (``None``:
+    a block examined in full)."""
     blocks: list[dict[str, Any]] = []
+    proven: list[bytes | None] = []
     withheld: list[dict[str, Any]] = []
     unreadable = {d.block_id: d for d in ledger.defects if d.block_id is not None}
     for history in ledger.in_delivery_order():
@@ -51,11 +74,12 @@ def answer_view(ledger: RunLedger) -> dict[str, Any]:
             continue
         assert block is not None
         blocks.append(block)
+        proven.append(current.proven.canonical if current.proven is not None else None)
     for defect in ledger.defects:
         if defect.block_id is None:
             withheld.append({"block_id": None, "revision": None, "delivery_ordinal": None,
                              "reason": defect.reason, "log_position": defect.log_position})
-    return {"view_version": VIEW_VERSION, "run_id": ledger.run_id, "blocks": blocks, "withheld": withheld}
+    return {"view_version": VIEW_VERSION, "run_id": ledger.run_id, "blocks": blocks, "withheld": withheld}, proven
 
 
 def answer_views(fold: LogFold, run_id: str | None = None) -> dict[str, dict[str, Any]]:

@@ -17,7 +17,10 @@ A revision is served only if its record still proves itself:
     the body's conversation was deleted (X8): its key is gone by design, so the body
     cannot be served — this withholds it but is not corruption.
 
-A defect withholds that revision alone; every other block is still served.
+A defect withholds that revision alone; every other block is still served. A revision
+whose commit proof holds (a keyed MAC over its served form, checked by the reader) was
+committed by Publication as it is and is served without these checks; any other revision
+is examined in full.
 A legacy record without a source hint is not a defect: it reads as
 ``unknown`` (P10), never as clean."""
 
@@ -102,7 +105,10 @@ def defect_of(revision: Revision) -> DefectReason | None:
 
 def served(revision: Revision) -> tuple[DefectReason | None, dict[str, Any] | None]:
     """The revision's defect, or ``None`` and its JSON exactly as committed (see
-    :func:`served_block`), from one examination."""
+    :func:`served_block`), from one examination — none for a revision whose proof the
+    reader found intact (:mod:`imprint.publication.proof`): it is served as proven."""
+    if revision.proven is not None:
+        return None, dict(revision.proven.form)
     found, view = examine(revision)
     if found is not None:
         return found[0], None

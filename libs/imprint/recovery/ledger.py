@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping
 
+from imprint.publication.proof import Proven
 from imprint.publication.run import PublicationRun, reconciliation_key
 
 SealStatus = Literal["opened", "shredded", "unopenable"]
@@ -40,6 +41,9 @@ class Revision:
     seal: SealStatus | None = None
     """How the reader found the sealed body (X8): ``opened``, ``shredded`` (its key was
     destroyed), ``unopenable`` (a seal that should open did not); ``None``: not sealed."""
+    proven: Proven | None = None
+    """The reader found the commit's proof intact (:mod:`imprint.publication.proof`): the
+    record is what Publication committed, served in this form without a full examination."""
 
     @property
     def block_id(self) -> str:
@@ -175,8 +179,9 @@ class LogFold:
 
     # ------------------------------------------------------------------ input
 
-    def apply(self, event: Any, seal: SealStatus | None = None) -> None:
-        """Fold one event; ``seal`` is what the reader saw of its sealed body, if any."""
+    def apply(self, event: Any, seal: SealStatus | None = None, proven: Proven | None = None) -> None:
+        """Fold one event; ``seal`` is what the reader saw of its sealed body, if any, and
+        ``proven`` the commit's served form if the reader found its proof intact."""
         if not isinstance(event, PublicationRun.Event):
             return
         ledger = self._ledger_for(event)
@@ -188,7 +193,7 @@ class LogFold:
         if isinstance(position, int):
             ledger.version = max(ledger.version, position)
         try:
-            self._apply(ledger, event, position, seal)
+            self._apply(ledger, event, position, seal, proven)
         except Exception as error:  # noqa: BLE001 — one unreadable record never sinks the run
             block_id = _block_id_of(event)
             ledger.defects.append(Defect(position, "unreadable_event", f"{type(event).__name__}: {type(error).__name__}",
@@ -225,12 +230,13 @@ class LogFold:
 
     # ------------------------------------------------------------- per event
 
-    def _apply(self, ledger: RunLedger, event: Any, position: int | None, seal: SealStatus | None) -> None:
+    def _apply(self, ledger: RunLedger, event: Any, position: int | None, seal: SealStatus | None,
+               proven: Proven | None = None) -> None:
         at = _at(event)
         entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
         run = PublicationRun
         if isinstance(event, run.BlockRevisionCommitted):  # most of a log: tested first
-            self._commit(ledger, event, position, entry, seal)
+            self._commit(ledger, event, position, entry, seal, proven)
         elif isinstance(event, run.Opened):
             pass
         elif isinstance(event, run.Admitted):
@@ -304,7 +310,7 @@ class LogFold:
             ledger.trail.append(entry)
 
     def _commit(self, ledger: RunLedger, event: Any, position: int | None, entry: dict[str, Any],
-                seal: SealStatus | None = None) -> None:
+                seal: SealStatus | None = None, proven: Proven | None = None) -> None:
         block = self._copy(getattr(event, "block", None))
         if not isinstance(block, dict) or not isinstance(block.get("block_id"), str):
             ledger.defects.append(Defect(position, "malformed_record", "commit without a block identity"))
@@ -323,6 +329,7 @@ class LogFold:
             is_modification=getattr(event, "is_modification", None),
             target=getattr(event, "target", None),
             seal=seal,
+            proven=proven,
         )
         block_id, number = revision.block_id, revision.revision
         history = ledger.blocks.get(block_id)

@@ -1,0 +1,70 @@
+"""R4, R1: what a commit's proof covers — the committed block exactly as it is served.
+
+A commit event holds its block as Publication settled it and is its own receipt. The
+Publication log's mapper (``services.publication.sealing``) adds to each stored commit a
+keyed MAC, under the run's conversation key, over the canonical JSON of
+:func:`committed_form`: the block with its receipt, as ``answer.published`` carries it and
+as an answer view serves it. A reader that holds the key and finds the MAC intact knows
+the record is byte for byte what Publication committed, so it serves that form without
+checking the record field by field (:func:`imprint.recovery.integrity.served`); any other
+record — no proof (a log written before proofs), a proof that does not verify (a changed
+record, a moved proof, a destroyed key) — is examined in full, with the same verdict as
+ever. A proof never withholds anything: it only spares the examination of a record that
+proves itself.
+
+:data:`PROOF_CONTEXT` names the served form's schema: when :class:`CommittedBlock`
+changes, the form a record is served in may change with it, so proofs made under the
+old schema stop verifying and those records are examined in full (and served as the new
+code serves them).
+
+No keys and no I/O here: the MAC itself is :meth:`imprint.shredding.FieldSealer.prove`."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from imprint.canonical import canonical_bytes
+from imprint.contracts.publication import CommittedBlock
+from imprint.publication.run import PublicationRun
+
+SERVED_SCHEMA = hashlib.sha256(canonical_bytes(CommittedBlock.model_json_schema(mode="serialization"))).hexdigest()[:16]
+PROOF_CONTEXT = f"imprint.commit-proof/v1/{SERVED_SCHEMA}".encode()
+"""What a proof's key is derived for: the proof's version and the served form's schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proven:
+    """A commit whose proof verified: its served form and that form's canonical JSON."""
+
+    form: dict[str, Any]
+    canonical: bytes
+
+
+def json_time(moment: datetime) -> str:
+    """A time as pydantic's JSON writes it (``Z`` for UTC, where ``isoformat`` writes ``+00:00``)."""
+    text = moment.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def committed_form(block: Mapping[str, Any], receipt_id: str, log_position: int, committed_at: datetime
+                   ) -> dict[str, Any]:
+    """The committed block as served (a :class:`CommittedBlock`'s JSON), from a sound commit
+    record: the stored block (a ``BlockView``'s JSON) with its receipt."""
+    return {**block, "receipt": {"receipt_id": receipt_id, "log_position": log_position,
+                                 "committed_at": json_time(committed_at)}}
+
+
+def served_form(event: Any) -> dict[str, Any] | None:
+    """The form a commit event's proof covers (``None``: an event that carries no proof),
+    from the event at hand with its body in clear: the same function where the proof is
+    made and where it is checked."""
+    if not isinstance(event, PublicationRun.BlockRevisionCommitted):
+        return None
+    block = event.block
+    if not isinstance(block, dict) or not isinstance(event.receipt_id, str):
+        return None
+    return committed_form(block, event.receipt_id, event.originator_version, event.timestamp)
