@@ -54,20 +54,22 @@ def _may_differ(text: bytes) -> bool:
     return False
 
 
-def canonical_bytes(value: Any) -> bytes:
-    """``value``'s canonical JSON, UTF-8 encoded (lone surrogates passed through)."""
+def canonical_bytes(value: Any, *, floats: bool = True) -> bytes:
+    """``value``'s canonical JSON, UTF-8 encoded (lone surrogates passed through).
+    ``floats=False``: the caller knows ``value`` holds no float (the JSON of a model without
+    a float field), so orjson's text is not searched for one."""
     try:
         text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         pass
     else:
-        if not _may_differ(text):
+        if not floats or not _may_differ(text):
             return text
     return _standard(value).encode("utf-8", "surrogatepass")
 
 
-def canonical_json(value: Any) -> str:
-    return canonical_bytes(value).decode("utf-8", "surrogatepass")
+def canonical_json(value: Any, *, floats: bool = True) -> str:
+    return canonical_bytes(value, floats=floats).decode("utf-8", "surrogatepass")
 
 
 def _standard(value: Any) -> str:

@@ -31,8 +31,7 @@ from typing import Any
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from imprint.canonical import canonical_bytes
-from imprint.publication.proof import PROOF_CONTEXT, Proven, served_form
+from imprint.publication.proof import PROOF_CONTEXT, Proven, proof_subject, served_form
 from imprint.shredding import BulkKeyring, FieldSealer, Keyring, Shredded
 
 PRIVATE_FIELDS = frozenset({"markdown"})
@@ -80,7 +79,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         form = served_form(domain_event)
         if form is not None:
             sealed_state[PROOF] = {KEY: key_name, PROOF_MAC: self.sealer.prove(
-                key_name, scope, PROOF_CONTEXT, canonical_bytes(form))}
+                key_name, scope, PROOF_CONTEXT, proof_subject(form))}
         sealed = object.__new__(type(domain_event))
         object.__setattr__(sealed, "__dict__", sealed_state)
         return super().to_stored_event(sealed)
@@ -95,7 +94,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         last time are tried first. Only when those do not account for every seal is the
         state walked (and the places found are remembered for the topic)."""
         domain_event = super().to_domain_event(stored_event)
-        state, scope = vars(domain_event), str(stored_event.originator_id)
+        state, scope = vars(domain_event), scope_of(stored_event.originator_id)
         if self.compressor is not None or self.cipher is not None:
             self._open_within(state, scope, "", [], None)
             return domain_event
@@ -175,6 +174,13 @@ class SealingMapper(Mapper[uuid.UUID]):
         if isinstance(opened, str):
             return opened
         return REMOVED if isinstance(opened, Shredded) else UNREADABLE
+
+
+@functools.lru_cache(maxsize=4096)
+def scope_of(originator_id: uuid.UUID) -> str:
+    """The scope a stream's seals and proofs are bound to: its id as text (remembered: a
+    reader opens a stream's events one after another, and formatting a UUID is not free)."""
+    return str(originator_id)
 
 
 SealPath = tuple[str | int, ...]
@@ -406,9 +412,9 @@ class BatchDecoder:
         form = served_form(event)
         if form is None:
             return None
-        subject = canonical_bytes(form)
+        subject = proof_subject(form)
         key_name = proof.get(KEY)
         if not isinstance(key_name, str) or not self._opener.sealer.proves(
-                key_name, str(getattr(event, "originator_id", "")), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
+                key_name, scope_of(event.originator_id), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
             return None
         return Proven(form, subject)

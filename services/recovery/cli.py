@@ -159,7 +159,9 @@ def _replayed(ledger: RunLedger, output: Output, bodies: bool) -> dict[str, Any]
     done: dict[str, Any] = {"run_id": ledger.run_id, "sha256": sha, "view": view,
                             "blocks": len(view["blocks"]), "withheld": len(view["withheld"])}
     if output == "json":
-        done["line"] = _dump({"run_id": ledger.run_id, "sha256": sha, "view": view if bodies else without_bodies(view)})
+        # a view holds no float (see hashed_answer_view): its canonical JSON is orjson's as written
+        done["line"] = canonical_json({"run_id": ledger.run_id, "sha256": sha,
+                                       "view": view if bodies else without_bodies(view)}, floats=False)
     return done
 
 

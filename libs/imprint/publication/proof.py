@@ -36,6 +36,13 @@ PROOF_CONTEXT = f"imprint.commit-proof/v1/{SERVED_SCHEMA}".encode()
 """What a proof's key is derived for: the proof's version and the served form's schema."""
 
 
+def proof_subject(form: Mapping[str, Any]) -> bytes:
+    """The canonical JSON of a served form, which a proof covers. A :class:`CommittedBlock`
+    has no float field (``tests/unit/recovery/test_recovery_proof_form.py``), so its JSON
+    is not searched for one."""
+    return canonical_bytes(form, floats=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Proven:
     """A commit whose proof verified: its served form and that form's canonical JSON."""

@@ -38,15 +38,17 @@ def answer_view(ledger: RunLedger) -> dict[str, Any]:
 
 def hashed_answer_view(ledger: RunLedger) -> tuple[dict[str, Any], str]:
     """The view and :func:`view_hash` of it, where each proven block's canonical JSON is the
-    one its proof was checked over (a replay writes the hash of every view it rebuilds)."""
+    one its proof was checked over (a replay writes the hash of every view it rebuilds).
+    A view holds no float — its blocks are :class:`CommittedBlock` JSON, the rest ids,
+    counts and reasons — so its JSON is not searched for one (:func:`canonical_bytes`)."""
     view, proven = _view(ledger)
     parts = []
     for key in sorted(view):  # canonical JSON: sorted keys, no whitespace
         if key == "blocks":
-            text = b"[" + b",".join(p if p is not None else canonical_bytes(b)
+            text = b"[" + b",".join(p if p is not None else canonical_bytes(b, floats=False)
                                     for p, b in zip(proven, view["blocks"])) + b"]"
         else:
-            text = canonical_bytes(view[key])
+            text = canonical_bytes(view[key], floats=False)
         parts.append(canonical_bytes(key) + b":" + text)
     return view, hashlib.sha256(b"{" + b",".join(parts) + b"}").hexdigest()
 
