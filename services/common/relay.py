@@ -27,8 +27,8 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   announces nothing is recorded only every :data:`UNRECORDED_SPAN` positions, so a
   restart reads again at most that many positions, none of which is sent.
 * **Handed off, not read back** (:class:`Handoff`). A relay running in the process that
-  writes the log (``imprint serve publication``; the Journal's relay still reads its log
-  back) is handed each commit's announcements in memory, built from the events just recorded: it produces
+  writes the log (``imprint serve publication``, ``imprint serve journal``) is handed each
+  commit's announcements in memory, built from the events just recorded: it produces
   them without reading the log back, decoding it or opening its seals again. It still
   reads the log, from its position, whenever the next position was not handed off: a
   commit of another process (its NOTIFY carries another committer's mark), a gap, a

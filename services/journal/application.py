@@ -44,7 +44,7 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import ProcessRecorder
+from eventsourcing.persistence import ProcessRecorder, Recording
 from eventsourcing.utils import get_topic
 from opentelemetry.trace import Tracer
 
@@ -62,7 +62,8 @@ from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
-from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork
+from services.common.relay import Handoff
+from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork, Unconfirmed
 from services.journal.message_index import StoreMessageIndex
 
 A = TypeVar("A", bound=Aggregate)
@@ -116,6 +117,8 @@ class RuntimeJournal(HotCacheApplication):
         self.clock = clock
         self.tracer: Tracer | None = None
         """Tracing on (``services.common.tracing.active_tracer``): a ``journal apply`` span per message."""
+        self.handoff: Handoff | None = None
+        """The hand-off to the relay running in this process (``services.journal.relay``), if any."""
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -151,8 +154,17 @@ class RuntimeJournal(HotCacheApplication):
                     self._after_commit(intents)
                 case Redelivered():
                     pass
-                case _:  # unconfirmed or refused: nothing is assumed, the poll is retried
+                case Unconfirmed(_, error):  # nothing is assumed, the poll is retried
+                    if self.handoff is not None:
+                        self.handoff.missed()  # if it did commit, this process's relay reads it from the log
+                    raise error
+                case _:  # refused: nothing was recorded, the poll is retried
                     raise outcome.error  # type: ignore[union-attr]
+
+    def _notify(self, recordings: list[Recording[UUID]]) -> None:
+        """After each commit (eventsourcing's hook): hand its events to this process's relay."""
+        if self.handoff is not None:
+            self.handoff.committed(recordings)
 
     def revoked(self, tracking_names: Sequence[str]) -> None:
         """These partitions now belong to another instance: forget their cached positions."""

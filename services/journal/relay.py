@@ -1,8 +1,9 @@
 """The Journal log's relay: committed journal events → ``imprint.runs.v1``.
 
-``imprint serve journal`` runs one beside its consumer; ``imprint serve journal-relay``
-runs one on its own. Any number may run: one is active, the others stand by
-(``services.common.relay``)."""
+``imprint serve journal`` runs one beside its consumer, handed that process's commits in
+memory (:class:`~services.common.relay.Handoff`, as Publication's relay is);
+``imprint serve journal-relay`` runs one on its own, which reads every commit back. Any
+number may run: one is active, the others stand by (``services.common.relay``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from imprint.contracts.topics import Topic
 from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
 from services.common.lifecycle import run_until_stopped
-from services.common.relay import Relay, relay_for
+from services.common.relay import Handoff, Relay, relay_for
 from services.common.settings import Settings
 from services.journal.application import RuntimeJournal, open_journal
 
@@ -44,15 +45,28 @@ class BatchAnnouncer:
         message = announce(domain_event, self._sealer)
         return [] if message is None else [(topic_of(message), message)]
 
+    def handed(self, domain_event: Any) -> Sequence[tuple[Topic, Message]]:
+        """What an event this process just committed announces (the hand-off, in the writing
+        thread): its private fields opened under keys read for this event alone, as a batch
+        read back would read them."""
+        inner = self._journal.sealer
+        message = announce(domain_event, FieldSealer(ScopedKeyring(inner.keyring), purpose=inner.purpose))
+        return [] if message is None else [(topic_of(message), message)]
 
-def journal_relay(settings: Settings, journal: RuntimeJournal) -> Relay:
+
+def journal_relay(settings: Settings, journal: RuntimeJournal, *, inline: bool) -> Relay:
+    """The relay of ``journal``'s log. ``inline``: it runs in the process that writes the log,
+    and ``journal`` hands it every commit (``RuntimeJournal.handoff``)."""
     batch = BatchAnnouncer(journal)
-    return relay_for(settings, journal, batch, name=RELAY_NAME, decode=batch.decode, topics=ANNOUNCED_TOPICS)
+    handoff = Handoff(batch.handed, ANNOUNCED_TOPICS) if inline else None
+    journal.handoff = handoff
+    return relay_for(settings, journal, batch, name=RELAY_NAME, decode=batch.decode, topics=ANNOUNCED_TOPICS,
+                     handoff=handoff)
 
 
 async def serve(settings: Settings) -> None:
     journal = open_journal(settings)
-    relay = journal_relay(settings, journal)
+    relay = journal_relay(settings, journal, inline=False)
     try:
         await run_until_stopped("journal-relay", None, relay.run())
     finally:

@@ -19,7 +19,7 @@ async def serve(settings: Settings) -> None:
     broker = make_broker(settings, "imprint-journal")
     outbox = Outbox(settings, "imprint-journal")
     consumer.subscribe(broker, settings, outbox, journal)
-    relay = journal_relay(settings, journal)
+    relay = journal_relay(settings, journal, inline=True)
     await outbox.start()
     try:
         await run_until_stopped("journal", broker, relay.run(),

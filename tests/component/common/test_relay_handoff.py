@@ -3,7 +3,8 @@ memory (``services.common.relay.Handoff``): it sends exactly what a relay readin
 back sends, in log order, without reading those positions back; and it reads the log
 itself, from its position, whenever the next position was not handed off (a commit of
 another process, a commit whose outcome was unknown, a relay that just took over). On the
-zero-setup store (SQLite), with a list standing in for the topic."""
+zero-setup store (SQLite), with a list standing in for the topic; for both logs whose
+relays run inline (Publication's and the Journal's)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,21 @@ from typing import Any
 
 import pytest
 
-from imprint.contracts.runtime import AnswerPart, QuestionConditionSet, RunAdmitted
+from imprint.contracts.registry import topic_of
+from imprint.contracts.runtime import AnswerPart, EvidenceItem, QuestionConditionSet, RunAdmitted
 from imprint.contracts.topics import Topic
+from imprint.journal.announcements import ANNOUNCED_TOPICS as JOURNAL_TOPICS
+from imprint.journal.execution import AnswerExecution
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.inbound import Inbound
 from services.common.relay import Handoff, Relay
 from services.common.settings import Settings
 from services.publication.relay import RELAY_NAME, announce_publication
 from services.publication.sealing import BatchOpener
+from services.journal.application import open_journal
+from services.journal.relay import RELAY_NAME as JOURNAL_RELAY, BatchAnnouncer
 from services.publication.application import open_log
+from tests.support import runs
 
 
 class Topic_:
@@ -167,3 +174,46 @@ def test_the_handoff_gives_only_runs_that_continue_the_position() -> None:
     handoff.close()
     handoff.committed([Recorded(10)])
     assert handoff.take(9, 10) == [] and len(woken) == 5, "a standby's relay is handed nothing"
+
+
+def _journal_run(journal: Any, run: str, offset: int) -> int:
+    """A run's whole life on the runtime topic, one commit per message, evidence with titles
+    and an answer (sealed in the journal's events: announced opened, X4)."""
+    messages: list[Any] = [*runs.opened(runs.admitted(run, account_id="acct", question=f"What of {run}?")),
+                           runs.granted(run, "src-a", scope="public", owner_account_id="acct", title="Title A"),
+                           runs.completed(run, f"The answer of {run}.",
+                                          EvidenceItem(source_id="src-a", title="Title A", excerpt="An excerpt."))]
+    for i, message in enumerate(messages):
+        journal.process([Inbound(str(topic_of(message)), 0, offset + i, message, size=100)])
+    return offset + len(messages)
+
+
+@pytest.mark.rule("X4")
+def test_the_journals_relay_handed_its_commits_sends_what_a_log_read_sends_without_reading_them_back(
+        tmp_path: Path) -> None:
+    journal = open_journal(Settings(state_dir=tmp_path, database_url=None))
+    try:
+        offset = _journal_run(journal, "run-warm", 0)  # committed before the relay leads: read from the log
+        announcer, sent = BatchAnnouncer(journal), Topic_()
+        handoff = Handoff(announcer.handed, JOURNAL_TOPICS)
+        journal.handoff = handoff
+        relay = Relay(journal, announcer, sent, name=JOURNAL_RELAY, decode=announcer.decode, topics=JOURNAL_TOPICS,
+                      handoff=handoff, idle_seconds=30)
+        counted = CountedReads(journal.recorder)
+        relay._recorder = counted
+        asyncio.run(_follow(relay, lambda: relay.position == journal.recorder.max_notification_id(),
+                            during=lambda: _journal_run(journal, "run-a", offset)))
+        reader = BatchAnnouncer(journal)
+        reference = _sent(Relay(journal, reader, Topic_(), name=JOURNAL_RELAY, decode=reader.decode,
+                                topics=JOURNAL_TOPICS)._read(0))
+
+        assert _wire(sent.messages) == _wire(reference), "the same messages, byte for byte, in log order"
+        closed = [m for m in sent.messages if m.type == "run.closed" and m.run_id == "run-a"]
+        assert len(closed) == 1 and closed[0].answer_text == "The answer of run-a."
+        assert [e.title for e in closed[0].evidence] == ["Title A"]
+        handed_first = min(n.id for n in journal.recorder.select_notifications(start=1, limit=1000)
+                           if n.originator_id == AnswerExecution.id_for("run-a"))
+        assert all(start <= handed_first for start in counted.reads), \
+            "run-a's positions were handed off, never read back"
+    finally:
+        journal.close()
