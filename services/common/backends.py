@@ -23,6 +23,8 @@ touches a store runs its tests on it as on PostgreSQL."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -150,6 +152,18 @@ class SQLiteBackend(Backend):
 
     def _file(self, name: str) -> str:
         return str(self.data_dir / f"{name.lower()}.sqlite")
+
+    @contextmanager
+    def creation_lock(self) -> Iterator[None]:
+        """An exclusive lock on a file beside the stores (``flock``: between threads and
+        processes alike). A new SQLite file is switched to WAL under an exclusive lock that
+        SQLite does not wait for, so stores opening the same new file at once take turns."""
+        fd = os.open(self.data_dir / ".creation.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
 
     def environment(self, application: str) -> dict[str, str]:
         return {

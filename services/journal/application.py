@@ -126,10 +126,10 @@ class RuntimeJournal(HotCacheApplication):
     @classmethod
     def from_settings(cls, settings: Settings, *, keyring: BulkKeyring | None = None, name: str = "journal") -> RuntimeJournal:
         backend = backend_for(settings)
-        index = StoreMessageIndex(backend.tables(f"{name}_index"), f"{name}_message_index")
+        index = backend.open(lambda: StoreMessageIndex(backend.tables(f"{name}_index"), f"{name}_message_index"))
         owned: list[Any] = [index]
         if keyring is None:
-            keyring = backend.keyring()
+            keyring = backend.open(backend.keyring)
             owned.append(keyring)
         env = backend.environment(name)
         journal = backend.open(lambda: cls(env, keyring=keyring, message_index=index, name=name,

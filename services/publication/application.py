@@ -272,5 +272,5 @@ def open_log(settings: Settings) -> PublicationLog:
         display_char_limit=settings.display_char_limit,
     )
     env = backend.environment(PublicationLog.name)
-    keyring = backend.keyring()
+    keyring = backend.open(backend.keyring)
     return backend.open(lambda: PublicationLog(keyring, env=env, policy=policy))
