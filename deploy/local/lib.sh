@@ -151,6 +151,8 @@ wait_broker() {
   while ((SECONDS < deadline)); do
     pid="$(read_pid "$pidfile")"
     if ! broker_alive "$pid"; then
+      # alive but not (yet) recognised: caught inside its exec, when /proc shows no command line
+      if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then sleep 0.2; continue; fi
       tail -n 40 "$logfile" >&2 || true
       die "$what (pid ${pid:-?}) exited during startup (see $logfile)"
     fi

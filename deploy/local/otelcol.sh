@@ -127,6 +127,8 @@ wait_ready() {
   while ((SECONDS < deadline)); do
     pid="$(pid_of)"
     if ! collector_alive "$pid"; then
+      # alive but not (yet) recognised: caught inside its exec, when /proc shows no command line
+      if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then sleep 0.1; continue; fi
       tail -n 20 "$LOG" >&2 || true
       die "collector (pid ${pid:-?}) exited during startup (see $LOG)"
     fi
