@@ -55,33 +55,25 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, ProcessRecorder, Recording, StoredEvent, Tracking
-from opentelemetry.context import Context
+from eventsourcing.persistence import IntegrityError, ProcessRecorder, StoredEvent, Tracking
 from opentelemetry.trace import Tracer
 
-from imprint.contracts.base import Message
-from imprint.contracts.topics import Topic
 from services.common.backends import backend_for
 from services.common.election import Election, NoElection
+from services.common.handoff import Announce, Batch, Handoff
 from services.common.kafka import Outbox, Outgoing
 from services.common.observability import get_logger
-from services.common.recorders import COMMITTER
 from services.common.settings import Settings
 from services.common.wakeups import ChannelListener
 
-Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
 DecodeBatch = Callable[[Sequence[StoredEvent]], list[Any]]
 """Stored events (the notifications a relay reads are stored events too) → domain events, a
 batch at a time: a log whose bodies are sealed opens them here, once per event, with one key
 lookup per batch (:class:`services.publication.sealing.BatchOpener`)."""
-Batch = list[tuple[int, Sequence[Outgoing]]]
-TraceOf = Callable[[Any], Context | None]
-"""A committed domain event → the trace context its announcements continue (``None``: none)."""
 log = get_logger(__name__)
 
 
@@ -93,102 +85,6 @@ RECORD_SECONDS = 0.25
 that long's batches)."""
 LEADERSHIP_CHECK_SECONDS = 1.0
 """How long a relay trusts its lock session between two checks of it."""
-
-
-class Handoff:
-    """Announcements of the commits of this process, handed to its own relay in memory.
-
-    The application calls :meth:`committed` with the library's ``Recording``\\ s right
-    after each commit (eventsourcing's ``Application._notify`` hook): each entry is a
-    notification id and what its event announces, built then, from the event just
-    recorded. Only while its relay leads (:meth:`open`): a standby's commits are read from
-    the log by whichever relay leads. The relay takes entries only as a run that
-    continues its position exactly (:meth:`take`); anything else sends it to the log."""
-
-    def __init__(self, announce: Announce, topics: Collection[str] = (), *, limit: int = 50_000) -> None:
-        self._announce = announce
-        self._topics = frozenset(topics) or None
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._entries: deque[tuple[int, Sequence[Outgoing]]] = deque()
-        self._wake: Callable[[], None] | None = None
-        self._missed = False
-        self.token = COMMITTER
-        """The mark on this process's NOTIFYs (see :mod:`services.common.recorders`)."""
-
-    @property
-    def is_open(self) -> bool:
-        return self._wake is not None
-
-    def open(self, wake: Callable[[], None]) -> None:
-        """The relay leads: hand it every commit from now on (``wake`` is called after each)."""
-        with self._lock:
-            self._entries.clear()
-            self._missed = False
-            self._wake = wake
-
-    def close(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._wake = None
-
-    def committed(self, recordings: Sequence[Recording[Any]], trace: TraceOf | None = None) -> None:
-        """One transaction's events were recorded (the writer's thread, right after its commit).
-        ``trace`` (tracing on): the context an event's announcements continue, if any; the
-        relay's outbox sends each under a span of its own. Nothing of it is stored: what the
-        relay reads back from the log starts no span."""
-        if self._wake is None or not recordings:
-            return
-        topics, announce = self._topics, self._announce
-        entries = sorted((r.notification.id, announce(r.domain_event)
-                          if topics is None or r.notification.topic in topics else ())
-                         for r in recordings)
-        if trace is not None:
-            contexts = {r.notification.id: trace(r.domain_event) for r in recordings}
-            entries = [(position, _traced(items, contexts[position])) for position, items in entries]
-        with self._lock:
-            wake = self._wake
-            if wake is None:
-                return
-            if len(self._entries) + len(entries) > self._limit:  # the relay is far behind: it reads the log
-                self._entries.clear()
-                self._missed = True
-            else:
-                self._entries.extend(entries)
-        wake()
-
-    def missed(self) -> None:
-        """A commit of this process may have gone unhanded (its outcome was unknown): the
-        relay reads the log from its position before taking anything more."""
-        with self._lock:
-            self._missed = True
-            wake = self._wake
-        if wake is not None:
-            wake()
-
-    def take(self, after: int, limit: int) -> Batch | None:
-        """The handed-off entries that continue position ``after`` (at most ``limit``):
-        ``[]`` when nothing is waiting, ``None`` when the next position was not handed off
-        here (a gap, or a missed commit): read the log."""
-        with self._lock:
-            entries = self._entries
-            if self._missed:
-                self._missed = False
-                while entries and entries[0][0] <= after:
-                    entries.popleft()
-                return None
-            while entries and entries[0][0] <= after:
-                entries.popleft()
-            if not entries:
-                return []
-            batch: Batch = []
-            while entries and len(batch) < limit and entries[0][0] == after + 1 + len(batch):
-                batch.append(entries.popleft())
-            return batch or None
-
-
-def _traced(items: Sequence[Outgoing], context: Context | None) -> Sequence[Outgoing]:
-    return items if context is None or not items else [(item[0], item[1], context) for item in items]
 
 
 class Publisher(Protocol):

@@ -62,7 +62,7 @@ from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
-from services.common.relay import Handoff
+from services.common.handoff import Handoff
 from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork, Unconfirmed
 from services.journal.message_index import StoreMessageIndex
 

@@ -18,7 +18,8 @@ from imprint.contracts.topics import Topic
 from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
 from services.common.lifecycle import run_until_stopped
-from services.common.relay import Handoff, Relay, relay_for
+from services.common.handoff import Handoff
+from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
 from services.journal.application import RuntimeJournal, open_journal
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from eventsourcing.application import AggregateNotFoundError, ProcessingEvent
 from eventsourcing.persistence import EventStore, IntegrityError, OperationalError, Recording
@@ -28,18 +29,20 @@ from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.backends import backend_for
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
 from services.common.inbound import Inbound
-from services.common.kafka import Outgoing
 from services.common.observability import get_logger
 from services.common.recorders import PollRecorder, binary_inserts
-from services.common.relay import Handoff
+from services.common.handoff import Handoff
 from services.common.settings import Settings
 from services.common.unit_of_work import Committed, Conflict, Refused, TrackedUnitOfWork, Unconfirmed
 from services.publication.sealing import RecentKeys, SealingMapper
 from services.publication.spans import PollSpans, poll_spans
 
+if TYPE_CHECKING:  # the recovery tools open this log too, and never touch Kafka
+    from services.common.kafka import Outgoing
+
 log = get_logger(__name__)
 
-EmitMany = Callable[[Sequence[Outgoing]], None]
+EmitMany = Callable[[Sequence["Outgoing"]], None]
 RUN_OPENED = get_topic(PublicationRun.Opened)
 """The topic of a run's first event: what lists the runs of the log."""
 

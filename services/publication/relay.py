@@ -16,7 +16,8 @@ from imprint.contracts.topics import Topic
 from imprint.publication import announce
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.lifecycle import run_until_stopped
-from services.common.relay import Handoff, Relay, relay_for
+from services.common.handoff import Handoff
+from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
 from services.publication.application import PublicationLog, open_log
 from services.publication.sealing import BatchOpener

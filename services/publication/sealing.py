@@ -32,7 +32,7 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
 from imprint.publication.proof import PROOF_CONTEXT, Proven, proof_subject, served_form
-from imprint.shredding import BulkKeyring, FieldSealer, Keyring, Shredded
+from imprint.shredding import BulkKeyring, FieldSealer, Shredded
 
 PRIVATE_FIELDS = frozenset({"markdown"})
 SEALED, KEY = "__sealed__", "__key__"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -35,8 +35,10 @@ from imprint.runtime import tracecontext
 from imprint.workspace import Workspace
 from services.common import tracing
 from services.common.inbound import Inbound
-from services.common.kafka import Outgoing
 from services.common.unit_of_work import Committed, Conflict, Outcome, Redelivered, Refused, Unconfirmed
+
+if TYPE_CHECKING:  # annotations only: the log opened by the recovery tools never imports Kafka
+    from services.common.kafka import Outgoing
 
 DECISIONS: dict[type, str] = {Commit: "commit", Unchanged: "unchanged", Rejected: "rejected",
                               RevisionRejected: "revision_rejected"}

@@ -18,8 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import DefaultPartitioner
 
 from imprint.contracts.registry import decode
 from imprint.contracts.topics import Topic
@@ -59,6 +57,9 @@ async def observe(settings: Settings, run_id: str | None, topics: Iterable[Topic
 
 async def _read(settings: Settings, run_id: str | None, topics: tuple[Topic, ...],
                 types: frozenset[str] | None) -> Observations:
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # here: replay's workers import this module and never read Kafka
+    from aiokafka.partitioner import DefaultPartitioner
+
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 request_timeout_ms=10_000, metadata_max_age_ms=5_000)
@@ -101,7 +102,7 @@ async def _read(settings: Settings, run_id: str | None, topics: tuple[Topic, ...
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+async def _partitions(consumer: Any, topic: str) -> set[int]:
     known = consumer.partitions_for_topic(topic)
     if known:
         return set(known)

@@ -21,7 +21,8 @@ from imprint.journal.announcements import ANNOUNCED_TOPICS as JOURNAL_TOPICS
 from imprint.journal.execution import AnswerExecution
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.inbound import Inbound
-from services.common.relay import Handoff, Relay
+from services.common.handoff import Handoff
+from services.common.relay import Relay
 from services.common.settings import Settings
 from services.publication.relay import RELAY_NAME, announce_publication
 from services.publication.sealing import BatchOpener

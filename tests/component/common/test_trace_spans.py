@@ -24,7 +24,7 @@ from imprint.delivery.frames import Frame
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from imprint.runtime import tracecontext
 from services.common.inbound import Inbound
-from services.common.relay import Handoff
+from services.common.handoff import Handoff
 from services.common.settings import Settings
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
