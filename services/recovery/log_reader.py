@@ -205,8 +205,9 @@ def _fold_decoded(fold: LogFold, decoded: Iterable[tuple[StoredEvent, object | N
     commit whose body opened, whether its proof holds (:mod:`imprint.publication.proof`)."""
     for stored, event, error in decoded:
         if error is None:
-            seal = seal_of(stored, event)
-            fold.apply(event, seal, decode.proven(event) if seal == "opened" else None)
+            # a proof holds only over the body as it was sealed: it opened
+            proven = decode.proven(event)
+            fold.apply(event, "opened" if proven is not None else seal_of(stored, event), proven)
             continue
         originator_id = stored.originator_id if isinstance(stored.originator_id, uuid.UUID) else None
         log.warning("undecodable event in the Publication log", position=stored.originator_version,
