@@ -319,6 +319,20 @@ async def profiles(ctx: Context) -> None:
         error = profile.finish(recorder)
         ctx.results["profiles"][part] = ({**profile.top_costs(ctx.profile_dir / f"{part}.txt"), "when": when}
                                          if error is None else error)
+    # A paced load costs each part more per proposal than a burst (a poll holds a few
+    # proposals): its profile is where the per-poll fixed cost shows.
+    load = max(plan.latency_loads)
+    paced_rate = load * ctx.burst_rate()
+    recorders = {part: profile.start(pid, ctx.profile_dir / f"{part}-paced.txt", plan.profile_seconds)
+                 for part, pid in ctx.stack.pids().items()}
+    when = f"{load:.0%} of the burst paced ({paced_rate:.0f}/s) over {plan.latency_runs} runs, one SSE client each"
+    ctx.say(f"profile: py-spy on every part at {when}")
+    await ctx.paced("profile-paced", paced_rate, plan.profile_seconds, plan.latency_runs, clients=True,
+                    drain=max(5.0, plan.latency_seconds))
+    for part, recorder in recorders.items():
+        error = profile.finish(recorder)
+        ctx.results["profiles"][f"{part} (paced)"] = (
+            {**profile.top_costs(ctx.profile_dir / f"{part}-paced.txt"), "when": when} if error is None else error)
     for part, prof in ctx.results["profiles"].items():
         ctx.say(f"  {part}: {prof.get('cpu', prof) if isinstance(prof, dict) else prof}")
 

@@ -426,7 +426,7 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"| {phase} | " + " | ".join(cells) + f" | {window.get('machine_busy_cores')} |")
     profiles = results.get("profiles") or {}
     if profiles:
-        out += ["", "## Profiles at saturation (py-spy, top five)", ""]
+        out += ["", "## Profiles at saturation and at a paced load (py-spy, top five)", ""]
         for part, prof in profiles.items():
             if not isinstance(prof, dict) or not prof.get("samples"):
                 out.append(f"* {part}: {prof}")

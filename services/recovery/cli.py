@@ -75,6 +75,7 @@ from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import (
     RUNS_PER_READ,
     aggregate_blocks,
+    aggregate_form,
     apply_reconciliations,
     current_bound,
     in_pages,
@@ -318,7 +319,7 @@ def _aggregate_problem(app: PublicationLog, ledger: RunLedger, view: Mapping[str
     if set(aggregate) != set(served) | withheld:
         return {"run_id": ledger.run_id, "why": "live blocks differ",
                 "log": sorted(set(served) | withheld), "aggregate": sorted(aggregate)}
-    differing = sorted(b for b, block in served.items() if aggregate[b] != block)
+    differing = sorted(b for b, block in served.items() if aggregate[b] != aggregate_form(block))
     if differing:
         return {"run_id": ledger.run_id, "why": "block revisions differ", "blocks": differing}
     return None

@@ -25,7 +25,7 @@ facts through the repository (optimistic concurrency, retried on a conflict)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +33,7 @@ from typing import Any
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from imprint.contracts.publication import CommittedBlock
+from imprint.contracts.publication import Receipt
 from services.common.observability import get_logger
 from services.common.event_log import stored
 from services.common.recorders import PollRecorder
@@ -246,9 +246,16 @@ def standing_for_block(app: PublicationLog, ledger: RunLedger, block_id: str) ->
     return source_standing(app, sources_to_confirm(ledger, block_id))
 
 
+AGGREGATE_FIELDS = ("block_id", "revision", "delivery_ordinal", "candidate_id", "body_sha256", "source_hint",
+                    "effective_sources", "depends_on", "receipt")
+"""What a run aggregate keeps of each live block (its body and view stay in the commit
+event), so what ``--verify`` compares between the aggregate and the fold."""
+
+
 def aggregate_blocks(app: PublicationLog, ledger: RunLedger) -> dict[str, dict[str, Any]] | None:
     """The live blocks of the run's aggregate *as the repository rebuilds it* (snapshots
-    included) at the version the fold read, for ``--verify``. ``None`` if unreadable."""
+    included) at the version the fold read, as :data:`AGGREGATE_FIELDS`, for ``--verify``.
+    ``None`` if unreadable."""
     if ledger.originator_id is None:
         return None
     try:
@@ -256,14 +263,21 @@ def aggregate_blocks(app: PublicationLog, ledger: RunLedger) -> dict[str, dict[s
     except Exception as error:  # noqa: BLE001 — reported as a verification failure
         log.warning("run aggregate could not be rebuilt", run_id=ledger.run_id, error=type(error).__name__)
         return None
-    blocks: dict[str, dict[str, Any]] = {}
-    for record in run.live_blocks():
-        try:
-            blocks[record.block_id] = CommittedBlock.model_validate(
-                {**record.view, "receipt": dict(record.receipt or {})}).model_dump(mode="json")
-        except Exception:  # noqa: BLE001
-            blocks[record.block_id] = {"unreadable": True}
-    return blocks
+    return {
+        record.block_id: {
+            "block_id": record.block_id, "revision": record.revision, "delivery_ordinal": record.ordinal,
+            "candidate_id": record.candidate_id, "body_sha256": record.body_sha256, "source_hint": record.source_hint,
+            "effective_sources": None if record.effective_sources is None else list(record.effective_sources),
+            "depends_on": list(record.depends_on),
+            "receipt": Receipt.model_validate(record.receipt).model_dump(mode="json") if record.receipt else None,
+        }
+        for record in run.live_blocks()
+    }
+
+
+def aggregate_form(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A block the fold serves, as its run aggregate keeps it (:data:`AGGREGATE_FIELDS`)."""
+    return {name: block.get(name) for name in AGGREGATE_FIELDS}
 
 
 def apply_reconciliations(app: PublicationLog, run_id: str, findings: list[Reconciliation]) -> list[dict[str, Any]]:

@@ -67,8 +67,6 @@ class BlockRecord:
     effective_sources: tuple[str, ...] | None
     """``()`` is verified empty; ``None`` is unknown (P10)."""
     depends_on: tuple[str, ...] = ()
-    view: Mapping[str, Any] = field(default_factory=dict)
-    """The committed :class:`~imprint.contracts.publication.BlockView`, JSON-shaped."""
     receipt: Mapping[str, Any] | None = None
     """``{receipt_id, log_position, committed_at}``; ``None`` while not yet committed."""
     withdrawn: Mapping[str, Any] | None = None
@@ -91,7 +89,6 @@ class BlockRecord:
             source_hint=state.get("source_hint", "unknown"),
             effective_sources=None if effective is None else tuple(effective),
             depends_on=tuple(state.get("depends_on", ())),
-            view=state.get("view", {}),
             receipt=state.get("receipt"),
             withdrawn=state.get("withdrawn"),
         )
@@ -107,7 +104,6 @@ class BlockRecord:
             "source_hint": self.source_hint,
             "effective_sources": None if self.effective_sources is None else list(self.effective_sources),
             "depends_on": list(self.depends_on),
-            "view": dict(self.view),
             "receipt": None if self.receipt is None else dict(self.receipt),
             "withdrawn": None if self.withdrawn is None else dict(self.withdrawn),
         }

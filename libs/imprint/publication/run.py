@@ -102,9 +102,26 @@ class PublicationRun(Aggregate):
     """One run's publication state; commands below, events nested.
 
     ``class_version`` versions the run's snapshot state; each event class versions its
-    own fields (R8)."""
+    own fields (R8).
 
-    class_version = 1
+    A block's state is what later decisions read — identity, position, fingerprint, body
+    digest, bindings, receipt — never its body or view: those stay in its commit event.
+    Every proposal of a run in flight stays in memory (the hot aggregates), and a block's
+    view is a dozen containers that the cyclic collector walked at every full collection,
+    in a pause that grew with the runs in flight; for the same reason a block's
+    ``depends_on`` and ``labels`` are kept only when it has some."""
+
+    class_version = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 kept each block's committed view in its state, and its bindings
+        when empty."""
+        for block in state.get("blocks", {}).values():
+            block.pop("view", None)
+            for name in ("depends_on", "labels"):
+                if not block.get(name, True):
+                    del block[name]
 
     @staticmethod
     @remembered
@@ -232,12 +249,13 @@ class PublicationRun(Aggregate):
                 "body_sha256": block["body_sha256"],
                 "source_hint": block["source_hint"],
                 "effective_sources": block.get("effective_sources"),
-                "depends_on": list(block.get("depends_on", [])),
-                "labels": list(self.labels),
-                "view": block,
                 "receipt": self.receipt(),
                 "withdrawn": None,
             }
+            if block.get("depends_on"):  # absent: none (most blocks)
+                run.blocks[block_id]["depends_on"] = list(block["depends_on"])
+            if self.labels:
+                run.blocks[block_id]["labels"] = list(self.labels)
             run.fingerprints.setdefault(self.fingerprint, block_id)
             run.relied_on().update(dict.fromkeys(block.get("effective_sources") or ()))
             run.next_ordinal = max(run.next_ordinal, block["delivery_ordinal"] + 1)

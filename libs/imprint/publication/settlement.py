@@ -156,7 +156,6 @@ class _Ledger:
             source_hint=view.source_hint,
             effective_sources=None if view.effective_sources is None else tuple(view.effective_sources),
             depends_on=tuple(view.depends_on),
-            view=decision.state,
         )
         self.touched.add(view.block_id)
         self.next_ordinal = advance(self.next_ordinal, view.delivery_ordinal)

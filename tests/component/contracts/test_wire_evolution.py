@@ -25,6 +25,7 @@ from aiokafka import ConsumerRecord
 from imprint.contracts.deadletter import DeadLetter
 from imprint.contracts.registry import TOPIC_MESSAGES, decode, decode_noting_unknown, encode
 from imprint.contracts.topics import Topic
+from imprint.recovery.integrity import body_sha256
 from services.common import evolution
 from services.common.kafka import decode_records
 from services.common.settings import Settings
@@ -187,7 +188,7 @@ def test_intake_applies_a_newer_message_and_records_its_unknown_fields(tmp_path:
         assert run is not None and run.account_id == "acct-w"
         settled = run.settled("tool:call-w")
         assert settled is not None and [b.kind for b in settled.blocks] == ["committed"]
-        assert [b["view"]["content"]["markdown"] for b in run.blocks.values()] == [PART["arguments"]["markdown"]]
+        assert [b["body_sha256"] for b in run.blocks.values()] == [body_sha256(PART["arguments"]["markdown"])]
     finally:
         log.close()
 

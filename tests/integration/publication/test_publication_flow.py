@@ -20,6 +20,7 @@ from imprint.contracts.runtime import AnswerPart, AnswerText, ModelFrame, ModelR
 from imprint.contracts.topics import Topic
 from imprint.publication.capacity import TRUNCATION_MARKER
 from imprint.publication.tokens import token
+from imprint.recovery.integrity import body_sha256
 from services.common.settings import Settings
 from tests.integration.publication.pubsupport import (
     admitted,
@@ -156,11 +157,11 @@ def test_an_invalid_replaces_is_rejected_as_such_and_never_becomes_a_new_block(
     logged = read_run(s, run)
     assert {b.candidate_id for b in map(logged.block, logged.blocks)} == {"tool:t-call-1", "tool:t-call-2", "tool:t-marker"}
     kept = logged.block(target["block_id"])
-    assert kept is not None and kept.revision == 1 and kept.view["content"]["markdown"] == "The target body."
+    assert kept is not None and kept.revision == 1 and kept.body_sha256 == body_sha256("The target body.")
     assert logged.run_modifications == 0
     foreign_kept = read_run(s, other).block(foreign["block_id"])
     assert foreign_kept is not None and foreign_kept.revision == 1
-    assert foreign_kept.view["content"]["markdown"] == "Another run's block."
+    assert foreign_kept.body_sha256 == body_sha256("Another run's block.")
     assert "answer.revision_rejected" not in {v["type"] for v in wait_run(s, other, has_published("Another"))}
 
 
@@ -195,8 +196,8 @@ def test_modification_quota_per_block_and_per_run(stack: Stack, module_settings:
     assert [r for b, r in revisions if b == ids[5]] == [1]
     assert "answer.save_failed" not in {v["type"] for v in values}
     logged = read_run(s, run)
-    assert logged.block(ids[1]).view["content"]["markdown"] == "Block 1 v3", "earlier content stays"  # type: ignore[union-attr]
-    assert logged.block(ids[5]).view["content"]["markdown"] == "Block 5 v1"  # type: ignore[union-attr]
+    assert logged.block(ids[1]).body_sha256 == body_sha256("Block 1 v3"), "earlier content stays"  # type: ignore[union-attr]
+    assert logged.block(ids[5]).body_sha256 == body_sha256("Block 5 v1")  # type: ignore[union-attr]
     assert logged.run_modifications == 8
     assert logged.block_modifications == {ids[1]: 2, ids[2]: 2, ids[3]: 2, ids[4]: 2}
     assert len(logged.live_blocks()) == 6, "the run goes on: a new block after the quota is spent"

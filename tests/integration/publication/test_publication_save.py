@@ -24,6 +24,7 @@ from psycopg import sql
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import PublicationRun
+from imprint.recovery.integrity import body_sha256
 from services.common.settings import Settings
 from services.publication.application import open_log
 from tests.integration.publication.pubsupport import (
@@ -57,7 +58,7 @@ def assert_failed_but_quota_kept(settings: Settings, run: str, block_id: str, er
     assert logged.settled("tool:s-revised") is None, "not committed"
     assert logged.save_failures == {"tool:s-revised": error}, "a failure fact"
     record = logged.block(block_id)
-    assert record is not None and record.revision == 1 and record.view["content"]["markdown"] == "Original body."
+    assert record is not None and record.revision == 1 and record.body_sha256 == body_sha256("Original body.")
     assert logged.consumed == {"tool:s-revised#0": block_id}, "the previewed modification has used quota"
     assert logged.block_modifications == {block_id: 1} and logged.run_modifications == 1
 
@@ -84,7 +85,7 @@ def assert_retry_commits_once(settings: Settings, driver: Driver, run: str, bloc
     assert revisions == [(block_id, 1), (block_id, 2)]
     logged = read_run(settings, run)
     record = logged.block(block_id)
-    assert record is not None and record.revision == 2 and record.view["content"]["markdown"] == "Revised body."
+    assert record is not None and record.revision == 2 and record.body_sha256 == body_sha256("Revised body.")
     assert logged.block_modifications == {block_id: 1} and logged.run_modifications == 1, "quota counted once"
     outcome = logged.settled("tool:s-revised")
     assert outcome is not None and [b.kind for b in outcome.blocks] == ["committed"]

@@ -10,6 +10,7 @@ from pub_helpers import candidate, commit_one, new_run, registry
 from imprint.contracts.publication import AnswerRevisionRejected
 from imprint.publication import Commit, PublicationRun, Rejected, RevisionRejected, announce_all
 from imprint.publication.block_ids import issue_block_id
+from imprint.recovery.integrity import body_sha256
 
 
 @pytest.mark.rule("P12")
@@ -23,7 +24,7 @@ def test_a_revision_replaces_the_block_in_place(run: PublicationRun) -> None:
     assert revised.block.revision == 2 and revised.block.delivery_ordinal == first.block.delivery_ordinal
     live = run.live_blocks()
     assert [b.block_id for b in live].count(first.block_id) == 1 and len(live) == 2
-    assert run.block(first.block_id).view["content"]["markdown"] == "version two"  # type: ignore[union-attr]
+    assert run.block(first.block_id).body_sha256 == body_sha256("version two")  # type: ignore[union-attr]
 
 
 def assert_invalid_target(run: PublicationRun, replaces: object) -> None:
@@ -85,7 +86,7 @@ def test_a_failing_revision_leaves_the_committed_body_untouched(run: Publication
     decision = run.settle(candidate(markdown="", replaces=first.block_id), registry())[0]
     assert isinstance(decision, Rejected) and decision.reason == "empty_body" and decision.block_id == first.block_id
     record = run.block(first.block_id)
-    assert record is not None and record.revision == 1 and record.view["content"]["markdown"] == "committed body"
+    assert record is not None and record.revision == 1 and record.body_sha256 == body_sha256("committed body")
 
 
 @pytest.mark.rule("P12")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from imprint.publication.run import PublicationRun
 from imprint.publication.sources import SourceDependents, SourceRecord
 from tests.support.versions import aggregates, name_of, stored_event_classes, upcast_steps
 
@@ -43,6 +44,19 @@ STEPS: dict[tuple[type, int], tuple[dict[str, Any], dict[str, Any]]] = {
         {"_created_on": AT, "_modified_on": AT, "source_id": "src-a", "registered": True, "scope": "public",
          "owner_account_id": "pub", "title": "", "revoked_for_all": False, "revoked_accounts": [],
          "tombstoned": False, "dependents": [], "shards": ["0", "3"]},
+    ),
+    (PublicationRun, 1): (
+        {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {"blk_1": {
+            "block_id": "blk_1", "revision": 1, "ordinal": 1, "candidate_id": "tool:c", "fingerprint": "f",
+            "body_sha256": "h", "source_hint": "sources_verified", "effective_sources": ["src-a"], "depends_on": [],
+            "labels": [], "view": {"block_id": "blk_1", "content": {"type": "text", "markdown": "body"}},
+            "receipt": {"receipt_id": "r", "log_position": 3, "committed_at": "2026-12-03T09:00:03+00:00"},
+            "withdrawn": None}}},
+        {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {"blk_1": {
+            "block_id": "blk_1", "revision": 1, "ordinal": 1, "candidate_id": "tool:c", "fingerprint": "f",
+            "body_sha256": "h", "source_hint": "sources_verified", "effective_sources": ["src-a"],
+            "receipt": {"receipt_id": "r", "log_position": 3, "committed_at": "2026-12-03T09:00:03+00:00"},
+            "withdrawn": None}}},
     ),
 }
 """``(class, n)`` → (the state version *n* stored, the state version *n+1* reads)."""
