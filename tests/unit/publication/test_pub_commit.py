@@ -167,6 +167,22 @@ def test_later_failures_keep_earlier_commits(run: PublicationRun) -> None:
     assert [b.block_id for b in run.live_blocks()] == [first.block_id]
 
 
+@pytest.mark.rule("X8")
+def test_a_run_holds_no_body_its_commit_events_do() -> None:
+    """A run keeps what later decisions read of each block (identity, digests, bindings,
+    receipt), never its body or view: the runs in flight stay in memory, and a snapshot
+    then has no body to seal or to outlive a deletion."""
+    run = new_run(pending=True)
+    body = f"a body of its own {uuid.uuid4().hex}"
+    commit = commit_one(run, f"{body} {token('cite', PUBLIC)}")
+    state = repr({name: value for name, value in vars(run).items() if name != "_pending_events"})
+    assert body not in state and "markdown" not in state
+    kept = run.block(commit.block_id)
+    assert kept is not None and kept.body_sha256 == commit.block.body_sha256
+    (event,) = [e for e in run.collect_events() if type(e).__name__ == "BlockRevisionCommitted"]
+    assert event.block["content"]["markdown"].startswith(body)
+
+
 @pytest.mark.rule("P15")
 def test_snapshot_round_trip(app: PublicationApp) -> None:
     run = new_run(pending=True)
