@@ -16,10 +16,10 @@ go to stderr, and so do progress bars (on a terminal only).
     whole view. ``--verify`` replays each run twice at the same version and compares
     the hashes, compares the view with the run aggregate as the repository rebuilds
     it (snapshots included; what the aggregate keeps of each block:
-    :data:`~services.recovery.log_reader.AGGREGATE_FIELDS`) and checks the integrity of every committed revision
-    (:mod:`imprint.recovery.verification`); each run's line then carries its
-    ``integrity`` verdict and a last line the overall verdict, naming every run and
-    block that fails and why. Exit 1 on any failure.
+    :data:`~services.recovery.log_reader.AGGREGATE_FIELDS`) and checks the integrity
+    of every committed revision (:mod:`imprint.recovery.verification`); each run's
+    line then carries its ``integrity`` verdict and a last line the overall verdict,
+    naming every run and block that fails and why. Exit 1 on any failure.
 ``recover [--run R] [--apply]``
     The recovery report (R7), with the journal's store consulted read-only
     (committed-but-unjournaled blocks, settled effects whose tool receipt the

@@ -38,6 +38,7 @@ from services.common.observability import get_logger
 from services.common.event_log import stored
 from services.common.recorders import PollRecorder
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
+from imprint.publication.facts import BlockRecord
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
 from imprint.recovery.ledger import SealStatus
 from services.publication.application import RUN_OPENED, PublicationLog
@@ -263,15 +264,21 @@ def aggregate_blocks(app: PublicationLog, ledger: RunLedger) -> dict[str, dict[s
     except Exception as error:  # noqa: BLE001 — reported as a verification failure
         log.warning("run aggregate could not be rebuilt", run_id=ledger.run_id, error=type(error).__name__)
         return None
+    return {record.block_id: _kept(record) for record in run.live_blocks()}
+
+
+def _kept(record: BlockRecord) -> dict[str, Any]:
+    """One live block as :data:`AGGREGATE_FIELDS` (``{"unreadable": True}``: its stored
+    receipt does not read, reported as a differing block)."""
+    try:
+        receipt = Receipt.model_validate(record.receipt).model_dump(mode="json") if record.receipt else None
+    except Exception:  # noqa: BLE001
+        return {"unreadable": True}
     return {
-        record.block_id: {
-            "block_id": record.block_id, "revision": record.revision, "delivery_ordinal": record.ordinal,
-            "candidate_id": record.candidate_id, "body_sha256": record.body_sha256, "source_hint": record.source_hint,
-            "effective_sources": None if record.effective_sources is None else list(record.effective_sources),
-            "depends_on": list(record.depends_on),
-            "receipt": Receipt.model_validate(record.receipt).model_dump(mode="json") if record.receipt else None,
-        }
-        for record in run.live_blocks()
+        "block_id": record.block_id, "revision": record.revision, "delivery_ordinal": record.ordinal,
+        "candidate_id": record.candidate_id, "body_sha256": record.body_sha256, "source_hint": record.source_hint,
+        "effective_sources": None if record.effective_sources is None else list(record.effective_sources),
+        "depends_on": list(record.depends_on), "receipt": receipt,
     }
 
 

@@ -152,6 +152,30 @@ def table_exists(settings: Settings, table: str) -> bool:
     return backend_for(settings).has_log(table.removesuffix("_events"))
 
 
+def damage_snapshot_block(settings: Settings, run_id: str, field: str, value: Any) -> str:
+    """Change one field of one block in the run's latest stored snapshot (the snapshot no
+    longer agrees with the events it was taken from); returns that block's id."""
+    with closing(open_log(settings)) as app:
+        assert app.snapshots is not None
+        recorder: Any = app.snapshots.recorder
+        tables = backend_for(settings).tables("publication")
+        try:
+            with recorder.datastore.transaction(commit=True) as cursor:
+                table, q = tables.table(recorder.events_table_name), tables.q
+                cursor.execute(q(f"SELECT originator_version, state FROM {table} WHERE originator_id = ? "
+                                 "ORDER BY originator_version DESC LIMIT 1"), (_id(settings, run_id),))
+                row = cursor.fetchone()
+                assert row is not None, "the run has a stored snapshot"
+                state = json.loads(bytes(row["state"]))
+                block_id, block = next(iter(state["state"]["blocks"].items()))
+                block[field] = value
+                cursor.execute(q(f"UPDATE {table} SET state = ? WHERE originator_id = ? AND originator_version = ?"),
+                               (json.dumps(state).encode(), _id(settings, run_id), row["originator_version"]))
+        finally:
+            tables.close()
+    return block_id
+
+
 def snapshot_versions(settings: Settings, run_id: str) -> list[int]:
     """The versions the run's stored snapshots were taken at (the log's own snapshot store)."""
     with closing(open_log(settings)) as app:

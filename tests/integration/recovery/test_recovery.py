@@ -19,6 +19,7 @@ from services.common.settings import Settings
 from services.publication.application import open_log
 from services.recovery import cli
 from tests.integration.recovery.recovery_support import (
+    damage_snapshot_block,
     ACCOUNT,
     OTHER,
     PRIVATE_OWN,
@@ -104,6 +105,22 @@ def test_replay_verify_agrees_across_processes_and_with_snapshotted_aggregates(i
     assert len(views(second)["run-long"]["view"]["blocks"]) == 105
     code, one = replay_lines(isolated, "run-1", verify=True)
     assert code == 0 and one[0]["sha256"] == views(second)["run-1"]["sha256"] and one[-1]["verify"]["verified"]
+
+
+@pytest.mark.rule("R1")
+def test_replay_verify_names_a_snapshot_that_disagrees_with_its_events(isolated: Settings) -> None:
+    """The aggregate ``--verify`` compares with the fold is rebuilt from its snapshot: a
+    snapshot whose block disagrees with the commit events fails the verification."""
+    with feeding(isolated) as (app, feed):
+        feed(admitted("run-long"))
+        feed(*(text("run-long", f"segment {i}", segment=i) for i in range(105)))
+    assert len(snapshot_versions(isolated, "run-long")) == 1
+    block_id = damage_snapshot_block(isolated, "run-long", "body_sha256", "0" * 64)
+    code, lines = replay_lines(isolated, verify=True)
+    verdict = lines[-1]["verify"]
+    assert code == 1 and not verdict["verified"] and not verdict["aggregates_agree"]
+    assert verdict["aggregate_disagreements"] == [
+        {"run_id": "run-long", "why": "block revisions differ", "blocks": [block_id]}]
 
 
 def damage_body(settings: Settings, run_id: str, version: int, markdown: str) -> None:
