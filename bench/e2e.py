@@ -24,7 +24,8 @@ from bench import sse
 from bench.floors import READER_FETCH_WAIT_MS
 from bench.procs import Stack
 from bench.stats import latency_summary, slope
-from bench.workload import Sources, candidate_of, opening, typical_part, wire
+from bench.workload import Sources, candidate_of, closing, opening, typical_part, wire
+from imprint.contracts.runtime import RunAdmitted
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 
@@ -103,6 +104,8 @@ class Driver:
         self.publication = settings.topic(Topic.PUBLICATION)
         self.clients: list[sse.SseClient] = []
         self.token = ""
+        self.open_runs: dict[str, None] = {}
+        """Runs admitted and not yet completed (:meth:`complete_runs`)."""
 
     async def start(self) -> None:
         self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True,
@@ -150,6 +153,8 @@ class Driver:
         """Produce in order without waiting for each acknowledgement; wait for all at the end."""
         futures = []
         for message in messages:
+            if isinstance(message, RunAdmitted):
+                self.open_runs[message.run_id] = None
             key, value, headers = wire(message)
             futures.append(await self.producer.send(self.runtime, value, key=key, headers=headers))
         if futures:
@@ -162,6 +167,18 @@ class Driver:
         await self.caught_up("publication", self.runtime)
         if clients:
             await self.connect(runs)
+
+    async def complete_runs(self, timeout: float = 900) -> int:
+        """Complete every run admitted so far, as a runtime does once its answer is done,
+        and wait until every part has taken the ends: a phase's runs do not stay in flight
+        through the phases after it (in production a run that never ends is closed by its
+        lease, X10, which the bench sets beyond its own length)."""
+        runs = list(self.open_runs)
+        self.close_clients()
+        await self.send(closing(run) for run in runs)
+        self.open_runs.clear()
+        await self.quiet(timeout)
+        return len(runs)
 
     async def connect(self, runs: list[str], per_run: int = 1, concurrency: int = 50) -> list[sse.SseClient]:
         gate = asyncio.Semaphore(concurrency)

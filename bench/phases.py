@@ -345,7 +345,9 @@ async def run(ctx: Context, selected: tuple[str, ...], errors: dict[str, str],
               checkpoint: Callable[[], None]) -> None:
     """Warm up, then each phase of ``selected`` in its order (burst saturation first when
     ``cost`` is not among them), then the profiles; a phase that fails is reported under
-    ``errors["e2e.<phase>"]`` and the next one starts once the stack is quiet again."""
+    ``errors["e2e.<phase>"]`` and the next one starts once the stack is quiet again. After
+    each phase its runs complete, as a runtime's do: the next phase does not run beside
+    thousands of runs that stay in flight forever."""
     driver = ctx.driver
     await asyncio.to_thread(ctx.stack.wait_ready)  # in a thread: the driver's consumers run on this loop
     ctx.say("warm-up")
@@ -360,6 +362,10 @@ async def run(ctx: Context, selected: tuple[str, ...], errors: dict[str, str],
         started = time.monotonic()
         try:
             await runners[name](ctx)
+            ending = time.monotonic()
+            ended = await driver.complete_runs()
+            ctx.results["seconds"][f"e2e.{name}.completing_runs"] = round(time.monotonic() - ending, 1)
+            ctx.say(f"  completed the phase's {ended:,} runs in {time.monotonic() - ending:.0f} s")
         except Exception as error:  # noqa: BLE001 — report it and go on
             import traceback
 

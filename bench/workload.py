@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from imprint.contracts.registry import encode
-from imprint.contracts.runtime import AnswerPart, EvidenceGranted, NumericIssued, QuestionConditionSet, RunAdmitted
+from imprint.contracts.runtime import (
+    AnswerPart,
+    EvidenceGranted,
+    NumericIssued,
+    QuestionConditionSet,
+    RunAdmitted,
+    RunCompleted,
+)
 
 ACCOUNT = "acct-bench"
 PUBLIC = "src:public:annual-report-2024"
@@ -68,6 +75,11 @@ def grants(run_id: str, sources: Sources = Sources(), account: str = ACCOUNT) ->
 def opening(run_id: str, sources: Sources = Sources()) -> list[Any]:
     """What a run sends before its first proposal: admission, evidence grants, a number."""
     return [admitted(run_id), *grants(run_id, sources)]
+
+
+def closing(run_id: str) -> RunCompleted:
+    """What a run sends once its answer is done."""
+    return RunCompleted(run_id=run_id, outcome="answered")
 
 
 def wire(message: Any) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -83,13 +83,20 @@ class HotAggregates(Cache[UUID, Any]):
     An aggregate is weighed when it is put: when the repository first reads it
     and after each save of it (the library puts every saved aggregate back), so a run
     growing in place is weighed again at its next commit. The aggregate put last is
-    never the one evicted, however much it holds: the unit of work using it keeps it."""
+    never the one evicted, however much it holds: the unit of work using it keeps it.
 
-    def __init__(self, maxsize: int, max_entries: int) -> None:
+    An aggregate that ``stays_hot`` says is done (a run that ended) is not kept: its last
+    events are recorded, nothing more is expected of it, and a late message reads it back
+    from the log. Without this the cache held every run an instance had seen until the
+    bounds pushed it out (tens of thousands), and the cyclic collector walked them all at
+    every full collection, in a pause that grew with the history, not with the load."""
+
+    def __init__(self, maxsize: int, max_entries: int, stays_hot: Callable[[Any], bool] = lambda _: True) -> None:
         super().__init__()
         self.cache: OrderedDict[UUID, Any] = OrderedDict()  # least recently used first
         self.maxsize = maxsize
         self.max_entries = max_entries
+        self.stays_hot = stays_hot
         self.held = 0
         """Entries held by the cached aggregates, as weighed when each was put."""
         self._weights: dict[UUID, int] = {}
@@ -107,6 +114,12 @@ class HotAggregates(Cache[UUID, Any]):
 
     def put(self, key: UUID, value: Any | None) -> None:
         if value is None:
+            return
+        if not self.stays_hot(value):
+            with self._lock:
+                if key in self.cache:
+                    del self.cache[key]
+                    self.held -= self._weights.pop(key)
             return
         weight = entries(value)
         with self._lock:
@@ -134,8 +147,14 @@ class HotCacheApplication(Application[UUID]):
         repository = super().construct_repository()
         if isinstance(repository.cache, LRUCache):
             repository.cache = HotAggregates(repository.cache.maxsize,
-                                             int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES))
+                                             int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES),
+                                             self.stays_hot)
         return repository
+
+    def stays_hot(self, aggregate: Any) -> bool:
+        """Whether more of ``aggregate``'s messages are expected soon (the cache keeps it);
+        an application says which of its aggregates are done."""
+        return True
 
 
 LATEST_VERSION = sys.maxsize

@@ -72,6 +72,11 @@ class PublicationLog(HotCacheApplication):
         """Tracing on (``services.common.tracing.active_tracer``): a poll's spans (``spans``)."""
         self._spans: PollSpans | None = None
 
+    def stays_hot(self, aggregate: object) -> bool:
+        """A run that ended leaves the hot cache: what may still reach it (a withdrawal, a
+        deletion, a proposal after the end) is rare and reads it back from the log."""
+        return not (isinstance(aggregate, PublicationRun) and aggregate.has_ended)
+
     def construct_recorder(self) -> PollRecorder:
         recorder: PollRecorder = self.factory.process_recorder()  # type: ignore[assignment]
         if self.factory.env_create_table():  # type: ignore[attr-defined]

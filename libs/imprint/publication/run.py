@@ -116,7 +116,8 @@ class PublicationRun(Aggregate):
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         """Version 1 kept each block's committed view in its state, and its bindings
-        when empty."""
+        when empty; its earliest snapshots predate the run's end."""
+        state.setdefault("ended", None)
         for block in state.get("blocks", {}).values():
             block.pop("view", None)
             for name in ("depends_on", "labels"):
@@ -475,6 +476,12 @@ class PublicationRun(Aggregate):
         return bool(getattr(self, "conversation_deleted", False))
 
     @property
+    def has_ended(self) -> bool:
+        """The runtime's terminal event (or the Journal's lease lapse) reached the run: every
+        proposal it made is settled in the log before that."""
+        return self.ended is not None
+
+    @property
     def lost(self) -> str | None:
         """X10: why the Journal closed the run when its lease lapsed (``getattr``: older snapshots)."""
         return getattr(self, "lapsed", None)
@@ -622,7 +629,7 @@ class PublicationRun(Aggregate):
     def end(self, state: str) -> bool:
         """Record that the run ended (``completed``, ``failed``, …). Once; later proposals are still
         settled, but for a run that ended ``stopped`` (X11: refused, ``run_stopped``)."""
-        if getattr(self, "ended", None) is not None:  # getattr: snapshots taken before this field existed
+        if self.has_ended:
             return False
         self.trigger_event(self.Ended, run_id=self.run_id, state=state)
         return True

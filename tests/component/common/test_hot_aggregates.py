@@ -89,3 +89,18 @@ def test_an_evicted_aggregate_no_longer_counts_and_an_empty_cache_is_still_the_c
         cache.get(a, evict=True)
     cache.put(a, None)  # the library may put nothing: ignored
     assert not cache.cache
+
+
+def test_an_aggregate_that_is_done_is_not_kept_and_leaves_if_it_was() -> None:
+    done: set[str] = set()
+    cache = HotAggregates(maxsize=100, max_entries=100, stays_hot=lambda held: held.name not in done)
+    a, b = ids(2)
+    cache.put(a, Held(blocks=2, name="a"))
+    cache.put(b, Held(blocks=3, name="b"))
+    done.add("a")
+    cache.put(a, Held(blocks=2, name="a"))  # saved once more, as it ended
+    assert list(cache.cache) == [b] and cache.held == 4
+    with pytest.raises(KeyError):
+        cache.get(a)
+    cache.put(a, Held(blocks=2, name="a"))  # read back for a late message: still not kept
+    assert list(cache.cache) == [b] and cache.held == 4

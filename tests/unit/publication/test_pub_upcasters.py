@@ -56,7 +56,7 @@ STEPS: dict[tuple[type, int], tuple[dict[str, Any], dict[str, Any]]] = {
             "block_id": "blk_1", "revision": 1, "ordinal": 1, "candidate_id": "tool:c", "fingerprint": "f",
             "body_sha256": "h", "source_hint": "sources_verified", "effective_sources": ["src-a"],
             "receipt": {"receipt_id": "r", "log_position": 3, "committed_at": "2026-12-03T09:00:03+00:00"},
-            "withdrawn": None}}},
+            "withdrawn": None}}, "ended": None},
     ),
 }
 """``(class, n)`` → (the state version *n* stored, the state version *n+1* reads)."""
@@ -76,6 +76,12 @@ def test_every_upcast_step_has_its_case_here() -> None:
     missing = sorted(f"{name_of(c)} v{n}->v{n + 1}" for c, n in steps - STEPS.keys())
     assert missing == [], "add a case to STEPS for each"
     assert STEPS.keys() <= steps, "a case for a step no class takes"
+
+
+def test_a_run_snapshot_that_knew_its_end_keeps_it() -> None:
+    older = {**copy.deepcopy(STEPS[PublicationRun, 1][0]), "ended": "completed"}
+    PublicationRun.upcast_v1_v2(older)
+    assert older["ended"] == "completed"
 
 
 def test_a_snapshot_older_than_the_lanes_upcasts_to_no_shard() -> None:
