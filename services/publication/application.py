@@ -158,7 +158,12 @@ class PublicationLog(HotCacheApplication):
         since its last snapshot are at least as many as the records its state holds (and at
         least the class's interval). A snapshot costs what the state holds, so spacing them
         by that size keeps the cost per event flat however long a run or a source grows,
-        and a reload still reads at most one snapshot plus a tail no longer than it."""
+        and a reload still reads at most one snapshot plus a tail no longer than it.
+
+        Each aggregate's first snapshot comes at its own point of the first interval
+        (:func:`_phase`): runs admitted together and proposing in turn reach each interval
+        together, and their snapshots, all due in the same few polls, held those polls
+        (and every preview behind them) for hundreds of milliseconds."""
         assert self.snapshots is not None
         due = []
         for aggregate_id, aggregate in processing_event.aggregates.items():
@@ -167,7 +172,8 @@ class PublicationLog(HotCacheApplication):
                 continue
             last = self._snapshotted.get(aggregate_id)
             if last is None:
-                last = self._snapshotted[aggregate_id] = aggregate.version - aggregate.version % interval
+                last = self._snapshotted[aggregate_id] = (
+                    aggregate.version - (aggregate.version + _phase(aggregate_id, interval)) % interval)
             if aggregate.version - last >= max(interval, _records_held(aggregate)):
                 # The library's own choice of snapshot class (Application.take_snapshot).
                 snapshot_class = getattr(type(aggregate), "Snapshot", type(self).snapshot_class)
@@ -263,6 +269,12 @@ class _FailureFacts:
 
     def shown(self, result: bool) -> bool:
         return False
+
+
+def _phase(aggregate_id: uuid.UUID, interval: int) -> int:
+    """Where in the interval an aggregate's snapshots fall: fixed by its id, so a restart
+    keeps each aggregate's schedule, and spread evenly over the aggregates."""
+    return aggregate_id.int % interval
 
 
 def _records_held(aggregate: object) -> int:
