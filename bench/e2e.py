@@ -178,6 +178,8 @@ class Driver:
         await self.send(closing(run) for run in runs)
         self.open_runs.clear()
         await self.quiet(timeout)
+        await asyncio.sleep(1.0)  # what the Journal's relay announced of the ends (imprint.runs.v1) meanwhile
+        await self.quiet(timeout)
         return len(runs)
 
     async def connect(self, runs: list[str], per_run: int = 1, concurrency: int = 50) -> list[sse.SseClient]:
