@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import pybase64
 from cryptography.exceptions import InvalidTag
@@ -209,16 +209,18 @@ class FieldSealer:
 
     The base64 of a seal is pybase64's (SIMD: the standard library's decoding is a large part
     of opening a short body). ``remember_ciphers``: keep each key's AES-GCM context for the
-    sealer's life (its key schedule, and the MAC key :meth:`prove` derives from it, are paid
-    once, not per use) — only for a
-    sealer that lives as long as its keyring's keys may be used, such as a relay's or a
-    replay's sealer of one batch; a long-lived sealer would keep a destroyed key's context."""
+    sealer's life (its key schedule, and the MAC :meth:`prove` keys from it, already fed with
+    its stream's associated data, are paid once, not per use) — only for a sealer that lives
+    as long as its keyring's keys may be used, such as a relay's or a replay's sealer of one
+    batch; a long-lived sealer would keep a destroyed key's context."""
 
     def __init__(self, keyring: Keyring, purpose: str = "journal", *, remember_ciphers: bool = False) -> None:
         self.keyring = keyring
         self.purpose = purpose
         self._ciphers: dict[bytes, AESGCM] | None = {} if remember_ciphers else None
-        self._proof_keys: dict[tuple[bytes, bytes], bytes] | None = {} if remember_ciphers else None
+        self._proof_macs: dict[tuple[bytes, bytes, str, str], Any] | None = {} if remember_ciphers else None
+        """(key, context, conversation, scope) → the keyed BLAKE2b already fed with its
+        associated data: a reader checks every commit of a stream under the same four."""
 
     def _cipher(self, key: bytes) -> AESGCM:
         if self._ciphers is None:
@@ -277,15 +279,23 @@ class FieldSealer:
 
     def _proof(self, key: bytes, conversation_id: str, scope: str, context: bytes, subject: bytes) -> str:
         """Keyed BLAKE2b (a MAC by design, and cheaper than HMAC-SHA-256 over a block's JSON)
-        under a key derived from the data key for ``context``."""
-        mac_key = self._proof_keys.get((key, context)) if self._proof_keys is not None else None
-        if mac_key is None:
-            mac_key = hashlib.blake2b(b"imprint.proof/v1\x00" + context, key=key, digest_size=32).digest()
-            if self._proof_keys is not None:
-                self._proof_keys[(key, context)] = mac_key
-        ad = associated_data(conversation_id, scope, "proof", self.purpose)
-        mac = hashlib.blake2b(ad + b"\x00" + subject, key=mac_key, digest_size=32).digest()
-        return pybase64.urlsafe_b64encode(mac).decode("ascii")
+        under a key derived from the data key for ``context``, over the associated data, a
+        zero byte and ``subject``."""
+        mac = self._prepared_mac(key, conversation_id, scope, context).copy()
+        mac.update(subject)
+        return pybase64.urlsafe_b64encode(mac.digest()).decode("ascii")
+
+    def _prepared_mac(self, key: bytes, conversation_id: str, scope: str, context: bytes) -> Any:
+        """The MAC's state before its subject (remembered by a sealer that keeps its ciphers)."""
+        remembered = (key, context, conversation_id, scope)
+        if self._proof_macs is not None and (mac := self._proof_macs.get(remembered)) is not None:
+            return mac
+        mac_key = hashlib.blake2b(b"imprint.proof/v1\x00" + context, key=key, digest_size=32).digest()
+        mac = hashlib.blake2b(associated_data(conversation_id, scope, "proof", self.purpose) + b"\x00",
+                              key=mac_key, digest_size=32)
+        if self._proof_macs is not None:
+            self._proof_macs[remembered] = mac
+        return mac
 
     def fingerprint(self, conversation_id: str, scope: str, field: str, plaintext: str) -> str:
         """A keyed MAC of ``plaintext``: equal texts give equal fingerprints under one conversation key,

@@ -57,6 +57,12 @@ def json_time(moment: datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
+def iso_time(json_text: str) -> str:
+    """A time :func:`json_time` wrote, as ``isoformat`` writes it (how the recovery fold keeps
+    times): a proven commit's time is then read from its served form, not formatted again."""
+    return json_text[:-1] + "+00:00" if json_text.endswith("Z") else json_text
+
+
 def committed_form(block: Mapping[str, Any], receipt_id: str, log_position: int, committed_at: datetime
                    ) -> dict[str, Any]:
     """The committed block as served (a :class:`CommittedBlock`'s JSON), from a sound commit

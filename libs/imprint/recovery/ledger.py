@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping
 
-from imprint.publication.proof import Proven
+from imprint.publication.proof import Proven, iso_time
 from imprint.publication.run import PublicationRun, reconciliation_key
 
 SealStatus = Literal["opened", "shredded", "unopenable"]
@@ -232,7 +232,8 @@ class LogFold:
 
     def _apply(self, ledger: RunLedger, event: Any, position: int | None, seal: SealStatus | None,
                proven: Proven | None = None) -> None:
-        at = _at(event)
+        # a proven commit's time was formatted for its proof already
+        at = _at(event) if proven is None else iso_time(proven.form["receipt"]["committed_at"])
         entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
         run = PublicationRun
         if isinstance(event, run.BlockRevisionCommitted):  # most of a log: tested first

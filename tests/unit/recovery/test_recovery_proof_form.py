@@ -13,7 +13,7 @@ from recovery_helpers import PUBLIC, Log, cite, num, ref
 from imprint.canonical import canonical_bytes
 from imprint.publication import PublicationRun
 from imprint.contracts.publication import CommittedBlock
-from imprint.publication.proof import Proven, json_time, proof_subject, served_form
+from imprint.publication.proof import Proven, iso_time, json_time, proof_subject, served_form
 from imprint.recovery import Defect, LogFold, answer_view, hashed_answer_view, view_hash
 from imprint.recovery.integrity import served
 
@@ -27,6 +27,7 @@ TIMES = [datetime(2026, 12, 4, 7, 30, 0, tzinfo=timezone.utc),
 @pytest.mark.parametrize("moment", TIMES)
 def test_a_time_reads_as_pydantics_json_writes_it(moment: datetime) -> None:
     assert json_time(moment) == TypeAdapter(datetime).dump_python(moment, mode="json")
+    assert iso_time(json_time(moment)) == moment.isoformat()
 
 
 def log_of_three() -> Log:
@@ -56,6 +57,25 @@ def test_the_proven_form_of_a_commit_is_what_the_full_examination_serves(moment:
     for event, revision in zip(commits, revisions):
         assert served_form(event) == served(revision)[1]
     assert all(served_form(e) is None for e in events if not isinstance(e, PublicationRun.BlockRevisionCommitted))
+
+
+@pytest.mark.parametrize("moment", TIMES)
+def test_a_fold_of_proven_commits_keeps_what_a_fold_of_examined_ones_keeps(moment: datetime) -> None:
+    """The fold reads a proven commit's time from its served form: the same receipt and the
+    same audit trail as a fold that formats the event's own time."""
+    events = [at(e, moment) for e in log_of_three().events]
+    examined, proven = LogFold(), LogFold()
+    for event in events:
+        seal = "opened" if isinstance(event, PublicationRun.BlockRevisionCommitted) else None
+        form = served_form(event)
+        examined.apply(event, seal)
+        proven.apply(event, seal, Proven(form, canonical_bytes(form)) if form is not None else None)
+    run_id = events[0].run_id
+    a, b = examined.ledger(run_id), proven.ledger(run_id)
+    assert a is not None and b is not None and a.trail == b.trail and a.settlements == b.settlements
+    assert [r.receipt for h in a.blocks.values() for r in h.revisions] == \
+        [r.receipt for h in b.blocks.values() for r in h.revisions]
+    assert a.trail[-1]["at"] == moment.isoformat()
 
 
 def test_a_view_hash_composed_from_proven_blocks_is_the_views_hash() -> None:
