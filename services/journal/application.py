@@ -62,6 +62,7 @@ from services.common.backends import backend_for
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
+from services.common.observability import get_logger
 from services.common.handoff import Handoff
 from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork, Unconfirmed
 from services.journal.message_index import StoreMessageIndex
@@ -76,6 +77,8 @@ Decided = IndexIntent | LeaseChange
 """What a journal unit of work hands on after its commit: index updates (X4), lease changes (X10)."""
 
 DEFAULT_LEASE_SECONDS = 120.0
+
+log = get_logger(__name__)
 
 
 class RuntimeJournal(HotCacheApplication):
@@ -239,26 +242,42 @@ class RuntimeJournal(HotCacheApplication):
     def lapse_due(self) -> list[Lapse]:
         """Close every run whose lease lapsed (``failed``, ``runtime_lost``), each in its own unit
         of work, between the consumer's polls; a run no longer open is only released. Returns
-        what was recorded."""
+        what was recorded.
+
+        A run whose lapse cannot be recorded (a record of it no longer reads, its unit kept
+        losing races) is logged and left due, for the next sweep; the other runs are closed
+        all the same.
+
+        One unit per run, not a unit of many: runs that lapse together (runtimes lost at
+        once) then reach Publication at the pace they commit here. Publication ends each one
+        on its aggregate, read back from the log when it is no longer in memory; a hundred
+        closings committed as one transaction arrive as one poll of such reads, and the
+        proposals of every other run wait behind it."""
         with self._leases_lock:
             due = self.leases.due(self.clock())
         done: list[Lapse] = []
         for run_id, lane in due:
-            with self.processing_lock:
-                with self._leases_lock:
-                    if not self.leases.is_due(run_id, self.clock()):
-                        continue  # renewed meanwhile, or its lane went to another instance
-                lapsed: list[Lapse] = []
-
-                def work(ws: StoredWorkspace, run_id: str = run_id, lane: int = lane) -> list[Decided] | None:
-                    outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
-                    lapsed[:] = [] if outcome is None else [outcome]  # a redone unit decides again
-                    return None if outcome is None else [LeaseChange("released", run_id, lane)]
-
-                if not self._untracked(work):
-                    self._lease_changed(LeaseChange("released", run_id, lane))  # nothing of it was open
-                done.extend(lapsed)
+            try:
+                done.extend(self._lapse(run_id, lane))
+            except Exception:  # noqa: BLE001 — one run's failure never keeps the others open
+                log.exception("lease lapse failed; the next sweep retries", run_id=run_id)
         return done
+
+    def _lapse(self, run_id: str, lane: int) -> list[Lapse]:
+        with self.processing_lock:
+            with self._leases_lock:
+                if not self.leases.is_due(run_id, self.clock()):
+                    return []  # renewed meanwhile, or its lane went to another instance
+            lapsed: list[Lapse] = []
+
+            def work(ws: StoredWorkspace) -> list[Decided] | None:
+                outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
+                lapsed[:] = [] if outcome is None else [outcome]  # a redone unit decides again
+                return None if outcome is None else [LeaseChange("released", run_id, lane)]
+
+            if not self._untracked(work):
+                self._lease_changed(LeaseChange("released", run_id, lane))  # nothing of it was open
+            return lapsed
 
     # -- deletion and retention (X8) ------------------------------------------------------------
 

@@ -284,3 +284,20 @@ def test_a_lane_with_a_long_history_reloads_from_its_snapshot(leased: RuntimeJou
     assert leased.take_lanes([0]) == 75
     assert leased.snapshots is not None and list(leased.snapshots.get(LeaseLane.id_for(0))), \
         "a taking reads the lane from its latest snapshot, not its whole history"
+
+
+@pytest.mark.rule("X10")
+def test_runs_that_lapse_together_are_each_closed_and_announced_once(leased: RuntimeJournal, clock: Clock) -> None:
+    """A wave of lapses (runtimes lost together): one sweep closes them all."""
+    feed = Feeder(leased)
+    runs = [f"r{n}" for n in range(40)]
+    for n, run_id in enumerate(runs):
+        feed(*to_running(run_id, message_id=f"m{n}", conversation_id=f"c{n}"))
+    clock.now += LEASE
+    assert leased.lapse_due() == [Lapse(run_id, closed=True) for run_id in runs]
+    assert all(leased.execution(run_id).state is State.FAILED for run_id in runs)
+    closed = [m.run_id for _, m in leased.announcements(limit=10_000) if m is not None and m.type == "run.closed"]
+    assert closed == runs
+    assert len(leased.leases) == 0 and leased.lapse_due() == []
+    leased.drop_lanes([0])
+    assert leased.take_lanes([0]) == 0, "every lapse released its run from the lane"

@@ -12,9 +12,12 @@ from journal_helpers import Feeder, to_running
 
 from imprint.contracts.runtime import RunHeartbeat
 from imprint.contracts.topics import Topic
+from imprint.journal import ids
 from imprint.journal.leases import RUNTIME_LOST, Lapse
 from imprint.journal.lifecycle import State
+from services.common.backends import backend_for
 from services.common.inbound import Inbound
+from services.common.settings import Settings
 from services.journal.application import RuntimeJournal
 
 pytestmark = pytest.mark.integration
@@ -95,3 +98,48 @@ def test_two_instances_that_both_hold_a_lane_close_its_run_once(open_journal) ->
     assert a.execution("r1").state is State.FAILED
     assert [kind for kind, _ in announced(a, "r1")].count("run.closed") == 1
     assert "r1" not in a.leases and "r1" not in b.leases
+
+
+def damage_latest_event(settings: Settings, journal: RuntimeJournal, run_id: str) -> None:
+    """Overwrite the state of the execution's latest stored event, as disk corruption or a
+    stray manual edit would: the execution no longer reads back."""
+    execution_id = ids.execution_id(run_id)
+    tables = backend_for(settings).tables("journal")
+    try:
+        with journal.recorder.datastore.transaction(commit=True) as cursor:  # type: ignore[attr-defined]
+            events, q = tables.table(journal.recorder.events_table_name), tables.q  # type: ignore[attr-defined]
+            stored_id = execution_id if settings.database_url else execution_id.hex
+            cursor.execute(q(f"SELECT max(originator_version) AS v FROM {events} WHERE originator_id = ?"),
+                           (stored_id,))
+            version = cursor.fetchone()["v"]
+            cursor.execute(q(f"UPDATE {events} SET state = ? WHERE originator_id = ? AND originator_version = ?"),
+                           (b"{damaged", stored_id, version))
+    finally:
+        tables.close()
+
+
+@pytest.mark.rule("X10")
+def test_a_wave_of_lapses_closes_every_run_and_one_that_cannot_be_closed_keeps_no_other_open(
+        open_journal, journal_settings: Settings) -> None:
+    """Runtimes that went away together leave their runs to lapse in one sweep; a run whose
+    lapse cannot be recorded fails alone and is tried again by the next sweep."""
+    clock = Clock()
+    first = leased(open_journal(), clock)
+    runs = [f"r-{n:03d}" for n in range(30)]
+    feed = Feeder(first)
+    for n, run_id in enumerate(runs):
+        feed.send(*to_running(run_id, message_id=f"m-{n}", conversation_id=f"conv-{n}"), partition=0)
+    broken = runs[5]
+    damage_latest_event(journal_settings, first, broken)
+    first.close()
+
+    restarted = leased(open_journal(), clock)
+    assert restarted.take_lanes([0]) == len(runs)
+    clock.now += LEASE
+    lapsed = restarted.lapse_due()
+    assert sorted(lapse.run_id for lapse in lapsed) == [r for r in runs if r != broken]
+    assert all(lapse.closed for lapse in lapsed)
+    assert all(restarted.execution(r).lapsed == RUNTIME_LOST for r in runs if r != broken)
+    assert broken in restarted.leases, "still due: the next sweep tries it again"
+    assert restarted.lapse_due() == [] and broken in restarted.leases, "it fails again, alone"
+    assert leased(open_journal(), clock).take_lanes([0]) == 1, "the lane holds the broken run alone"
