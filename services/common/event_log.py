@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -85,29 +86,37 @@ class HotAggregates(Cache[UUID, Any]):
     growing in place is weighed again at its next commit. The aggregate put last is
     never the one evicted, however much it holds: the unit of work using it keeps it.
 
-    An aggregate that ``stays_hot`` says is done (a run that ended) is not kept: its last
-    events are recorded, nothing more is expected of it, and a late message reads it back
-    from the log. Without this the cache held every run an instance had seen until the
-    bounds pushed it out (tens of thousands), and the cyclic collector walked them all at
-    every full collection, in a pause that grew with the history, not with the load."""
+    An aggregate that ``stays_hot`` says is done (a run that ended) is kept
+    ``kept_after_done`` seconds more (``0``: not at all), for the messages that still trail
+    its end, and then leaves: a later message reads it back from the log. Without this the
+    cache held every run an instance had seen until the bounds pushed it out (tens of
+    thousands), and the cyclic collector walked them all at every full collection, in a
+    pause that grew with the history, not with the load. The done aggregates wait in the
+    order they were done; each put lets go of those whose time is up, so what is retired
+    costs the put nothing more than those few (an idle instance retires nothing, and holds
+    nothing new either)."""
 
-    def __init__(self, maxsize: int, max_entries: int, stays_hot: Callable[[Any], bool] = lambda _: True) -> None:
+    def __init__(self, maxsize: int, max_entries: int, stays_hot: Callable[[Any], bool] = lambda _: True,
+                 kept_after_done: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.cache: OrderedDict[UUID, Any] = OrderedDict()  # least recently used first
         self.maxsize = maxsize
         self.max_entries = max_entries
         self.stays_hot = stays_hot
+        self.kept_after_done = kept_after_done
+        self._clock = clock
         self.held = 0
         """Entries held by the cached aggregates, as weighed when each was put."""
         self._weights: dict[UUID, int] = {}
+        self._retiring: OrderedDict[UUID, float] = OrderedDict()
+        """Cached aggregates that are done → when they leave, soonest first."""
         self._lock = threading.Lock()  # the units of work run in a worker thread, queries elsewhere
 
     def get(self, key: UUID, *, evict: bool = False) -> Any:
         with self._lock:
             value = self.cache[key]  # KeyError: not cached (what the repository expects)
             if evict:
-                del self.cache[key]
-                self.held -= self._weights.pop(key)
+                self._drop(key)
             else:
                 self.cache.move_to_end(key)
             return value
@@ -115,12 +124,14 @@ class HotAggregates(Cache[UUID, Any]):
     def put(self, key: UUID, value: Any | None) -> None:
         if value is None:
             return
-        if not self.stays_hot(value):
-            with self._lock:
+        done = not self.stays_hot(value)
+        now = self._clock()
+        with self._lock:
+            self._retire(now)
+            if done and self.kept_after_done <= 0:
                 if key in self.cache:
-                    del self.cache[key]
-                    self.held -= self._weights.pop(key)
-            return
+                    self._drop(key)
+                return
         weight = entries(value)
         with self._lock:
             if key in self.cache:
@@ -129,9 +140,22 @@ class HotAggregates(Cache[UUID, Any]):
             self.cache[key] = value
             self._weights[key] = weight
             self.held += weight
+            if done:
+                self._retiring.setdefault(key, now + self.kept_after_done)
             while len(self.cache) > 1 and (len(self.cache) > self.maxsize or self.held > self.max_entries):
-                oldest, _ = self.cache.popitem(last=False)
-                self.held -= self._weights.pop(oldest)
+                self._drop(next(iter(self.cache)))
+
+    def _retire(self, now: float) -> None:
+        while self._retiring:
+            key, until = next(iter(self._retiring.items()))
+            if until > now:
+                return
+            self._drop(key)
+
+    def _drop(self, key: UUID) -> None:
+        del self.cache[key]
+        self.held -= self._weights.pop(key)
+        self._retiring.pop(key, None)
 
     def __bool__(self) -> bool:
         return True  # the repository asks ``if self.cache``: an empty cache is still the cache
@@ -148,13 +172,20 @@ class HotCacheApplication(Application[UUID]):
         if isinstance(repository.cache, LRUCache):
             repository.cache = HotAggregates(repository.cache.maxsize,
                                              int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES),
-                                             self.stays_hot)
+                                             self.stays_hot, self.kept_after_done, self.cache_clock)
         return repository
+
+    kept_after_done: float = 0.0
+    """Seconds an aggregate that is done stays in the hot cache (see :class:`HotAggregates`)."""
 
     def stays_hot(self, aggregate: Any) -> bool:
         """Whether more of ``aggregate``'s messages are expected soon (the cache keeps it);
         an application says which of its aggregates are done."""
         return True
+
+    def cache_clock(self) -> float:
+        """The monotonic seconds :attr:`kept_after_done` is counted in."""
+        return time.monotonic()
 
 
 LATEST_VERSION = sys.maxsize

@@ -56,6 +56,7 @@ from imprint.journal.execution import AnswerExecution
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
 from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseLane
+from imprint.journal.lifecycle import TERMINAL
 from imprint.shredding import BulkKeyring
 from services.common import tracing
 from services.common.backends import backend_for
@@ -88,6 +89,11 @@ class RuntimeJournal(HotCacheApplication):
     name = "journal"
     snapshotting_intervals = {LeaseLane: 200}
     """A lane is read whole when an instance takes its partition: from its latest snapshot on."""
+    kept_after_done = 60.0
+    """A closed execution stays in memory a minute more (:meth:`stays_hot`): Publication's
+    ``answer.published`` of a run's last blocks trails the runtime's own end of the run, by
+    as long as Publication is behind. After that it leaves, and the Journal holds the runs
+    in flight, not every run it has seen."""
 
     def __init__(
         self,
@@ -125,6 +131,13 @@ class RuntimeJournal(HotCacheApplication):
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
+
+    def stays_hot(self, aggregate: object) -> bool:
+        """An execution that reached a terminal state (or whose conversation was erased) is done."""
+        return not (isinstance(aggregate, AnswerExecution) and (aggregate.state in TERMINAL or aggregate.erased))
+
+    def cache_clock(self) -> float:
+        return self.clock()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, keyring: BulkKeyring | None = None, name: str = "journal") -> RuntimeJournal:

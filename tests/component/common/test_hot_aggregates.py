@@ -104,3 +104,54 @@ def test_an_aggregate_that_is_done_is_not_kept_and_leaves_if_it_was() -> None:
         cache.get(a)
     cache.put(a, Held(blocks=2, name="a"))  # read back for a late message: still not kept
     assert list(cache.cache) == [b] and cache.held == 4
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_done_aggregate_is_kept_for_its_messages_that_trail_and_then_leaves() -> None:
+    done: set[str] = set()
+    clock = Clock()
+    cache = HotAggregates(maxsize=100, max_entries=100, stays_hot=lambda held: held.name not in done,
+                          kept_after_done=60.0, clock=clock)
+    a, b, c = ids(3)
+    cache.put(a, Held(blocks=2, name="a"))
+    cache.put(b, Held(blocks=3, name="b"))
+    done.update({"a", "b"})
+    cache.put(a, Held(blocks=2, name="a"))  # saved as it ended
+    clock.now += 30
+    cache.put(b, Held(blocks=3, name="b"))
+    clock.now += 29
+    cache.put(a, Held(blocks=2, name="a"))  # a trailing message, within the minute: still here
+    assert set(cache.cache) == {a, b}
+    clock.now += 1
+    cache.put(c, Held(blocks=1, name="c"))  # any put lets go of what is due: a, done 60 s ago
+    assert list(cache.cache) == [b, c] and cache.held == 4 + 2
+    with pytest.raises(KeyError):
+        cache.get(a)
+    clock.now += 30
+    cache.put(c, Held(blocks=1, name="c"))
+    assert list(cache.cache) == [c] and cache.held == 2
+    cache.put(a, Held(blocks=2, name="a"))  # read back for a late message: kept a minute again
+    clock.now += 59
+    cache.put(c, Held(blocks=1, name="c"))
+    assert set(cache.cache) == {a, c}
+
+
+def test_a_done_aggregate_pushed_out_by_the_bound_is_not_retired_twice() -> None:
+    clock = Clock()
+    cache = HotAggregates(maxsize=2, max_entries=100, stays_hot=lambda held: held.name != "done",
+                          kept_after_done=10.0, clock=clock)
+    a, b, c = ids(3)
+    cache.put(a, Held(blocks=1, name="done"))
+    cache.put(b, Held(blocks=1))
+    cache.put(c, Held(blocks=1))  # the count bound pushes a out
+    assert list(cache.cache) == [b, c]
+    clock.now += 11
+    cache.put(b, Held(blocks=1))
+    assert list(cache.cache) == [c, b] and cache.held == 4

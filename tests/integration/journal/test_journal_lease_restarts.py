@@ -143,3 +143,4 @@ def test_a_wave_of_lapses_closes_every_run_and_one_that_cannot_be_closed_keeps_n
     assert broken in restarted.leases, "still due: the next sweep tries it again"
     assert restarted.lapse_due() == [] and broken in restarted.leases, "it fails again, alone"
     assert leased(open_journal(), clock).take_lanes([0]) == 1, "the lane holds the broken run alone"
+
