@@ -78,6 +78,8 @@ Decided = IndexIntent | LeaseChange
 """What a journal unit of work hands on after its commit: index updates (X4), lease changes (X10)."""
 
 DEFAULT_LEASE_SECONDS = 120.0
+LAPSES_PER_UNIT = 100
+"""Lapsed runs a lease sweep closes in one unit of work (:meth:`RuntimeJournal.lapse_due`)."""
 
 log = get_logger(__name__)
 
@@ -253,44 +255,58 @@ class RuntimeJournal(HotCacheApplication):
             self.leases.drop(lanes)
 
     def lapse_due(self) -> list[Lapse]:
-        """Close every run whose lease lapsed (``failed``, ``runtime_lost``), each in its own unit
-        of work, between the consumer's polls; a run no longer open is only released. Returns
-        what was recorded.
+        """Close every run whose lease lapsed (``failed``, ``runtime_lost``) between the
+        consumer's polls; a run no longer open is only released. Returns what was recorded.
 
-        A run whose lapse cannot be recorded (a record of it no longer reads, its unit kept
-        losing races) is logged and left due, for the next sweep; the other runs are closed
-        all the same.
-
-        One unit per run, not a unit of many: runs that lapse together (runtimes lost at
-        once) then reach Publication at the pace they commit here. Publication ends each one
-        on its aggregate, read back from the log when it is no longer in memory; a hundred
-        closings committed as one transaction arrive as one poll of such reads, and the
-        proposals of every other run wait behind it."""
+        Runs whose runtimes went away together (a runtime host lost, sessions left at once)
+        lapse together: they are closed :data:`LAPSES_PER_UNIT` to a unit of work (one
+        transaction, their lane saved once) rather than one transaction each, and the
+        consumer waits for one unit at a time. A unit that fails is taken again one run at
+        a time: a run whose lapse cannot be recorded (a record of it no longer reads, its
+        unit kept losing races) is logged and left due for the next sweep, and never keeps
+        the others open."""
         with self._leases_lock:
             due = self.leases.due(self.clock())
         done: list[Lapse] = []
-        for run_id, lane in due:
+        for start in range(0, len(due), LAPSES_PER_UNIT):
+            runs = due[start:start + LAPSES_PER_UNIT]
             try:
-                done.extend(self._lapse(run_id, lane))
-            except Exception:  # noqa: BLE001 — one run's failure never keeps the others open
-                log.exception("lease lapse failed; the next sweep retries", run_id=run_id)
+                done.extend(self._lapse(runs))
+            except Exception:  # noqa: BLE001 — find the run that fails
+                log.warning("a unit of lease lapses failed; lapsing its runs one at a time", runs=len(runs))
+                for run in runs:
+                    try:
+                        done.extend(self._lapse([run]))
+                    except Exception:  # noqa: BLE001 — the next sweep tries it again
+                        log.exception("lease lapse failed; the next sweep retries", run_id=run[0])
         return done
 
-    def _lapse(self, run_id: str, lane: int) -> list[Lapse]:
-        with self.processing_lock:
-            with self._leases_lock:
-                if not self.leases.is_due(run_id, self.clock()):
-                    return []  # renewed meanwhile, or its lane went to another instance
-            lapsed: list[Lapse] = []
+    def _lapse(self, runs: Sequence[tuple[str, int]]) -> list[Lapse]:
+        """One unit of work closing those of ``runs`` still due when it runs (a redone unit
+        decides again); a due run with nothing to record is only released from the book."""
+        lapsed: list[Lapse] = []
+        untouched: list[LeaseChange] = []
 
-            def work(ws: StoredWorkspace) -> list[Decided] | None:
+        def work(ws: StoredWorkspace) -> list[Decided] | None:
+            lapsed.clear()
+            untouched.clear()
+            with self._leases_lock:  # renewed meanwhile, or its lane went to another instance
+                still = [(run_id, lane) for run_id, lane in runs if self.leases.is_due(run_id, self.clock())]
+            changes: list[Decided] = []
+            for run_id, lane in still:
                 outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
-                lapsed[:] = [] if outcome is None else [outcome]  # a redone unit decides again
-                return None if outcome is None else [LeaseChange("released", run_id, lane)]
+                if outcome is None:
+                    untouched.append(LeaseChange("released", run_id, lane))  # nothing of it was open
+                else:
+                    lapsed.append(outcome)
+                    changes.append(LeaseChange("released", run_id, lane))
+            return changes or None
 
-            if not self._untracked(work):
-                self._lease_changed(LeaseChange("released", run_id, lane))  # nothing of it was open
-            return lapsed
+        with self.processing_lock:
+            self._untracked(work)
+            for change in untouched:
+                self._lease_changed(change)
+        return list(lapsed)
 
     # -- deletion and retention (X8) ------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from imprint.journal.lifecycle import State
 from imprint.journal.refusals import RefusalCode
 from imprint.shredding import InMemoryKeyring
 from imprint.workspace import MemoryWorkspace
-from services.journal.application import RuntimeJournal
+from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
 from tests.support.backends import memory_environment
 
 LEASE = 10.0
@@ -288,9 +288,9 @@ def test_a_lane_with_a_long_history_reloads_from_its_snapshot(leased: RuntimeJou
 
 @pytest.mark.rule("X10")
 def test_runs_that_lapse_together_are_each_closed_and_announced_once(leased: RuntimeJournal, clock: Clock) -> None:
-    """A wave of lapses (runtimes lost together): one sweep closes them all."""
+    """A wave of lapses (runtimes lost together) spans several units of work of one sweep."""
     feed = Feeder(leased)
-    runs = [f"r{n}" for n in range(40)]
+    runs = [f"r{n}" for n in range(2 * LAPSES_PER_UNIT + 7)]
     for n, run_id in enumerate(runs):
         feed(*to_running(run_id, message_id=f"m{n}", conversation_id=f"c{n}"))
     clock.now += LEASE

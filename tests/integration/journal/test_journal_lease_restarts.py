@@ -18,7 +18,7 @@ from imprint.journal.lifecycle import State
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
-from services.journal.application import RuntimeJournal
+from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
 
 pytestmark = pytest.mark.integration
 
@@ -121,15 +121,16 @@ def damage_latest_event(settings: Settings, journal: RuntimeJournal, run_id: str
 @pytest.mark.rule("X10")
 def test_a_wave_of_lapses_closes_every_run_and_one_that_cannot_be_closed_keeps_no_other_open(
         open_journal, journal_settings: Settings) -> None:
-    """Runtimes that went away together leave their runs to lapse in one sweep; a run whose
-    lapse cannot be recorded fails alone and is tried again by the next sweep."""
+    """Runtimes that went away together leave their runs to lapse in one sweep, several units
+    of work of them; a run whose lapse cannot be recorded fails alone and is tried again by
+    the next sweep."""
     clock = Clock()
     first = leased(open_journal(), clock)
-    runs = [f"r-{n:03d}" for n in range(30)]
+    runs = [f"r-{n:03d}" for n in range(LAPSES_PER_UNIT + 30)]
     feed = Feeder(first)
     for n, run_id in enumerate(runs):
         feed.send(*to_running(run_id, message_id=f"m-{n}", conversation_id=f"conv-{n}"), partition=0)
-    broken = runs[5]
+    broken = runs[LAPSES_PER_UNIT + 5]  # in the sweep's second unit
     damage_latest_event(journal_settings, first, broken)
     first.close()
 
