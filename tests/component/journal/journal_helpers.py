@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested
@@ -141,3 +142,19 @@ def stored_payloads(journal: Any) -> bytes:
             return b"".join(out)
         out.extend(n.state for n in page)
         position = page[-1].id
+
+
+@dataclass
+class Clock:
+    """The monotonic seconds a test moves: a journal's lease clock (``RuntimeJournal.clock``)."""
+
+    now: float = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def leased(journal: Any, clock: Clock) -> Any:
+    """``journal``, reading time from ``clock``."""
+    journal.clock = clock
+    return journal

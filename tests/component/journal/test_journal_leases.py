@@ -4,10 +4,9 @@ journal application that keeps the deadlines of its partitions' runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
-from journal_helpers import Feeder, completed, to_running
+from journal_helpers import Clock, Feeder, completed, to_running
 
 from imprint.contracts.runtime import RunCompleted, RunHeartbeat, RunStage
 from imprint.journal import ids
@@ -177,14 +176,6 @@ def test_what_the_runtime_sends_after_the_lapse_is_refused_and_recorded(handling
 
 
 # ------------------------------------------------------------------ the journal keeping the book
-
-
-@dataclass
-class Clock:
-    now: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -3,29 +3,14 @@ memory, not every run it has seen (``RuntimeJournal.kept_after_done``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from journal_helpers import Feeder, completed, published, to_running
+from journal_helpers import Clock, Feeder, completed, leased, published, to_running
 
 from imprint.journal import ids
-from services.journal.application import RuntimeJournal
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Clock:
-    now: float = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def leased(journal: RuntimeJournal, clock: Clock) -> RuntimeJournal:
-    journal.clock = clock
-    return journal
 
 
 @pytest.mark.rule("P19")

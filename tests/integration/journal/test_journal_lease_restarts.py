@@ -5,10 +5,9 @@ two instances that both think they own it close a run once."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pytest
-from journal_helpers import Feeder, to_running
+from journal_helpers import Clock, Feeder, leased, to_running
 
 from imprint.contracts.runtime import RunHeartbeat
 from imprint.contracts.topics import Topic
@@ -23,19 +22,6 @@ from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
 pytestmark = pytest.mark.integration
 
 LEASE = 120.0
-
-
-@dataclass
-class Clock:
-    now: float = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def leased(journal: RuntimeJournal, clock: Clock) -> RuntimeJournal:
-    journal.clock = clock
-    return journal
 
 
 def announced(journal: RuntimeJournal, run_id: str) -> list[tuple[str, str | None]]:
