@@ -190,6 +190,8 @@ class HotCacheApplication(Application[UUID]):
     replaced)."""
 
     env = dict(HOT_CACHE)
+    kept_after_done: float = 0.0
+    """Seconds an aggregate that is done stays in the hot cache (see :class:`HotAggregates`)."""
 
     def construct_repository(self) -> Repository[UUID]:
         made = super().construct_repository()
@@ -202,9 +204,6 @@ class HotCacheApplication(Application[UUID]):
                                              int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES),
                                              self.stays_hot, self.kept_after_done, self.cache_clock)
         return repository
-
-    kept_after_done: float = 0.0
-    """Seconds an aggregate that is done stays in the hot cache (see :class:`HotAggregates`)."""
 
     def stays_hot(self, aggregate: Any) -> bool:
         """Whether more of ``aggregate``'s messages are expected soon (the cache keeps it);
