@@ -354,7 +354,7 @@ def _not_answerable(ws: Workspace, run: PublicationRun, message: Any, candidate:
     if run.deleted:
         return IntakeRefusal("conversation_deleted", "the run's conversation was deleted",
                              message.type, message.run_id, candidate.candidate_id)
-    if getattr(run, "ended", None) == "stopped":  # getattr: snapshots taken before the field existed
+    if run.ended == "stopped":
         return IntakeRefusal("run_stopped", "the run was stopped: nothing after its stop is settled",
                              message.type, message.run_id, candidate.candidate_id)
     if run.lost is not None:

@@ -111,7 +111,7 @@ class PublicationRun(Aggregate):
     in a pause that grew with the runs in flight; for the same reason a block's
     ``depends_on`` and ``labels`` are kept only when it has some."""
 
-    class_version = 2
+    class_version = 3
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -123,6 +123,13 @@ class PublicationRun(Aggregate):
             for name in ("depends_on", "labels"):
                 if not block.get(name, True):
                     del block[name]
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        """Version 2 set a run's deletion (X8) and lease lapse (X10) only once they
+        happened, so its snapshots of a run without them lack both."""
+        state.setdefault("conversation_deleted", False)
+        state.setdefault("lapsed", None)
 
     @staticmethod
     @remembered
@@ -146,6 +153,8 @@ class PublicationRun(Aggregate):
         self.candidates: dict[str, list[dict[str, Any]]] = {}
         self.save_failures: dict[str, str] = {}
         self.ended: str | None = None
+        self.conversation_deleted = False
+        self.lapsed: str | None = None
         self.refusals = 0
 
     # ------------------------------------------------------------------ events
@@ -472,8 +481,8 @@ class PublicationRun(Aggregate):
 
     @property
     def deleted(self) -> bool:
-        """X8: the run's conversation was deleted (``getattr``: snapshots older than the event)."""
-        return bool(getattr(self, "conversation_deleted", False))
+        """X8: the run's conversation was deleted."""
+        return self.conversation_deleted
 
     @property
     def has_ended(self) -> bool:
@@ -483,8 +492,8 @@ class PublicationRun(Aggregate):
 
     @property
     def lost(self) -> str | None:
-        """X10: why the Journal closed the run when its lease lapsed (``getattr``: older snapshots)."""
-        return getattr(self, "lapsed", None)
+        """X10: why the Journal closed the run when its lease lapsed."""
+        return self.lapsed
 
     def noted_standing(self, facts: SourceFacts) -> SourceFacts:
         """``facts`` from the registry, with the revocations this run has noted itself (P21)."""

@@ -58,6 +58,11 @@ STEPS: dict[tuple[type, int], tuple[dict[str, Any], dict[str, Any]]] = {
             "receipt": {"receipt_id": "r", "log_position": 3, "committed_at": "2026-12-03T09:00:03+00:00"},
             "withdrawn": None}}, "ended": None},
     ),
+    (PublicationRun, 2): (
+        {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {}, "ended": None},
+        {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {}, "ended": None,
+         "conversation_deleted": False, "lapsed": None},
+    ),
 }
 """``(class, n)`` → (the state version *n* stored, the state version *n+1* reads)."""
 
@@ -82,6 +87,12 @@ def test_a_run_snapshot_that_knew_its_end_keeps_it() -> None:
     older = {**copy.deepcopy(STEPS[PublicationRun, 1][0]), "ended": "completed"}
     PublicationRun.upcast_v1_v2(older)
     assert older["ended"] == "completed"
+
+
+def test_a_run_snapshot_that_knew_its_deletion_and_lapse_keeps_them() -> None:
+    older = {**copy.deepcopy(STEPS[PublicationRun, 2][0]), "conversation_deleted": True, "lapsed": "lease_expired"}
+    PublicationRun.upcast_v2_v3(older)
+    assert older["conversation_deleted"] is True and older["lapsed"] == "lease_expired"
 
 
 def test_a_snapshot_older_than_the_lanes_upcasts_to_no_shard() -> None:
