@@ -30,7 +30,7 @@ one poll usually carries both, for at most this much more until the first frame.
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, store: ViewStore, notifier: Notifier) -> None:
     async def handle(batch: list[Inbound]) -> None:
-        feeds = await asyncio.to_thread(store.process_feeds, batch)
+        feeds = await asyncio.to_thread(store.process, batch)
         notifier.notify(feeds)
 
     subscribe_tracked(broker, settings, outbox, consumer="delivery", topics=DELIVERY_TOPICS, handle=handle,

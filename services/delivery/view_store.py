@@ -94,13 +94,9 @@ class ViewStore:
     # ------------------------------------------------------------------ writing
 
     def process(self, batch: Sequence[Inbound]) -> list[str]:
-        """Apply a poll in one transaction with its tracking records. Returns the run ids
-        whose streams changed: new frames, or a deletion."""
-        return [feed for feed in self.process_feeds(batch) if conversation_of(feed) is None]
-
-    def process_feeds(self, batch: Sequence[Inbound]) -> list[str]:
-        """:meth:`process`, returning every live feed the poll changed: the runs and the
-        conversations' notices (D7, :func:`~services.delivery.view_tables.notice_feed`) —
+        """Apply a poll in one transaction with its tracking records. Returns every live
+        feed the poll changed — the runs whose streams have new frames or were deleted, and
+        the conversations' notices (D7, :func:`~services.delivery.view_tables.notice_feed`):
         wake them after this returns; other instances hear the poll's notification."""
         outcome = self.units.run(batch, Projecting(self.tracer), self.sink)
         match outcome:

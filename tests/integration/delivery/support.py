@@ -108,7 +108,7 @@ class Feeder(OneFeeder[list[str]]):
         super().__init__(self._process)
 
     def _process(self, batch: list[Inbound]) -> list[str]:
-        touched = self.store.process_feeds(batch)
+        touched = self.store.process(batch)
         self.notifier.notify_threadsafe(touched)
         return [feed for feed in touched if conversation_of(feed) is None]
 

@@ -18,6 +18,7 @@ from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
+from services.delivery.view_tables import notice_feed
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
 from tests.support.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn
@@ -126,7 +127,8 @@ def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store:
     feed = Feed()
     store.process(feed(running(RUN), published(RUN, "b1", 1, "soon revoked"), settled(RUN), closed(RUN, "t")))
     count = len(held(store))
-    assert store.process(feed(withdrawn(RUN, "b1", 1))) == []
+    # no frame for the run's stream (it is done); its conversation's notices hear it (D7)
+    assert store.process(feed(withdrawn(RUN, "b1", 1))) == [notice_feed(f"conv-{RUN}")]
     frames = held(store)
     assert len(frames) == count and validate_stream(frames).ok
     assert "soon revoked" not in json.dumps(frames)
