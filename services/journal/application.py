@@ -79,6 +79,11 @@ Decided = IndexIntent | LeaseChange
 
 DEFAULT_LEASE_SECONDS = 120.0
 LAPSES_PER_UNIT = 100
+RETENTION_SWEEP = "journal.retention"
+"""The retention sweep's position in the Journal's own log is tracked like a partition's."""
+RETENTION_TRACKING = f"{RETENTION_SWEEP}#0"
+RETENTION_PAGE = 200
+"""Activities the retention sweep examines per unit of work."""
 """Lapsed runs a lease sweep closes in one unit of work (:meth:`RuntimeJournal.lapse_due`)."""
 
 log = get_logger(__name__)
@@ -319,37 +324,42 @@ class RuntimeJournal(HotCacheApplication):
         with self.processing_lock:
             return self._untracked(work)
 
-    def conversation_ids(self) -> list[str]:
-        """Every conversation the journal has seen (from the log, in first-seen order)."""
-        topic = get_topic(Conversation.Started)
-        out: list[str] = []
-        start = 1
-        while True:
-            page = self.recorder.select_notifications(start=start, limit=500, topics=[topic])
-            for n in page:
-                out.append(self.mapper.to_domain_event(n).conversation_id)  # type: ignore[attr-defined]
-            if len(page) < 500:
-                return out
-            start = page[-1].id + 1
-
     def sweep_retention(self, now: datetime, max_age: timedelta) -> list[str]:
-        """Delete every conversation whose last admission is older than ``max_age``. Returns their ids.
-        The age is re-checked inside each unit of work, so an admission that commits meanwhile wins."""
+        """Delete every conversation whose last activity is older than ``max_age``. Returns their ids.
+
+        The sweep follows the Journal's own log like a consumer follows a partition: its
+        position (the tracking record :data:`RETENTION_TRACKING`) is the last activity —
+        a conversation started, an execution bound to it — it examined, and it examines an
+        activity only once the activity is older than the cutoff. A conversation active
+        since then has a later activity the sweep reaches in its time, so each sweep reads
+        what the log gained since the last, never the whole log. Each unit re-checks the
+        conversation's age, so an admission that commits meanwhile wins; the position
+        commits with the deletions it caused, so two instances never delete twice."""
         cutoff = now - max_age
+        topics = [get_topic(Conversation.Started), get_topic(Conversation.ExecutionBound)]
         deleted: list[str] = []
-        for cid in self.conversation_ids():
-
-            def work(ws: StoredWorkspace, cid: str = cid) -> list[IndexIntent] | None:
-                conv = ws.get(Conversation, ids.conversation_id(cid))
-                if conv is None or conv.deleted or conv.last_activity_at > cutoff:
-                    return None
-                eid = retention_event_id(cid, conv.last_activity_at.isoformat())
-                return self.handling.delete_conversation(ws, cid, conv.account_id, eid, "retention")
-
-            with self.processing_lock:
-                if self._untracked(work):
-                    deleted.append(cid)
-        return deleted
+        while True:
+            start = self.sink.position(RETENTION_TRACKING) + 1
+            page = self.recorder.select_notifications(start=max(start, 1), limit=RETENTION_PAGE, topics=topics)
+            aged: list[Inbound] = []
+            for notification in page:
+                activity = self.mapper.to_domain_event(notification)
+                if activity.timestamp > cutoff:
+                    break
+                aged.append(Inbound(RETENTION_SWEEP, 0, notification.id, activity))
+            if aged:
+                with self.processing_lock:
+                    outcome = self.units.run(aged, _Expiring(self.handling, cutoff), self.sink)
+                match outcome:
+                    case Committed((intents, expired)):
+                        self._after_commit(intents)
+                        deleted.extend(expired)
+                    case Redelivered():  # another instance swept these meanwhile
+                        pass
+                    case _:
+                        raise outcome.error  # type: ignore[union-attr]
+            if len(aged) < RETENTION_PAGE:
+                return deleted
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -424,6 +434,32 @@ class _Handled:
 def _apply(intents: list[Decided], handling: JournalHandling, ws: StoredWorkspace, item: Inbound) -> None:
     intents.extend(handling.apply(ws, item.message))
     intents.extend(leases.keep(ws, item.partition, item.message))  # X10: the lane of its partition
+
+
+class _Expiring:
+    """X8's retention as a policy over activities of the Journal's own log: each
+    conversation they name that is idle since ``cutoff`` and not yet deleted is deleted.
+    Returns the index intents and the conversations deleted."""
+
+    def __init__(self, handling: JournalHandling, cutoff: datetime) -> None:
+        self.handling = handling
+        self.cutoff = cutoff
+
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> tuple[list[Decided], list[str]]:
+        intents: list[Decided] = []
+        deleted: list[str] = []
+        for conversation_uuid in dict.fromkeys(item.message.originator_id for item in fresh):
+            conv = ws.get(Conversation, conversation_uuid)
+            if conv is None or conv.deleted or conv.last_activity_at > self.cutoff:
+                continue
+            eid = retention_event_id(conv.conversation_id, conv.last_activity_at.isoformat())
+            intents.extend(self.handling.delete_conversation(ws, conv.conversation_id, conv.account_id, eid,
+                                                             "retention"))
+            deleted.append(conv.conversation_id)
+        return intents, deleted
+
+    def shown(self, result: tuple[list[Decided], list[str]]) -> bool:
+        return False
 
 
 class _Untracked:
