@@ -26,8 +26,12 @@ class Settings(BaseSettings):
     database_url: str | None = None
     """The store backend (:mod:`services.common.backends`): unset selects the embedded SQLite
     under ``state_dir``, ``postgresql://…`` PostgreSQL, ``memory://`` this process's memory."""
-    database_schema: str | None = None
-    """PostgreSQL schema for every store of this deployment (tests use one per test)."""
+    database_schema: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    """PostgreSQL schema for every store of this deployment (tests use one per test): an
+    identifier PostgreSQL keeps as written — lower-case letters, digits and ``_``, at most
+    63. PostgreSQL folds an unquoted ``MySchema`` to ``myschema``, and eventsourcing then
+    found none of the types it made there: every part started, and the first write failed
+    ("Composite type 'stored_event_uuid' not found")."""
     state_dir: Path = Field(default_factory=_default_state_dir)
     http_host: str = "127.0.0.1"
     http_port: int = 8080

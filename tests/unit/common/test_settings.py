@@ -1,0 +1,22 @@
+"""Configuration is refused where it is read, with the setting named, rather than at the
+first write of a part that started on it."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from services.common.settings import Settings
+
+
+@pytest.mark.parametrize("schema", ["imprint", "jt_0f3a", "_bench_log_1000000", "a" * 63])
+def test_a_lower_case_schema_is_taken_as_written(schema: str) -> None:
+    assert Settings(database_schema=schema).database_schema == schema
+
+
+@pytest.mark.parametrize("schema", ["MySchema", "bench-log", "9lives", "with space", "a" * 64, ""])
+def test_a_schema_postgresql_would_fold_or_refuse_is_refused_by_name(schema: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMPRINT_DATABASE_SCHEMA", schema)
+    with pytest.raises(ValidationError, match="database_schema"):
+        Settings()
