@@ -39,8 +39,9 @@ class Settings(BaseSettings):
     token_ttl_seconds: int = 12 * 3600
     log_json: bool = False
     log_level: str = "INFO"
-    topic_prefix: str = ""
-    """Prepended to every topic name; lets tests run side by side on one broker."""
+    topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,200}$")
+    """Prepended to every topic name; lets tests run side by side on one broker. Only what
+    Kafka allows in a topic name (letters, digits, ``.``, ``_``, ``-``)."""
     group_prefix: str = "imprint"
     topic_partitions: int = Field(default=6, ge=1)
     """Partitions of every topic the deployment creates (deploy/local, compose, the test stack);

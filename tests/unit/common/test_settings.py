@@ -20,3 +20,15 @@ def test_a_schema_postgresql_would_fold_or_refuse_is_refused_by_name(schema: str
     monkeypatch.setenv("IMPRINT_DATABASE_SCHEMA", schema)
     with pytest.raises(ValidationError, match="database_schema"):
         Settings()
+
+
+@pytest.mark.parametrize("prefix", ["", "bench1a2b.", "Team-A_tests."])
+def test_a_topic_prefix_kafka_allows_is_taken(prefix: str) -> None:
+    assert Settings(topic_prefix=prefix).topic("imprint.runtime.v1") == f"{prefix}imprint.runtime.v1"
+
+
+@pytest.mark.parametrize("prefix", ["team/a.", "with space.", "ünïcode."])
+def test_a_topic_prefix_kafka_would_refuse_is_refused_by_name(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMPRINT_TOPIC_PREFIX", prefix)
+    with pytest.raises(ValidationError, match="topic_prefix"):
+        Settings()
