@@ -224,9 +224,18 @@ def describe_failure(error: BaseException) -> str:
     if any(isinstance(e, (psycopg.OperationalError, OperationalError, InterfaceError, sqlite3.OperationalError,
                           psycopg.errors.ConnectionTimeout)) for e in chain):
         return f"the database does not answer ({database_label()}): {reason}"
+    if isinstance(error, ValidationError) and error.title == "Settings":
+        # each refused setting by its variable; never its value, which may be a secret
+        return "bad configuration: " + "; ".join(
+            f"{setting_variable(problem['loc'])}: {problem['msg']}" for problem in error.errors(include_url=False))
     if isinstance(error, ValidationError):
         return f"bad configuration: {reason}"
     return f"{type(error).__name__}: {reason}"
+
+
+def setting_variable(location: tuple[int | str, ...]) -> str:
+    """The ``IMPRINT_*`` variable of a setting pydantic refused (its location's first part)."""
+    return f"IMPRINT_{str(location[0]).upper()}" if location else "IMPRINT_*"
 
 
 def database_label() -> str:

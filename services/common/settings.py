@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     auth_secret: SecretStr = SecretStr(DEVELOPMENT_AUTH_SECRET)
     token_ttl_seconds: int = 12 * 3600
     log_json: bool = False
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,200}$")
     """Prepended to every topic name; lets tests run side by side on one broker. Only what
     Kafka allows in a topic name (letters, digits, ``.``, ``_``, ``-``)."""
@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     run_lease_sweep_seconds: float = Field(default=5.0, gt=0)
     """How often the Journal looks for lapsed leases (at most a quarter of the lease): a lost
     run is closed at most this long after its lease lapsed."""
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("cors_origins", mode="before")
     @classmethod

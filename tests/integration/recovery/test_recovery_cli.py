@@ -95,6 +95,10 @@ def test_errors_are_one_line_with_exit_codes(isolated: Settings) -> None:
     assert line.startswith(f"imprint: the database does not answer (postgresql://imprint@127.0.0.1:{port}/imprint)")
     assert "secret" not in down.stderr
 
+    misconfigured = console(isolated, "replay", IMPRINT_DATABASE_SCHEMA="MySchema")
+    assert misconfigured.returncode == 1 and one_line(misconfigured.stderr).startswith(
+        "imprint: bad configuration: IMPRINT_DATABASE_SCHEMA: ")
+
     bad = console(isolated, "replay", "--frobnicate")
     assert bad.returncode == 2 and "unrecognized arguments: --frobnicate" in one_line(bad.stderr)
     for ttl in ("-5", "0"):

@@ -32,3 +32,23 @@ def test_a_topic_prefix_kafka_would_refuse_is_refused_by_name(prefix: str, monke
     monkeypatch.setenv("IMPRINT_TOPIC_PREFIX", prefix)
     with pytest.raises(ValidationError, match="topic_prefix"):
         Settings()
+
+
+def test_a_log_level_is_read_in_any_case_and_refused_by_name_when_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(log_level="warning").log_level == "WARNING"
+    monkeypatch.setenv("IMPRINT_LOG_LEVEL", "verbose")
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings()
+
+
+def test_the_cli_names_each_refused_variable_and_never_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.cli import describe_failure
+
+    monkeypatch.setenv("IMPRINT_TOPIC_PREFIX", "team/secret-value.")
+    monkeypatch.setenv("IMPRINT_HTTP_PORT", "eighty")
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    line = describe_failure(refused.value)
+    assert line.startswith("bad configuration: ") and "\n" not in line
+    assert "IMPRINT_TOPIC_PREFIX: " in line and "IMPRINT_HTTP_PORT: " in line
+    assert "secret-value" not in line and "eighty" not in line
