@@ -35,7 +35,7 @@ from services.delivery.notices import NoticeFeeds
 from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
 from services.delivery.view_sink import HotRuns, Projecting, ViewSink, now, notify_payloads, purge
-from services.delivery.view_tables import ViewTables, conversation_of, notice_feed
+from services.delivery.view_tables import ViewTables, notice_feed
 from services.delivery.view_upgrade import upgrade
 
 

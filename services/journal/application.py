@@ -79,12 +79,12 @@ Decided = IndexIntent | LeaseChange
 
 DEFAULT_LEASE_SECONDS = 120.0
 LAPSES_PER_UNIT = 100
+"""Lapsed runs a lease sweep closes in one unit of work (:meth:`RuntimeJournal.lapse_due`)."""
 RETENTION_SWEEP = "journal.retention"
 """The retention sweep's position in the Journal's own log is tracked like a partition's."""
 RETENTION_TRACKING = f"{RETENTION_SWEEP}#0"
 RETENTION_PAGE = 200
 """Activities the retention sweep examines per unit of work."""
-"""Lapsed runs a lease sweep closes in one unit of work (:meth:`RuntimeJournal.lapse_due`)."""
 
 log = get_logger(__name__)
 
