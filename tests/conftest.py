@@ -19,7 +19,8 @@ from tests.support.net import free_port  # noqa: F401 - also imported from here 
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "rule(id): the SPEC rule this test proves")
+    config.addinivalue_line("markers",
+                            "rule(id): the rule this test proves (a P/R/X/D id, each defined in docs/rules.md)")
     config.addinivalue_line("markers", "backends(*names): the store backends a test runs on (default: both)")
 
 

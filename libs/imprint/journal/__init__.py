@@ -1,4 +1,4 @@
-"""The runtime journal's domain (SPEC §5, X1–X10; P19, P20; D5).
+"""The runtime journal's domain (§5 of docs/rules.md, X1–X11; P19, P20; D5).
 
 One home per rule:
 
@@ -11,7 +11,11 @@ One home per rule:
 ``redaction``      X7 — source tombstones, redaction serialized with completion
 ``diagnostics``    X9 — bounded traces of codes, ids, counts and timings
 ``leases``         X10 — run leases: when a run is due, what closing it records, the lanes
-``intake``         which message touches which aggregate (storage-agnostic)
+``stopping``       X11 — a user's stop request, a recorded fact of the open run
+``refusals``       typed refusals: why a message was not applied (a recorded fact)
+``handling``       the handler table: which message touches which aggregate (storage-agnostic)
+``events``         the event base every journal aggregate shares
+``ids``            deterministic aggregate ids from natural keys
 ``announcements``  committed events → ``imprint.runs.v1`` messages (X4, X6)
 ``views``          read models returned by ``services.journal.queries``
 =================  =====================================================================

@@ -18,6 +18,11 @@ One module per rule, so a reader finds each rule by file name:
 ``block_ids``       Host-issued block ids
 ``settlement``      the pipeline: one decision per block (P6, P8)
 ``run``             the run aggregate: one commit, one transaction (P15)
+``facts``           what a run knows when it settles, as typed values
+``policy``          the tunable limits (P5, P13)
+``saving``          P15 what a commit that did not plainly succeed leaves
+``proof``           R4 what a commit's proof covers
+``handling``        the handler table: what one message does (pure)
 ``sources``         the source registry aggregate and its standing
 ``conversations``   which runs a conversation deletion reaches (X8; sealing in ``imprint.shredding``)
 ``announcements``   committed events → ``imprint.publication.v1`` messages (P14)

@@ -12,7 +12,7 @@ DISPLAY_CHAR_LIMIT = 60_000
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Limits one settlement applies. Defaults are the SPEC's."""
+    """Limits one settlement applies. Defaults are the rules' (P3, P5, P13)."""
 
     modifications_per_block: int = 2
     """P13: committed (or previewed) modifications one block may receive."""
