@@ -11,7 +11,7 @@ export PG_PORT ?= 5432
 TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
-.PHONY: install run test test-fast system-deps test-integration infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
+.PHONY: install run test test-fast system-deps infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 .PHONY: soak test-cluster
 .PHONY: bench-quick otelcol
 

@@ -195,7 +195,7 @@ def machine() -> dict[str, Any]:
 def versions(settings: Any) -> dict[str, str]:
     found: dict[str, str] = {}
     for package in ("eventsourcing", "aiokafka", "faststream", "psycopg", "pydantic", "fastapi", "uvicorn",
-                    "sse-starlette", "cryptography"):
+                    "starlette", "cryptography"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
