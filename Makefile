@@ -13,7 +13,7 @@ TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
 .PHONY: install run test test-fast system-deps infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
 .PHONY: soak test-cluster
-.PHONY: bench-quick otelcol
+.PHONY: bench-quick otelcol docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -105,6 +105,11 @@ bench: $(BENCH_STAMP) $(BENCH_INFRA)
 
 bench-quick: $(BENCH_STAMP) $(BENCH_INFRA)
 	$(BENCH_ENV) $(BIN)/python -m bench --quick $(BENCH_ARGS)
+
+## make docs: the figures of README.md and docs/scaling.md from bench/results/latest.json, and the settings
+## docs/scaling.md explains from the code (bench/docs.py; `--check` only compares).
+docs: install
+	$(BIN)/python -m bench.docs
 
 clean:
 	rm -rf $(VENV) $(STATE)/data

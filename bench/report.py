@@ -271,18 +271,8 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"Wall time per section (s): {seconds}.")
     versions = results.get("versions", {})
     out.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
-    out += ["", "## Targets (the performance issue, per unit of machine CPU)", "",
-            "| key | target | measured | bound | |", "|---|---|---|---|---|"]
-    for row in results.get("targets", []):
-        bound = row["bound"]
-        if row["better"] == "drains":
-            limit = "drains"
-        else:
-            limit = f"{'≥' if row['better'] == 'higher' else '≤'} {_fmt(bound, 2)} {row['unit']}"
-        value = ("—" if row["value"] is None else row["value"] if isinstance(row["value"], str)
-                 else f"{_fmt(row['value'], 2)} {row['unit']}")
-        out.append(f"| `{row.get('key')}` | {row['target']} | {value} | {limit} "
-                   f"| **{row['status']}** |")
+    out += ["", "## Targets (the performance issue, per unit of machine CPU)", ""]
+    out += targets_table(results.get("targets", []))
     out += ["", "## Throughput", "", "| measure | proposals/s | notes |", "|---|---|---|"]
     if floors.get("commit"):
         out.append(f"| commit floor (INSERT+COMMIT per proposal, psycopg) | {_fmt(_get(floors, 'commit', 'per_s'))} | "
@@ -442,6 +432,135 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("errors"):
         out += ["", "## Failures", ""] + [f"* {k}: {v}" for k, v in results["errors"].items()]
     return "\n".join(out) + "\n"
+
+
+def targets_table(rows: list[dict[str, Any]], keys: bool = True) -> list[str]:
+    """The targets as a Markdown table: ``latest.md``'s, and the README's (``keys=False``)."""
+    out = ["| key | target | measured | bound | |" if keys else "| target | measured | bound | |",
+           "|---|---|---|---|---|" if keys else "|---|---|---|---|"]
+    for row in rows:
+        bound = row["bound"]
+        if row["better"] == "drains":
+            limit = "drains"
+        else:
+            limit = f"{'≥' if row['better'] == 'higher' else '≤'} {_fmt(bound, 2)} {row['unit']}"
+        value = ("—" if row["value"] is None else row["value"] if isinstance(row["value"], str)
+                 else f"{_fmt(row['value'], 2)} {row['unit']}")
+        key = f"| `{row.get('key')}` " if keys else ""
+        out.append(f"{key}| {row['target']} | {value} | {limit} | **{row['status']}** |")
+    return out
+
+
+def run_summary(results: dict[str, Any]) -> str:
+    """One sentence naming the run every figure of the docs comes from: when, on what, which
+    code, the machine's load, and the rates every ratio is taken against."""
+    machine, code = results.get("machine") or {}, results.get("code") or {}
+    floors, e2e = results.get("floors") or {}, results.get("e2e") or {}
+    passed = [row for row in results.get("targets") or [] if row.get("status") != "n/a"]
+    return (f"From `bench/results/latest.json` ({results.get('mode')} run of {results.get('started_at')}, "
+            f"code `{code.get('commit')}`{' (dirty)' if code.get('dirty') else ''}, {machine.get('cpus')} cores "
+            f"`{machine.get('cpu_model')}` shared with other work, load average {_load(machine.get('loadavg_before'))} "
+            f"before and {_load(machine.get('loadavg_after'))} after): burst "
+            f"{_fmt(_get(e2e, 'saturation', 'per_s'), 0)}/s, naive peer "
+            f"{_fmt(_get(floors, 'naive', 'per_run_size', '25', 'per_s'))}/s, commit floor "
+            f"{_fmt(_get(floors, 'commit', 'per_s'))}/s; "
+            f"{sum(row['status'] == 'PASS' for row in passed)} of {len(passed)} targets met.")
+
+
+def _trio(d: Any, digits: int = 0) -> str:
+    return "—" if not d or not d.get("n") else " / ".join(_fmt(float(d[q]), digits) for q in ("p50", "p95", "p99"))
+
+
+def _times(value: Any) -> str:
+    return "—" if value is None else f"{_fmt(float(value), 2)} ×"
+
+
+def scaling_figures(results: dict[str, Any]) -> list[str]:
+    """What ``docs/scaling.md`` reads its limits from: one row per figure it discusses, each
+    straight from the results (``latest.md`` has the full tables)."""
+    e2e, floors = results.get("e2e") or {}, results.get("floors") or {}
+    burst = _get(e2e, "saturation", "per_s")
+    stack = e2e.get("stack_cpu") or {}
+    instances = e2e.get("publication_instances") or {}
+    steps = _get(e2e, "latency", "steps") or {}
+    low, high = (min(steps, key=float), max(steps, key=float)) if steps else (None, None)
+    many = _get(e2e, "many_runs", "shapes") or {}
+    fan = e2e.get("fanout") or {}
+    over = e2e.get("overload") or {}
+    replay = _get(results, "replay", "sizes") or {}
+    largest = replay.get(max(replay, key=int)) if replay else {}
+    smallest = replay.get(min(replay, key=int)) if replay else {}
+    consumer = _get(floors, "consumer", "paced") or {}
+
+    def at(load: Any) -> str:
+        return f"{float(load):.0%} of the burst ({_fmt(_get(steps, load, 'offered_per_s'), 0)}/s)" if load else "—"
+
+    def paced_cpu(load: Any) -> str:
+        return _parts(_get(steps, load, "cpu_ms_per_proposal")) if load else "—"
+
+    hops = _get(steps, high, "hops_ms") or {}
+    rows = [
+        ("Burst saturation, runs of 25 (median of rounds; every rate below is a fraction of it)",
+         f"{_fmt(burst)}/s ({' / '.join(_fmt(r.get('per_s')) for r in _get(e2e, 'saturation', 'rounds') or [])})"),
+        ("CPU ms per proposal in the burst: Publication (with its relay) / Journal / Delivery",
+         _parts(_get(e2e, "run_size", "25", "cpu_ms_per_proposal"))),
+        ("Whole machine to the SSE frame: CPU ms per proposal, busy cores",
+         f"{_fmt(stack.get('machine_cpu_ms_per_proposal'), 2)} ms, "
+         f"{_fmt(round(stack['per_s'] * stack['machine_cpu_ms_per_proposal'] / 1000, 2), 2)} cores"
+         if stack.get("per_s") and stack.get("machine_cpu_ms_per_proposal") else "—"),
+        ("Commit floor (one connection, INSERT + COMMIT): rate, machine CPU ms per commit",
+         f"{_fmt(_get(floors, 'commit', 'per_s'))}/s, {_fmt(_get(floors, 'commit', 'machine_cpu_ms_per_proposal'), 2)} ms"),
+        ("Naive eventsourcing peer, 25/run: rate, machine CPU ms per proposal",
+         f"{_fmt(_get(floors, 'naive', 'per_run_size', '25', 'per_s'))}/s, "
+         f"{_fmt(_get(floors, 'naive', 'per_run_size', '25', 'machine_cpu_ms_per_proposal'), 2)} ms"),
+        ("Burst with 2 Publication instances on the same machine ÷ with 1",
+         _times(_ratio(_get(instances, "2", "per_s"), _get(instances, "1", "per_s")))),
+        ("CPU per proposal, runs of 400 ÷ runs of 25: Publication / Delivery",
+         " / ".join(_times(_ratio(_get(e2e, "run_size", "400", "cpu_ms_per_proposal", part),
+                                  _get(e2e, "run_size", "25", "cpu_ms_per_proposal", part)))
+                    for part in ("publication", "delivery"))),
+        (f"Publication CPU per proposal, a source cited by {_fmt(_get(e2e, 'source_age', 'earlier_runs'))} earlier "
+         "runs ÷ a fresh one",
+         _times(_ratio(_get(e2e, "source_age", "aged", "cpu_ms_per_proposal", "publication"),
+                       _get(e2e, "source_age", "fresh", "cpu_ms_per_proposal", "publication")))),
+        ("Sustained paced load (highest step kept up) ÷ burst; first step that did not keep up",
+         f"{_times(_ratio(_get(e2e, 'sustained', 'achieved_per_s'), burst))}; "
+         f"{_fmt(_get(e2e, 'sustained', 'first_failing_offered_per_s'))}/s"),
+        (f"Produce → preview, p50 / p95 / p99 ms, at {at(low)}; at {at(high)}",
+         f"{_trio(_get(steps, low, 'preview_ms'))}; {_trio(_get(steps, high, 'preview_ms'))}"),
+        (f"Produce → SSE frame, p50 / p95 / p99 ms, at {at(low)}; at {at(high)}",
+         f"{_trio(_get(steps, low, 'sse_ms'))}; {_trio(_get(steps, high, 'sse_ms'))}"),
+        (f"At {at(high)}, p50 ms: proposal → preview sent (Publication's poll), preview → `answer.published` sent "
+         "(commit + relay), published → seen by a reader",
+         " / ".join(_fmt(_get(hops, hop, "p50"), 0) for hop in
+                    ("to_preview_sent", "preview_to_published_sent", "published_sent_to_seen"))),
+        (f"CPU ms per proposal paced, Publication / Journal / Delivery, at {at(low)}; at {at(high)}",
+         f"{paced_cpu(low)}; {paced_cpu(high)}"),
+        ("Consumer floor (a bare poll → transaction → produce loop), busy cores at "
+         + " / ".join(f"{rate}/s" for rate in sorted(consumer, key=float)),
+         " / ".join(_fmt(_get(consumer, rate, "cores"), 2) for rate in sorted(consumer, key=float)) or "—"),
+        (f"Many runs in flight ({' and '.join(f'{int(n):,}' for n in sorted(many, key=int))}): drained s after the "
+         "window; machine CPU per proposal, most ÷ fewest",
+         f"{' / '.join(_fmt(_get(many, n, 'drained_s'), 2) for n in sorted(many, key=int))}; "
+         f"{_times(_ratio(_get(many, max(many, key=int), 'machine_cpu_ms_per_proposal'), _get(many, min(many, key=int), 'machine_cpu_ms_per_proposal'))) if many else '—'}"),
+        (f"Overload at {_fmt(over.get('load') or _get(results, 'plan', 'overload_load'))} × the burst: published "
+         "during the window ÷ burst; drained s after",
+         f"{_times(_ratio(over.get('in_window_per_s'), over.get('burst_per_s') or burst))}; "
+         f"{_fmt(over.get('drained_s'), 1)}"),
+        (f"{_fmt(fan.get('clients'))} SSE clients on one run: published → client p99 ms, Delivery peak RSS MB, "
+         "Delivery cores",
+         f"{_fmt(_get(fan, 'published_to_client_ms', 'p99'), 0)}, {_fmt(_get(fan, 'window', 'peak_rss_mb', 'delivery'))}, "
+         f"{_fmt(_get(fan, 'window', 'cpu_util', 'delivery'), 2)}"),
+        (f"`imprint replay`, {_fmt(largest.get('events'))} events: events/s, ÷ a raw read of the table, replay "
+         "CPU s, peak RSS MB (÷ the smaller log's)",
+         f"{_fmt(_get(largest, 'replay', 'events_per_s'))}, "
+         f"{_times(_ratio(_get(largest, 'replay', 'events_per_s'), _get(largest, 'raw', 'events_per_s')))}, "
+         f"{_fmt(_get(largest, 'replay', 'cpu_s'))}, {_fmt(_get(largest, 'replay', 'peak_rss_mb'))} "
+         f"({_times(_ratio(_get(largest, 'replay', 'peak_rss_mb'), _get(smallest, 'replay', 'peak_rss_mb')))})"),
+    ]
+    out = ["| measure | latest |", "|---|---|"]
+    out += [f"| {name} | {value} |" for name, value in rows]
+    return out
 
 
 def _legend(axis: Any) -> None:

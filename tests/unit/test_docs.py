@@ -15,6 +15,7 @@ These read the source tree and import nothing of it."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,20 +52,23 @@ def python_files(*folders: str) -> Iterator[Path]:
         yield from sorted(p for p in (ROOT / folder).rglob("*.py") if "node_modules" not in p.parts)
 
 
-def marked_rules() -> dict[str, set[str]]:
+@functools.cache
+def _marked_rules() -> dict[str, frozenset[str]]:
     """Rule id → the test files that mark it: ``@pytest.mark.rule(id)`` as written, and the
     ids of a ``…_RULES`` tuple a helper applies as marks (``tests/fault/invariants.py``)."""
     marked: dict[str, set[str]] = {}
     for path in python_files("tests"):
         text = path.read_text()
         found = set(re.findall(r"mark\.rule\(\s*[\"']([^\"']+)[\"']", text))
-        for node in ast.walk(ast.parse(text)):
-            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
-                    and any(isinstance(t, ast.Name) and t.id.endswith("_RULES") for t in node.targets)):
-                found |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        for rules in re.findall(r"^\w+_RULES\s*=\s*\(([^)]*)\)", text, re.MULTILINE):
+            found |= set(re.findall(r"[\"']([^\"']+)[\"']", rules))
         for rule in found:
             marked.setdefault(rule, set()).add(path.relative_to(ROOT).as_posix())
-    return marked
+    return {rule: frozenset(where) for rule, where in marked.items()}
+
+
+def marked_rules() -> dict[str, set[str]]:
+    return {rule: set(where) for rule, where in _marked_rules().items()}
 
 
 def docs() -> list[Path]:
@@ -216,3 +220,34 @@ def test_every_package_map_names_modules_that_exist() -> None:
         if bad:
             stale[init.relative_to(ROOT).as_posix()] = bad
     assert stale == {}, f"package maps naming modules that do not exist (package → names): {stale}"
+
+
+def test_the_generated_figures_are_what_the_results_give() -> None:
+    """``make docs`` wrote every ``<!-- bench:… -->`` region of the README and
+    ``docs/scaling.md`` from ``bench/results/latest.json`` and the code's settings, and
+    nobody edited one by hand since (``python -m bench.docs --check``)."""
+    from bench import docs as generator
+
+    regions = {doc.name: generator.regions_of(doc) for doc in generator.DOCS}
+    assert regions == {"README.md": ["run", "targets"], "scaling.md": ["settings", "run", "figures"]}, regions
+    assert generator.stale_regions() == [], "run `make docs`: these regions differ from what it writes"
+
+
+def test_a_hand_edit_of_a_figure_is_caught() -> None:
+    """The check compares each region with what the results give, so one changed figure
+    is named."""
+    import json
+
+    from bench import docs as generator
+
+    results = json.loads(generator.RESULTS.read_text())
+    results["e2e"]["saturation"]["per_s"] = (results["e2e"]["saturation"]["per_s"] or 0) + 1
+    stale = generator.stale_regions(results)
+    assert "README.md: bench:run" in stale and "docs/scaling.md: bench:figures" in stale, stale
+
+
+def test_every_phony_make_target_has_a_rule() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    phony = {name for line in re.findall(r"^\.PHONY:(.*)$", makefile, re.MULTILINE) for name in line.split()}
+    defined = set(re.findall(r"^([A-Za-z][\w-]*):(?!=)", makefile, re.MULTILINE))
+    assert sorted(phony - defined) == [], f"phony make targets without a rule: {sorted(phony - defined)}"
