@@ -102,9 +102,11 @@ BENCH_INFRA = $(if $(IMPRINT_DATABASE_URL),,infra-up)
 
 bench: $(BENCH_STAMP) $(BENCH_INFRA)
 	$(BENCH_ENV) $(BIN)/python -m bench --profile $(BENCH_ARGS)
+	$(BIN)/python -m bench.docs
 
 bench-quick: $(BENCH_STAMP) $(BENCH_INFRA)
 	$(BENCH_ENV) $(BIN)/python -m bench --quick $(BENCH_ARGS)
+	$(BIN)/python -m bench.docs
 
 ## make docs: the figures of README.md and docs/scaling.md from bench/results/latest.json, and the settings
 ## docs/scaling.md explains from the code (bench/docs.py; `--check` only compares).

@@ -75,13 +75,12 @@ def docs() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def docstrings(path: Path) -> Iterator[str]:
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            text = ast.get_docstring(node, clean=False)
-            if text:
-                yield text
+@functools.cache
+def docstrings(path: Path) -> tuple[str, ...]:
+    """Every docstring of a module: its own, its classes' and its functions'."""
+    return tuple(text for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                 and (text := ast.get_docstring(node, clean=False)))
 
 
 def cited_rules() -> dict[str, set[str]]:
@@ -104,6 +103,20 @@ def test_every_rule_used_is_defined_in_docs_rules() -> None:
         used[rule] = used.get(rule, set()) | where
     undefined = {rule: sorted(where) for rule, where in sorted(used.items()) if rule not in defined}
     assert undefined == {}, f"rule ids used but not defined in docs/rules.md (id → where): {undefined}"
+
+
+def test_every_section_cited_is_a_section_of_docs_rules() -> None:
+    """"§2" in a doc or a docstring (also as "SPEC §2") is the section of ``docs/rules.md``
+    numbered the same."""
+    sections = {a[1:] for a in anchors_of(RULES) if re.fullmatch(r"s[0-9]+", a)}
+    cited: dict[str, set[str]] = {}
+    texts = [(p, p.read_text()) for p in docs()]
+    texts += [(p, text) for p in python_files("libs", "services") for text in docstrings(p)]
+    for path, text in texts:
+        for number in re.findall(r"§\s*([0-9]+)", text):
+            if number not in sections:
+                cited.setdefault(f"§{number}", set()).add(path.relative_to(ROOT).as_posix())
+    assert cited == {}, f"sections cited that docs/rules.md does not have: {cited}"
 
 
 def test_every_rule_defined_is_proved_by_a_test() -> None:
