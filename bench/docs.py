@@ -81,7 +81,8 @@ def setting(path: str, name: str) -> str:
                 return ast.unparse(value)
             if isinstance(literal, str) and literal.isdigit():
                 literal = int(literal)
-            return f"{literal:,}" if isinstance(literal, int | float) and not isinstance(literal, bool) else str(literal)
+            numeric = isinstance(literal, int | float) and not isinstance(literal, bool)
+            return f"{literal:,}" if numeric else str(literal)
     raise LookupError(f"{path} defines no {name} (a setting docs/scaling.md explains: update bench/docs.py SETTINGS)")
 
 

@@ -485,6 +485,7 @@ def scaling_figures(results: dict[str, Any]) -> list[str]:
     steps = _get(e2e, "latency", "steps") or {}
     low, high = (min(steps, key=float), max(steps, key=float)) if steps else (None, None)
     many = _get(e2e, "many_runs", "shapes") or {}
+    most_fewest = (max(many, key=int), min(many, key=int)) if many else (None, None)
     fan = e2e.get("fanout") or {}
     over = e2e.get("overload") or {}
     replay = _get(results, "replay", "sizes") or {}
@@ -509,7 +510,8 @@ def scaling_figures(results: dict[str, Any]) -> list[str]:
          f"{_fmt(round(stack['per_s'] * stack['machine_cpu_ms_per_proposal'] / 1000, 2), 2)} cores"
          if stack.get("per_s") and stack.get("machine_cpu_ms_per_proposal") else "—"),
         ("Commit floor (one connection, INSERT + COMMIT): rate, machine CPU ms per commit",
-         f"{_fmt(_get(floors, 'commit', 'per_s'))}/s, {_fmt(_get(floors, 'commit', 'machine_cpu_ms_per_proposal'), 2)} ms"),
+         f"{_fmt(_get(floors, 'commit', 'per_s'))}/s, "
+         f"{_fmt(_get(floors, 'commit', 'machine_cpu_ms_per_proposal'), 2)} ms"),
         ("Naive eventsourcing peer, 25/run: rate, machine CPU ms per proposal",
          f"{_fmt(_get(floors, 'naive', 'per_run_size', '25', 'per_s'))}/s, "
          f"{_fmt(_get(floors, 'naive', 'per_run_size', '25', 'machine_cpu_ms_per_proposal'), 2)} ms"),
@@ -542,14 +544,15 @@ def scaling_figures(results: dict[str, Any]) -> list[str]:
         (f"Many runs in flight ({' and '.join(f'{int(n):,}' for n in sorted(many, key=int))}): drained s after the "
          "window; machine CPU per proposal, most ÷ fewest",
          f"{' / '.join(_fmt(_get(many, n, 'drained_s'), 2) for n in sorted(many, key=int))}; "
-         f"{_times(_ratio(_get(many, max(many, key=int), 'machine_cpu_ms_per_proposal'), _get(many, min(many, key=int), 'machine_cpu_ms_per_proposal'))) if many else '—'}"),
+         f"{_times(_ratio(*(_get(many, n, 'machine_cpu_ms_per_proposal') for n in most_fewest)))}"),
         (f"Overload at {_fmt(over.get('load') or _get(results, 'plan', 'overload_load'))} × the burst: published "
          "during the window ÷ burst; drained s after",
          f"{_times(_ratio(over.get('in_window_per_s'), over.get('burst_per_s') or burst))}; "
          f"{_fmt(over.get('drained_s'), 1)}"),
         (f"{_fmt(fan.get('clients'))} SSE clients on one run: published → client p99 ms, Delivery peak RSS MB, "
          "Delivery cores",
-         f"{_fmt(_get(fan, 'published_to_client_ms', 'p99'), 0)}, {_fmt(_get(fan, 'window', 'peak_rss_mb', 'delivery'))}, "
+         f"{_fmt(_get(fan, 'published_to_client_ms', 'p99'), 0)}, "
+         f"{_fmt(_get(fan, 'window', 'peak_rss_mb', 'delivery'))}, "
          f"{_fmt(_get(fan, 'window', 'cpu_util', 'delivery'), 2)}"),
         (f"`imprint replay`, {_fmt(largest.get('events'))} events: events/s, ÷ a raw read of the table, replay "
          "CPU s, peak RSS MB (÷ the smaller log's)",
