@@ -88,12 +88,25 @@ def per_proposal(row: dict[str, Any]) -> dict[str, float]:
     return {name: round(seconds * 1000 / count, 3) for name, seconds in cpu.items()}
 
 
+def net_of_servers_load(row: dict[str, Any], idle: dict[str, float] | None) -> float | None:
+    """A row's stack CPU per proposal less what the broker and PostgreSQL were busy with
+    neither stack running (``idle``, cores) over the row's window: an estimate of the stack's
+    own share on a machine others use, never below the stack's own processes' figure."""
+    window = row.get("window") or {}
+    stack, count, seconds = row.get("stack_cpu_ms_per_proposal"), row.get("proposals"), window.get("seconds")
+    if stack is None or not count or not seconds or not idle:
+        return None
+    own = sum((window.get("cpu_s") or {}).values()) * 1000 / count
+    return round(max(own, stack - sum(idle.values()) * seconds * 1000 / count), 3)
+
+
 def markdown(e2e: dict[str, Any]) -> list[str]:
     """The section of ``latest.md``: each stack's rate, CPU per proposal (the stack, the
     machine, each process) and produce → SSE frame latency, burst and paced."""
     measured = [(name, row) for name, row in rows(e2e) if row]
     if not (e2e.get("peer") or {}):
         return []
+    idle = (e2e.get("peer") or {}).get("servers_cores_without_either_stack")
 
     def fmt(value: Any, digits: int = 2) -> str:
         return "—" if value is None else f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
@@ -105,15 +118,23 @@ def markdown(e2e: dict[str, Any]) -> list[str]:
            "sse-starlette, uvicorn) from `LISTEN`, one client per run; the same proposals, runs and SSE clients as "
            "imprint's rows. The stack's CPU counts its processes, the broker and PostgreSQL; the bench (producer, "
            "SSE clients) apart; each stack runs alone (the other's processes stopped).", "",
-           "| stack, load | proposals | proposals/s (offered) | stack CPU ms/proposal | machine CPU ms/proposal | "
-           "SSE p50 / p99 ms | CPU ms/proposal per process |", "|---|---|---|---|---|---|---|"]
+           "| stack, load | proposals | proposals/s (offered) | stack CPU ms/proposal | the same, net of the "
+           "servers' other load | machine CPU ms/proposal | SSE p50 / p99 ms | CPU ms/proposal per process |",
+           "|---|---|---|---|---|---|---|---|"]
     for name, row in measured:
         assert row is not None
         rate = row.get("per_s") if "burst" in name else row.get("offered_per_s")
         sse = row.get("sse_ms") or {}
         processes = ", ".join(f"{p} {fmt(v)}" for p, v in per_proposal(row).items())
         out.append(f"| {name} | {row.get('proposals')} | {fmt(rate, 1)} | {fmt(row.get('stack_cpu_ms_per_proposal'))} "
-                   f"| {fmt(row.get('machine_cpu_ms_per_proposal'))} | {fmt(sse.get('p50'), 1)} / "
+                   f"| {fmt(net_of_servers_load(row, idle))} | {fmt(row.get('machine_cpu_ms_per_proposal'))} | {fmt(sse.get('p50'), 1)} / "
                    f"{fmt(sse.get('p99'), 1)} | {processes} |")
+    if idle:
+        out += ["", "With neither stack running, the broker and PostgreSQL were busy "
+                + ", ".join(f"{name} {fmt(cores)}" for name, cores in idle.items())
+                + " cores: the machine's other users, in every stack figure above too; the *net* column takes that "
+                "load out over each window (an estimate; the targets are judged on the stack's figure). imprint's "
+                "paced window ends once every part has committed its offsets, the peer's at its last frame; both "
+                "paced loads are read by a Kafka reader of the stack's output as well as by the SSE clients."]
     out += ["", "The in-process naive peer and the commit floor stay as floors (above)."]
     return out

@@ -10,6 +10,7 @@ charged for the other's. Each window counts every peer process, the broker and P
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import socket
@@ -21,14 +22,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from psycopg import sql
 
 from bench import sse
 from bench.e2e import BLOCKS_PER_PROPOSAL
+from bench.floors import READER_FETCH_WAIT_MS
 from bench.peer.delivery import create_frames
-from bench.procs import Stack
+from bench.procs import Stack, infra_pids, tree_cpu_seconds
 from bench.stats import latency_summary, median_of_rounds
 from bench.workload import Sources, opening, typical_part, wire
 from services.common.settings import Settings
@@ -83,6 +85,7 @@ class PeerDriver:
         self.settings, self.stack, self.token = settings, stack, token
         self.topic = settings.topic(TOPICS[0])
         self.sse: dict[str, list[float]] = defaultdict(list)
+        self.published: dict[str, list[float]] = defaultdict(list)
         self.clients: list[sse.SseClient] = []
 
     async def start(self) -> None:
@@ -101,6 +104,19 @@ class PeerDriver:
             futures.append(await self.producer.send(self.topic, value, key=key, headers=headers))
         if futures:
             await asyncio.gather(*futures)
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            batch = await consumer.getmany(timeout_ms=50, max_records=5000)
+            now = time.perf_counter()
+            for records in batch.values():
+                for record in records:
+                    block = json.loads(record.value)["block"]
+                    self.published[block["candidate_id"].removeprefix("tool:")].append(now)
+
+    def published_at(self, call: str) -> float | None:
+        times = self.published.get(call) or ()
+        return times[BLOCKS_PER_PROPOSAL - 1] if len(times) >= BLOCKS_PER_PROPOSAL else None
 
     def stored_events(self) -> int:
         table = sql.SQL("{}.peer_events").format(sql.Identifier(str(self.settings.database_schema)))
@@ -191,6 +207,15 @@ class PeerDriver:
         (or ``drain`` s after the last scheduled send; one unseen counts the time waited)."""
         count = max(1, int(rate * seconds))
         names = [f"run-{label}-{r:05d}" for r in range(max(1, min(runs, count)))]
+        # Observed as imprint's paced loads are: a reader of the stack's output topic (the
+        # bench's Driver reads imprint's publication topic with these settings), whose
+        # fetches the broker serves in the window.
+        consumer = AIOKafkaConsumer(self.settings.topic(TOPICS[1]), bootstrap_servers=self.settings.kafka_bootstrap,
+                                    group_id=None, auto_offset_reset="latest", enable_auto_commit=False,
+                                    max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=READER_FETCH_WAIT_MS)
+        await consumer.start()
+        await consumer.seek_to_end()
+        reader = asyncio.create_task(self._read(consumer))
         await self.admit(names, sources)
         calls = [f"{label}-{i:06d}" for i in range(count)]
         scheduled: dict[str, float] = {}
@@ -215,6 +240,10 @@ class PeerDriver:
             closed = self.stack.close(window)
         finally:
             self.close_clients()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await consumer.stop()
+        published = [((self.published_at(c) or ended) - scheduled[c]) * 1000 for c in calls]
         latencies, missing = [], 0
         for call in calls:
             seen = self.streamed_at(call)
@@ -225,7 +254,18 @@ class PeerDriver:
         return {"offered_per_s": round(rate, 1), "seconds": seconds, "proposals": count, "runs": len(names),
                 "sse_clients": len(names), "complete": complete, "sse_unfinished_at_deadline": missing,
                 "producer_max_lateness_ms": round(late * 1000, 1), "sse_ms": latency_summary(latencies),
+                "published_ms": latency_summary(published),
                 "_samples": latencies, **self._figures(closed, count)}
+
+
+def servers_cores(settings: Settings, seconds: float) -> dict[str, float]:
+    """Cores the broker and PostgreSQL are busy for ``seconds`` (every process of theirs): with
+    neither stack running, what the rest of the machine's users cost them, read beside the
+    stacks' figures (which include it)."""
+    pids = infra_pids(settings)
+    before = {name: tree_cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
+    time.sleep(seconds)
+    return {name: round(((tree_cpu_seconds(pid) or 0.0) - before[name]) / seconds, 3) for name, pid in pids.items()}
 
 
 async def _topics(settings: Settings, partitions: int, create: bool) -> None:
@@ -257,6 +297,10 @@ async def peer(ctx: Any) -> None:
     parts = list(imprint.pids())
     for part in parts:
         imprint.launcher.stop(part)
+    out: dict[str, Any] = ctx.e2e.setdefault("peer", {})
+    out["servers_cores_without_either_stack"] = await asyncio.to_thread(servers_cores, settings, 5.0)
+    ctx.say(f"  the broker and PostgreSQL with neither stack running: {out['servers_cores_without_either_stack']} "
+            "cores")
     await _topics(settings, partitions, create=True)
     with psycopg.connect(str(settings.database_url), autocommit=True) as connection:
         create_frames(connection, str(settings.database_schema))
@@ -264,7 +308,6 @@ async def peer(ctx: Any) -> None:
         free.bind(("127.0.0.1", 0))
         stack = PeerStack(settings, int(free.getsockname()[1]))
     driver = PeerDriver(settings, stack, ctx.driver.token)
-    out: dict[str, Any] = ctx.e2e.setdefault("peer", {})
     started = False
     try:
         stack.start()

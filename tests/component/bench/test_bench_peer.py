@@ -110,3 +110,11 @@ def test_the_peer_carries_a_proposals_blocks_with_their_ordinals_in_the_run() ->
     assert all(b["markdown"].startswith("(mk:call-7)") for b in blocks)
     assert proposal({"type": "answer.text", "turn_id": "t1", "segment": 0, "text": "plain"}) == (
         "text:t1:0", [{"markdown": "plain"}])
+
+
+def test_the_servers_load_without_either_stack_comes_off_a_figure_never_below_the_stacks_own_processes() -> None:
+    row = {"proposals": 100, "stack_cpu_ms_per_proposal": 50.0,
+           "window": {"seconds": 10.0, "cpu_s": {"peer-publication": 1.0}}}
+    assert compare.net_of_servers_load(row, {"kafka": 0.1, "postgresql": 0.1}) == 30.0  # 2 core-s of 5
+    assert compare.net_of_servers_load(row, {"kafka": 1.0}) == 10.0  # the processes' own 1 core-s stays
+    assert compare.net_of_servers_load(row, None) is None
