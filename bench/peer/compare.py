@@ -129,6 +129,11 @@ def markdown(e2e: dict[str, Any]) -> list[str]:
         out.append(f"| {name} | {row.get('proposals')} | {fmt(rate, 1)} | {fmt(row.get('stack_cpu_ms_per_proposal'))} "
                    f"| {fmt(net_of_servers_load(row, idle))} | {fmt(row.get('machine_cpu_ms_per_proposal'))} | {fmt(sse.get('p50'), 1)} / "
                    f"{fmt(sse.get('p99'), 1)} | {processes} |")
+    paced = peer_paced(e2e)
+    if paced and not paced.get("complete"):
+        out += ["", f"**The peer did not keep up at {paced.get('offered_per_s')}/s**: "
+                f"{paced.get('sse_unfinished_at_deadline')} of {paced.get('proposals')} proposals had no frame by the "
+                "deadline (counted with the time waited, a lower bound)."]
     if idle:
         out += ["", "With neither stack running, the broker and PostgreSQL were busy "
                 + ", ".join(f"{name} {fmt(cores)}" for name, cores in idle.items())

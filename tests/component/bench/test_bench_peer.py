@@ -118,3 +118,11 @@ def test_the_servers_load_without_either_stack_comes_off_a_figure_never_below_th
     assert compare.net_of_servers_load(row, {"kafka": 0.1, "postgresql": 0.1}) == 30.0  # 2 core-s of 5
     assert compare.net_of_servers_load(row, {"kafka": 1.0}) == 10.0  # the processes' own 1 core-s stays
     assert compare.net_of_servers_load(row, None) is None
+
+
+def test_a_paced_rate_the_peer_did_not_keep_up_with_is_said_beside_the_table() -> None:
+    results = e2e(2.0, 6.5, 14.9, 9.7, 60.0, 17.0)
+    results["peer"]["paced"].update(complete=False, sse_unfinished_at_deadline=3, proposals=1260)
+    assert any("did not keep up at 42.0/s" in line for line in compare.markdown(results))
+    results["peer"]["paced"]["complete"] = True
+    assert not any("did not keep up" in line for line in compare.markdown(results))
