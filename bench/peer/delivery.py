@@ -52,7 +52,7 @@ def main(bootstrap: str, output_topic: str, database_url: str, schema: str) -> N
     async def close_pool() -> None:
         await pool.close()
 
-    @broker.subscriber(output_topic, group_id="peer-delivery", auto_offset_reset="earliest")
+    @broker.subscriber(output_topic, group_id=f"{output_topic}.delivery", auto_offset_reset="earliest")
     async def on_published(body: dict[str, Any]) -> None:
         data = json.dumps(body["block"])
         async with pool.connection() as connection:  # commits on the way out

@@ -76,7 +76,7 @@ def main(bootstrap: str, runtime_topic: str, output_topic: str, database_url: st
     broker = KafkaBroker(bootstrap, log_level=logging.DEBUG)  # each message's log line off, as imprint's parts run
     app = FastStream(broker)
 
-    @broker.subscriber(runtime_topic, group_id="peer-publication", auto_offset_reset="earliest")
+    @broker.subscriber(runtime_topic, group_id=f"{runtime_topic}.publication", auto_offset_reset="earliest")
     async def on_runtime(body: dict[str, Any]) -> None:
         kind = body.get("type")
         if kind == "run.admitted":

@@ -293,23 +293,23 @@ async def peer(ctx: Any) -> None:
     rate = load * ctx.burst_rate()
     partitions = len(await ctx.driver.producer.partitions_for(ctx.driver.runtime))
     ctx.say("peer: stopping imprint's parts (each stack measured alone); starting the peer")
-    ctx.driver.pause_reader()
-    parts = list(imprint.pids())
-    for part in parts:
-        imprint.launcher.stop(part)
-    out: dict[str, Any] = ctx.e2e.setdefault("peer", {})
-    out["servers_cores_without_either_stack"] = await asyncio.to_thread(servers_cores, settings, 5.0)
-    ctx.say(f"  the broker and PostgreSQL with neither stack running: {out['servers_cores_without_either_stack']} "
-            "cores")
-    await _topics(settings, partitions, create=True)
-    with psycopg.connect(str(settings.database_url), autocommit=True) as connection:
-        create_frames(connection, str(settings.database_schema))
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         stack = PeerStack(settings, int(free.getsockname()[1]))
     driver = PeerDriver(settings, stack, ctx.driver.token)
+    out: dict[str, Any] = ctx.e2e.setdefault("peer", {})
+    parts = list(imprint.pids())
     started = False
+    ctx.driver.pause_reader()
     try:
+        for part in parts:
+            imprint.launcher.stop(part)
+        out["servers_cores_without_either_stack"] = await asyncio.to_thread(servers_cores, settings, 5.0)
+        ctx.say(f"  the broker and PostgreSQL with neither stack running: "
+                f"{out['servers_cores_without_either_stack']} cores")
+        await _topics(settings, partitions, create=True)
+        with psycopg.connect(str(settings.database_url), autocommit=True) as connection:
+            create_frames(connection, str(settings.database_schema))
         stack.start()
         await asyncio.to_thread(stack.wait_ready)
         await driver.start()
@@ -343,7 +343,10 @@ async def peer(ctx: Any) -> None:
         if started:
             await driver.stop()
         stack.stop()
-        await _topics(settings, partitions, create=False)
+        try:
+            await _topics(settings, partitions, create=False)
+        except Exception:  # noqa: BLE001 — cleanup only (the run's own topics go with it)
+            pass
         for part in parts:
             imprint.launcher.restart(part)
         await asyncio.to_thread(imprint.wait_ready)
