@@ -29,7 +29,8 @@ RESULTS = ROOT / "bench" / "results"
 PARTS = ("publication", "journal", "delivery")
 """What ``imprint up`` runs (``services.common.launcher.PARTS``): Publication relays its own log."""
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
-E2E_PHASES = ("cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs", "overload")
+E2E_PHASES = ("cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs", "overload",
+              "peer")
 """The end-to-end phases (``bench.phases.RUNNERS``), in the order they run."""
 CONSUMER_FLOOR_TOPICS = ("bench.floor.in", "bench.floor.out")
 """The consumer floor's topics: as many partitions as imprint's own."""

@@ -337,6 +337,7 @@ class Driver:
             "complete": complete, "seconds": round(last - started, 3),
             "per_s": round(proposals / (last - started), 1) if complete else None,
             "machine_cpu_ms_per_proposal": round(sse_window["machine_cpu_s"] * 1000 / proposals, 3),
+            "stack_cpu_ms_per_proposal": round(sse_window["stack_cpu_s"] * 1000 / proposals, 3),
             "processes_cpu_ms_per_proposal": round(
                 (sum(sse_window["cpu_s"].values()) + sse_window["bench_cpu_s"]) * 1000 / proposals, 3),
             "drained_seconds": round(max(at for at in caught.values() if at is not None) - started, 3),
@@ -412,6 +413,7 @@ class Driver:
             "sent_per_s": round(count / max(1e-9, (max(sent.values()) - min(sent.values())) / 1000), 1)
             if count > 1 else None,
             "machine_cpu_ms_per_proposal": round(window_result["machine_cpu_s"] * 1000 / count, 3),
+            "stack_cpu_ms_per_proposal": round(window_result["stack_cpu_s"] * 1000 / count, 3),
             "processes_cpu_ms_per_proposal": round(
                 (sum(window_result["cpu_s"].values()) + window_result["bench_cpu_s"]) * 1000 / count, 3),
             "cpu_ms_per_proposal": {part: round(cpu * 1000 / count, 3) for part, cpu in window_result["cpu_s"].items()},

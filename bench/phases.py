@@ -17,6 +17,7 @@ from typing import Any
 
 from bench import floors, profile, report
 from bench.e2e import Driver
+from bench.peer.runner import peer
 from bench.stats import median_of_rounds
 from bench.workload import Sources, opening, typical_part
 
@@ -116,6 +117,7 @@ async def instances(ctx: Context) -> None:
         "2": {"per_s": two["per_s"], "cpu_ms_per_proposal": two["cpu_ms_per_proposal"],
               "publication_window": two["publication_window"]},
     }
+    ctx.windows["burst, 2 Publication instances"] = two["delivery_window"]
     ctx.say(f"  1 instance {one['per_s']}/s, 2 instances {two['per_s']}/s")
 
 
@@ -167,7 +169,7 @@ async def cpu(ctx: Context) -> None:
     row = ctx.e2e["stack_cpu"] = median_of_rounds(
         rows, rate="machine_cpu_ms_per_proposal",
         figures=("machine_cpu_ms_per_proposal", "drained_machine_cpu_ms_per_proposal", "processes_cpu_ms_per_proposal",
-                 "per_s"))
+                 "stack_cpu_ms_per_proposal", "per_s"))
     ctx.windows["whole stack, to the SSE frame"] = row["window"]
 
 
@@ -338,7 +340,7 @@ async def profiles(ctx: Context) -> None:
 
 
 RUNNERS = {"cost": cost, "instances": instances, "cpu": cpu, "age": age, "fanout": fanout, "latency": latency,
-           "sustained": sustained, "many_runs": many_runs, "overload": overload}
+           "sustained": sustained, "many_runs": many_runs, "overload": overload, "peer": peer}
 
 
 async def run(ctx: Context, selected: tuple[str, ...], errors: dict[str, str],
