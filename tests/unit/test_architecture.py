@@ -214,11 +214,12 @@ def _base_name(base: ast.expr) -> str:
 
 
 def private_library_uses(sources: dict[str, str], library: dict[str, tuple[set[str], set[str]]]) -> list[str]:
-    """Each place in ``sources`` (module name → source) that overrides, calls or reads a
-    private member of the library: a ``def _x`` in a class derived from a library class
-    that defines ``_x``; ``super()._x``, or ``self._x`` the project's own classes do not
-    define, where a library class above defines ``_x``; ``something._x`` on any other
-    object where any library class defines ``_x``."""
+    """Each place in ``sources`` (module name → source) that imports, overrides, calls or
+    reads a private member of the library: an import of a private name of its modules; a
+    ``def _x`` in a class derived from a library class that defines ``_x``; ``super()._x``,
+    or ``self._x`` the project's own classes do not define, where a library class above
+    defines ``_x``; ``something._x`` on any other object where any library class defines
+    ``_x``."""
     everywhere = set().union(*(members for _, members in library.values()))
     trees = {module: ast.parse(source) for module, source in sources.items()}
     project: dict[str, tuple[ast.ClassDef, list[str]]] = {}
@@ -262,6 +263,10 @@ def private_library_uses(sources: dict[str, str], library: dict[str, tuple[set[s
 
     uses: list[str] = []
     for module, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "eventsourcing":
+                uses.extend(f"{module}:{node.lineno} imports {node.module}.{alias.name}"
+                            for alias in node.names if _private(alias.name))
         for node in tree.body:
             if not isinstance(node, ast.ClassDef):
                 continue
@@ -325,6 +330,7 @@ def test_the_private_member_check_finds_each_kind_of_use() -> None:
         "the adapter's hooks are found"
     sample = '''
 from eventsourcing.application import Application
+from eventsourcing.utils import _topic_cache
 from eventsourcing.sqlite import SQLiteProcessRecorder
 from eventsourcing.persistence import JSONTranscoder
 
@@ -353,6 +359,7 @@ def save(app, processing):
         "sample.Recorder uses the library's self._insert_events",
         "sample.Transcoder uses the library's self._decode_obj",
         "sample.Tracked uses the library's self._max_tracking_id",
-        "sample:23 reads app._notify",
-        "sample:23 reads app._record",
+        "sample:3 imports eventsourcing.utils._topic_cache",
+        "sample:24 reads app._notify",
+        "sample:24 reads app._record",
     ])
