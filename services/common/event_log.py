@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, Cache, LRUCache, ProcessingEvent, Repository
+from eventsourcing.application import (AggregateNotFoundError, Application, Cache, LRUCache, ProcessingEvent, Repository,
+                                      project_aggregate)
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import Recording, Tracking
 
 from imprint.workspace import MemoryWorkspace
 from services.common.recorders import PollRecorder
@@ -210,6 +211,60 @@ class HotCacheApplication(Application[UUID]):
         an application says which of its aggregates are done."""
         return True
 
+    # --- recording: the library's save, through its public parts ---------------------------
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
+        """The library's ``Application.save`` (pending events collected into a
+        ``ProcessingEvent``), recorded by :meth:`record`: whoever saves an aggregate of this
+        log directly (an operator's tool appending reconciliation facts, a test playing
+        another writer) goes through the same steps as a unit of work."""
+        processing: ProcessingEvent[UUID] = ProcessingEvent()
+        processing.collect_events(*objs, **kwargs)
+        return self.record(processing)
+
+    def record(self, processing: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
+        """Record a processing event, in the order of the library's ``Application.save``:
+        its events (:meth:`put_events`, one transaction), then its aggregates back in the
+        repository's cache (the hot aggregates), the snapshots that are due
+        (:meth:`take_snapshots`) and the commit told to the application (:meth:`committed`).
+
+        Built from the library's public parts (``EventStore.put``, ``Repository.cache``,
+        ``Application.snapshots``) instead of its private ``_record``, ``_take_snapshots``
+        and ``_notify``, which an upgrade may change without notice: see
+        ``docs/architecture.md``, "The log on eventsourcing"."""
+        recordings = self.put_events(processing)
+        repository = self.repository
+        if repository.cache and not repository.fastforward:
+            for aggregate_id, aggregate in processing.aggregates.items():
+                repository.cache.put(aggregate_id, aggregate)
+        self.take_snapshots(processing)
+        self.committed(recordings)
+        return recordings
+
+    def put_events(self, processing: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
+        """Put the processing event's events in the event store, in one transaction with its
+        tracking record(s) (``saved_kwargs`` reach the recorder's ``insert_events``)."""
+        return self.events.put(processing.events, tracking=processing.tracking, **processing.saved_kwargs)
+
+    def take_snapshots(self, processing: ProcessingEvent[UUID]) -> None:
+        """The library's snapshot policy: an aggregate of a class with an interval is
+        snapshotted (from the store, at that version) when one of its new events' versions is
+        a multiple of it. An application may choose its own."""
+        if self.snapshots is None or not self.snapshotting_intervals:
+            return
+        for event in processing.events:
+            aggregate = processing.aggregates.get(event.originator_id)
+            if aggregate is None:
+                continue
+            interval = self.snapshotting_intervals.get(type(aggregate))
+            if interval is not None and event.originator_version % interval == 0:
+                self.take_snapshot(event.originator_id, version=event.originator_version,
+                                   projector_func=self.snapshotting_projectors.get(type(aggregate), project_aggregate))
+
+    def committed(self, recordings: list[Recording[UUID]]) -> None:
+        """After each commit, with what it recorded (each event and its notification id):
+        an application hands them on (to the relay in its process)."""
+
     def cache_clock(self) -> float:
         """The monotonic seconds :attr:`kept_after_done` is counted in."""
         return time.monotonic()
@@ -231,7 +286,7 @@ def stored(app: Application[UUID], aggregate_id: UUID) -> Any:
 class StoredWorkspace(MemoryWorkspace):
     """The aggregates of one unit of work, read through the application's repository once."""
 
-    def __init__(self, app: Application[UUID]) -> None:
+    def __init__(self, app: HotCacheApplication) -> None:
         super().__init__()
         self.app = app
         self._missing: set[UUID] = set()
@@ -284,8 +339,7 @@ class StoredWorkspace(MemoryWorkspace):
     def record(self, trackings: Sequence[Tracking]) -> ProcessingEvent[UUID]:
         """Record every pending event and the tracking records (one per partition of a
         poll, :mod:`services.common.recorders`) in one transaction, then take the
-        snapshots that are due and tell the application (``_notify``), in the order of
-        eventsourcing's ``Application.save``."""
+        snapshots that are due and tell the application (:meth:`HotCacheApplication.record`)."""
         processing: ProcessingEvent[UUID] = ProcessingEvent()
         if trackings:
             processing.saved_kwargs["trackings"] = list(trackings)
@@ -294,9 +348,7 @@ class StoredWorkspace(MemoryWorkspace):
             processing.events.extend(aggregate.collect_events())
             processing.aggregates[aggregate.id] = aggregate
         if processing.events or trackings:
-            recordings = self.app._record(processing)
-            self.app._take_snapshots(processing)
-            self.app._notify(recordings)  # the library's hook after a save (a relay's hand-off)
+            self.app.record(processing)
         return processing
 
     def forget(self) -> None:
@@ -333,7 +385,7 @@ class LogUnit:
 class EventLog:
     """The sink of an eventsourcing application: its log, its positions, its hot cache."""
 
-    def __init__(self, app: Application[UUID]) -> None:
+    def __init__(self, app: HotCacheApplication) -> None:
         self.app = app
         self._positions: dict[str, int] = {}
         self._touched: dict[str, set[UUID]] = {}

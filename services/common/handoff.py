@@ -29,7 +29,7 @@ class Handoff:
     """Announcements of the commits of this process, handed to its own relay in memory.
 
     The application calls :meth:`committed` with the library's ``Recording``\\ s right
-    after each commit (eventsourcing's ``Application._notify`` hook): each entry is a
+    after each commit (from its own ``HotCacheApplication.committed``): each entry is a
     notification id and what its event announces, built then, from the event just
     recorded. Only while its relay leads (:meth:`open`): a standby's commits are read from
     the log by whichever relay leads. The relay takes entries only as a run that

@@ -6,8 +6,9 @@ whose poll spans several partitions would otherwise pay one transaction (one loc
 the events table, one fsync) per partition. These subclasses also accept
 ``trackings=[…]`` (through ``ProcessingEvent.saved_kwargs``) and insert each, in the
 same transaction, with the library's own statement — so a redelivered position still
-fails the whole transaction with ``IntegrityError``, as a single tracking would. On
-PostgreSQL the events go to the server in binary (see :func:`_binary_events`).
+fails the whole transaction with ``IntegrityError``, as a single tracking would (the
+library's hooks inside its insert transaction: :mod:`services.common.eventsourcing_adapter`).
+On PostgreSQL the events go to the server in binary (see :func:`_binary_events`).
 
 They also read the streams of many aggregates in one query (:meth:`select_events_of`,
 what a whole-log replay reads a page of runs with, instead of one query per run), say
@@ -26,18 +27,22 @@ environment it builds (``PROCESS_RECORDER_TOPIC``, ``TRACKING_RECORDER_TOPIC``),
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
 from abc import abstractmethod
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError, ProcessRecorder, ProgrammingError, StoredEvent, Tracking
 from eventsourcing.popo import POPOFactory, POPOProcessRecorder
-from eventsourcing.postgres import PostgresAggregateRecorder, PostgresProcessRecorder, PostgresTrackingRecorder
-from eventsourcing.sqlite import SQLiteProcessRecorder, SQLiteTrackingRecorder
+from eventsourcing.postgres import PostgresAggregateRecorder, PostgresTrackingRecorder
+from eventsourcing.sqlite import SQLiteTrackingRecorder
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal
+
+from services.common.eventsourcing_adapter import (PostgresTrackedInserts, SQLiteTrackedInserts, insert_tracking,
+                                                   max_tracking_id)
 
 
 def _binary_events(statement: Composed | SQL) -> SQL:
@@ -113,7 +118,6 @@ class PostgresTrackings:
 
     datastore: Any
     tracking_table_name: str
-    # _max_tracking_id and _insert_tracking: the library recorder's own (later in the MRO).
 
     def _prepare_trackings(self) -> None:
         table = (Identifier(self.datastore.schema), Identifier(self.tracking_table_name))
@@ -130,7 +134,7 @@ class PostgresTrackings:
     def positions(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
         """Each partition's recorded position (``None``: nothing recorded yet)."""
         if not self.datastore.single_row_tracking:
-            return {name: self._max_tracking_id(name, curs) for name in names}
+            return {name: max_tracking_id(self, curs, name) for name in names}
         curs.execute(self._max_tracking_ids_statement, (list(names),), prepare=True)
         found = {row["application_name"]: row["max"] for row in curs.fetchall()}
         return {name: found.get(name) for name in names}
@@ -146,7 +150,7 @@ class PostgresTrackings:
             return
         if not self.datastore.single_row_tracking:
             for tracking in trackings:
-                self._insert_tracking(curs, tracking)
+                insert_tracking(self, curs, tracking)
             return
         names = [tracking.application_name for tracking in trackings]
         if len(set(names)) != len(names):
@@ -168,7 +172,7 @@ class PostgresPositions(PostgresTrackings, PostgresTrackingRecorder):
         self._prepare_trackings()
 
 
-class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecorder):
+class PostgresPollRecorder(PostgresTrackings, PostgresTrackedInserts, PollRecorder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.datastore.enable_db_functions:
@@ -182,16 +186,9 @@ class PostgresPollRecorder(PostgresTrackings, PostgresProcessRecorder, PollRecor
         self.lock_table_statements = [_rendered(statement) for statement in self.lock_table_statements]
         self.insert_tracking_statement = _rendered(self.insert_tracking_statement)
         self.max_tracking_id_statement = _rendered(self.max_tracking_id_statement)
-        self._notify_statement = _rendered(SQL("NOTIFY {0}, {1}").format(Identifier(self.channel_name),
-                                                                          Literal(COMMITTER)))
+        self.notify_statement = _rendered(SQL("NOTIFY {0}, {1}").format(Identifier(self.channel_name),
+                                                                         Literal(COMMITTER)))
         self._prepare_trackings()
-
-    def _notify_channel(self, curs: Any) -> None:
-        curs.execute(self._notify_statement)
-
-    def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        self.record_positions(curs, kwargs.pop("trackings", ()))
-        return super()._insert_events(curs, stored_events, **kwargs)
 
     def index_topic(self, name: str, topic: str) -> None:
         """A partial index of the notification ids of ``topic``'s events alone, so reading
@@ -249,27 +246,19 @@ class SQLiteTrackings:
     """The SQLite tracking recorder's positions of several partitions (one statement each:
     the file has one writer at a time, so there is no round trip to save)."""
 
-    # _max_tracking_id and _insert_tracking: the library recorder's own (later in the MRO).
-
     def positions(self, curs: Any, names: Sequence[str]) -> dict[str, int | None]:
-        return {name: self._max_tracking_id(name, curs) for name in names}  # type: ignore[attr-defined]
+        return {name: max_tracking_id(self, curs, name) for name in names}
 
     def record_positions(self, curs: Any, trackings: Sequence[Tracking]) -> None:
         for tracking in trackings:
-            self._insert_tracking(curs, tracking)  # type: ignore[attr-defined]
+            insert_tracking(self, curs, tracking)
 
 
 class SQLitePositions(SQLiteTrackings, SQLiteTrackingRecorder):
     """A tracking recorder of many partitions' positions, for a store that is not an event log."""
 
 
-class SQLitePollRecorder(SQLiteTrackings, SQLiteProcessRecorder, PollRecorder):
-    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        trackings = kwargs.pop("trackings", ())
-        returning = super()._insert_events(c, stored_events, **kwargs)
-        self.record_positions(c, trackings)
-        return returning
-
+class SQLitePollRecorder(SQLiteTrackings, SQLiteTrackedInserts, PollRecorder):
     def index_topic(self, name: str, topic: str) -> None:
         """A partial index of ``topic``'s events (by topic, then rowid: the notification
         log's order), for a read of that topic alone (see the PostgreSQL recorder)."""
@@ -308,16 +297,26 @@ class SQLitePollRecorder(SQLiteTrackings, SQLiteProcessRecorder, PollRecorder):
 class MemoryPollRecorder(POPOProcessRecorder, PollRecorder):
     """The in-memory process recorder (eventsourcing's POPO) with the poll recorder's methods."""
 
-    def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        super()._assert_uniqueness(stored_events, **kwargs)
-        for tracking in kwargs.get("trackings", ()):
-            self._assert_tracking_uniqueness(tracking)
+    def __init__(self) -> None:
+        super().__init__()
+        self._polls = threading.RLock()
 
-    def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        notification_ids = super()._update_table(stored_events, **kwargs)
-        for tracking in kwargs.get("trackings", ()):
-            self._insert_tracking(tracking)
-        return notification_ids
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """The library's insert, with a poll's tracking records (``trackings=[…]``): each
+        checked before anything is written (one that does not move its position forward
+        raises ``IntegrityError``, as the library's own ``tracking`` does), then the events
+        (the library's checks and insert), then the positions, under one lock."""
+        trackings: Sequence[Tracking] = kwargs.pop("trackings", ())
+        with self._polls:
+            for tracking in trackings:
+                recorded = self.max_tracking_id(tracking.application_name)
+                if recorded is not None and recorded >= tracking.notification_id:
+                    raise IntegrityError(f"Tracking notification ID {tracking.notification_id} "
+                                         f"not greater than current max tracking ID {recorded}")
+            notification_ids = super().insert_events(stored_events, **kwargs)
+            for tracking in trackings:
+                self.insert_tracking(tracking)
+            return notification_ids
 
     def index_topic(self, name: str, topic: str) -> None:
         """Nothing to index: the notifications are a list in memory."""
@@ -329,9 +328,7 @@ class MemoryPollRecorder(POPOProcessRecorder, PollRecorder):
         return events
 
     def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
-        with self._database_lock:
-            index = self._stored_events_index
-            return {originator_id for originator_id in originator_ids if index.get(str(originator_id))}
+        return {originator_id for originator_id in originator_ids if self.select_events(originator_id, limit=1)}
 
 
 class MemoryFactory(POPOFactory):

@@ -35,6 +35,13 @@ TIMESTAMP = "timestamp"
 
 
 class JSONTranscoder(LibraryTranscoder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.decode_transcoded = self.decoder.object_hook
+        """The library's own ``object_hook`` (of its public ``decoder``): a transcoded
+        ``{"_type_": …, "_data_": …}`` object → its value, through the registered
+        transcodings, with the library's errors; anything else as it is."""
+
     def decode(self, data: bytes) -> Any:
         try:
             value = from_json(data, cache_strings="keys")
@@ -46,14 +53,14 @@ class JSONTranscoder(LibraryTranscoder):
         if type(value) is dict:
             if marks == 1 and _plain_transcoded(value.get(TIMESTAMP)):
                 # An event (or snapshot) whose only transcoded value is its own timestamp.
-                value[TIMESTAMP] = self._decode_obj(value[TIMESTAMP])
+                value[TIMESTAMP] = self.decode_transcoded(value[TIMESTAMP])
                 return value
             # Usually every transcoded object sits right under the top with a plain value
             # as its data: then they are all there is to decode.
             top = [key for key, item in value.items() if _plain_transcoded(item)]
             if len(top) == marks:
                 for key in top:
-                    value[key] = self._decode_obj(value[key])
+                    value[key] = self.decode_transcoded(value[key])
                 return value
         return self._decode_within(value)
 
@@ -63,7 +70,7 @@ class JSONTranscoder(LibraryTranscoder):
             for key, item in value.items():
                 if type(item) is dict or type(item) is list:
                     value[key] = self._decode_within(item)
-            return self._decode_obj(value)
+            return self.decode_transcoded(value)
         if type(value) is list:
             for index, item in enumerate(value):
                 if type(item) is dict or type(item) is list:

@@ -10,7 +10,7 @@ one database transaction:
    :class:`imprint.journal.handling.JournalHandling` (executions, conversations, QCS
    identities, source standings);
 3. records all resulting events together with the tracking record of the
-   partition's last offset (eventsourcing ``ProcessingEvent`` + ``_record``, on a
+   partition's last offset (eventsourcing ``ProcessingEvent`` + ``EventStore.put``, on a
    ``ProcessRecorder``): events and consumer position commit atomically.
 
 Optimistic concurrency does the coordination. Every event has a unique
@@ -184,8 +184,8 @@ class RuntimeJournal(HotCacheApplication):
                 case _:  # refused: nothing was recorded, the poll is retried
                     raise outcome.error  # type: ignore[union-attr]
 
-    def _notify(self, recordings: list[Recording[UUID]]) -> None:
-        """After each commit (eventsourcing's hook): hand its events to this process's relay."""
+    def committed(self, recordings: list[Recording[UUID]]) -> None:
+        """After each commit (:meth:`HotCacheApplication.record`): hand its events to this process's relay."""
         if self.handoff is not None:
             self.handoff.committed(recordings)
 

@@ -67,7 +67,7 @@ class PublicationLog(HotCacheApplication):
         self._snapshotted: dict[uuid.UUID, int] = {}
         """Aggregate id → version of its last snapshot taken (or assumed) by this process."""
         self.handoff: Handoff | None = None
-        """This process's relay, when it runs here: handed every commit (``_notify``)."""
+        """This process's relay, when it runs here: handed every commit (:meth:`committed`)."""
         self.tracer: Tracer | None = None
         """Tracing on (``services.common.tracing.active_tracer``): a poll's spans (``spans``)."""
         self._spans: PollSpans | None = None
@@ -142,7 +142,7 @@ class PublicationLog(HotCacheApplication):
             self.sink.forget()  # the cache must not keep serving bodies whose key is gone
             log.info("conversation keys destroyed", keys=len(unit.shred))
 
-    def _notify(self, recordings: list[Recording[uuid.UUID]]) -> None:
+    def committed(self, recordings: list[Recording[uuid.UUID]]) -> None:
         if self.handoff is not None:
             spans = self._spans
             self.handoff.committed(recordings, None if spans is None else spans.context_of)
@@ -153,7 +153,7 @@ class PublicationLog(HotCacheApplication):
 
     # --- snapshots ----------------------------------------------------------------------
 
-    def _take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
+    def take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
         """Snapshot a hot aggregate from memory — never by replaying it — once the events
         since its last snapshot are at least as many as the records its state holds (and at
         least the class's interval). A snapshot costs what the state holds, so spacing them
@@ -186,8 +186,8 @@ class PublicationLog(HotCacheApplication):
 
     # --- committing -------------------------------------------------------------------
 
-    def _record(self, processing_event: ProcessingEvent[uuid.UUID]) -> list[Recording[uuid.UUID]]:
-        """The library's record step, with each run's events sealed under its conversation's
+    def put_events(self, processing_event: ProcessingEvent[uuid.UUID]) -> list[Recording[uuid.UUID]]:
+        """The events put in the store, with each run's events sealed under its conversation's
         key (the mapper is told which key belongs to which run before it maps them, and the
         unit's keys are read, or created, together first: :meth:`RecentKeys.prepare`)."""
         assert isinstance(self.mapper, SealingMapper)
@@ -199,7 +199,7 @@ class PublicationLog(HotCacheApplication):
                 key_names.add(key_name)
         try:
             self.keyring.prepare(key_names)
-            return super()._record(processing_event)
+            return super().put_events(processing_event)
         except KeyDestroyed as error:
             # Another instance deleted the conversation after this one loaded the run: the
             # run is stale (the deletion marked it), so this is a lost race, not a bad message.

@@ -118,18 +118,14 @@ class QcsIdentity(Aggregate):
 
     @classmethod
     def register(cls, qcs: QuestionConditionSet, run_id: str, conversation_id: str) -> QcsIdentity:
-        return cls._create(
-            cls.Registered,
-            id=ids.qcs_id(qcs.qcs_id),
-            qcs_id=qcs.qcs_id,
-            run_id=run_id,
-            conversation_id=conversation_id,
-            inherits_from=qcs.inherits_from,
-        )
+        return cls(qcs.qcs_id, run_id, conversation_id, qcs.inherits_from)
 
     @staticmethod
     def id_for(qcs_id: str) -> UUID:
         return ids.qcs_id(qcs_id)
+
+    create_id = id_for
+    """The library's id of ``QcsIdentity(qcs_id, …)``."""
 
     def binding(self) -> QcsBinding:
         return QcsBinding(self.qcs_id, self.run_id, self.conversation_id)

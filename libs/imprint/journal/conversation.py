@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
@@ -82,7 +83,12 @@ class Conversation(Aggregate):
 
     @classmethod
     def start(cls, conversation_id: str, account_id: str) -> Conversation:
-        return cls._create(cls.Started, id=cls.id_for(conversation_id), conversation_id=conversation_id, account_id=account_id)
+        return cls(conversation_id, account_id)
+
+    @staticmethod
+    def create_id(conversation_id: str) -> UUID:
+        """The library's id of ``Conversation(conversation_id, account_id)``."""
+        return ids.conversation_id(conversation_id)
 
     @property
     def deleted(self) -> bool:

@@ -244,8 +244,9 @@ class _Stage:
 class AnswerExecution(Aggregate):
     class_version = 1
 
-    id_for = staticmethod(ids.execution_id)
-    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+    id_for = create_id = staticmethod(ids.execution_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`); as
+    ``create_id``, the library's id of ``AnswerExecution(run_id)``."""
 
     class Opened(Aggregate.Created):
         class_version = 1
@@ -441,7 +442,7 @@ class AnswerExecution(Aggregate):
     @classmethod
     def open(cls, run_id: str) -> AnswerExecution:
         """A fresh, not yet admitted execution (admission, a refusal or an early effect follows)."""
-        return cls._create(cls.Opened, id=cls.id_for(run_id), run_id=run_id)
+        return cls(run_id)
 
     # -- queries --------------------------------------------------------------------------------
 

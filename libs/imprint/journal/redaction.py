@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
@@ -67,7 +68,12 @@ class SourceLinks(Aggregate):
 
     @classmethod
     def note(cls, source_id: str) -> SourceLinks:
-        return cls._create(cls.Noted, id=cls.id_for(source_id), source_id=source_id)
+        return cls(source_id)
+
+    @staticmethod
+    def create_id(source_id: str) -> UUID:
+        """The library's id of ``SourceLinks(source_id)``."""
+        return ids.source_id(source_id)
 
     @property
     def tombstoned(self) -> bool:

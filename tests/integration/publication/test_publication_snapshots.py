@@ -1,5 +1,5 @@
 """Publication snapshots a hot run from memory, spaced by what its state holds
-(``PublicationLog._take_snapshots``), and each run's snapshots fall at its own point of
+(``PublicationLog.take_snapshots``), and each run's snapshots fall at its own point of
 the interval: runs admitted together and proposing in turn do not all reach it in the
 same poll (their snapshots, due together, held that poll and every preview behind it).
 A run read back from its snapshot decides as the one that stayed in memory (R1)."""
