@@ -259,7 +259,12 @@ class LogFold:
         defect = Defect(position if isinstance(position, int) else None, "unknown_event_type",
                         f"{type(event).__qualname__}: recovery has no row for this stored event type")
         ledger = self._by_originator.get(getattr(event, "originator_id", None))  # type: ignore[arg-type]
-        (self.orphans if ledger is None else ledger.defects).append(defect)
+        if ledger is None:
+            self.orphans.append(defect)
+            return
+        ledger.defects.append(defect)
+        if defect.log_position is not None:  # read up to it: a second read stops at the same place
+            ledger.version = max(ledger.version, defect.log_position)
 
     def note_undecodable(self, originator_id: uuid.UUID, log_position: int | None, detail: str) -> None:
         """A stored event that could not even be decoded (the reader's report)."""
