@@ -96,8 +96,9 @@ def _proposal(message: Any, at: str) -> Observation | None:
     """An offered candidate, under the identity Publication gives it (a message that is no
     candidate proposed nothing)."""
     candidate = intake(message)
-    return Observation(message.type, at, candidate_id=candidate.candidate_id) if isinstance(candidate, Candidate) \
-        else None
+    if not isinstance(candidate, Candidate):
+        return None
+    return Observation(message.type, at, candidate_id=candidate.candidate_id)
 
 
 def _preview(message: Any, at: str) -> Observation:
