@@ -12,6 +12,11 @@ run's own events (every one of them), :data:`OUTSIDE_RUNS` for the other aggrega
 Publication log holds, each with why a run's ledger takes nothing from it. An event
 neither names becomes a defect, never a silent skip.
 
+One file, over the 400 lines a module is otherwise kept under: the read model a run's
+events build (:class:`RunLedger`), the fold's method per event type and the tables that
+name them change together — a new stored event type is one field or two, one method and
+one row, here — and the test that walks every stored class points at this file alone.
+
 Nothing here reads the runtime journal, the repository's snapshots or a cache:
 the log is the only input. The fold never mutates the events it reads and
 never raises for a single bad record — an event it cannot read becomes a
