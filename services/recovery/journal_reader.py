@@ -1,9 +1,11 @@
 """Reads the runtime journal's store read-only, for comparison (R2, R5, R7, P19).
 
 The store is the journal's own eventsourcing log (tables ``journal_events``…, or
-``journal.sqlite``), opened with ``CREATE_TABLE=n`` and no keyring: recovery reads
-execution lifecycles, observed publication effects and tool receipts — none of them
-sealed — and writes nothing. A deployment where no journal ever ran has no store
+``journal.sqlite``), opened with ``CREATE_TABLE=n`` and no keyring: recovery reads the
+stored events of a run's execution — its lifecycle, observed publication effects and tool
+receipts, none of them sealed — and folds them through the table of
+:class:`~imprint.recovery.journal_facts.ExecutionFold`, one row per stored event type; it
+writes nothing. A deployment where no journal ever ran has no store
 (``absent``): then the journal recorded nothing, and every committed block is
 reported as unjournaled. A store that cannot be read is ``unavailable``, with the
 reason; the report then says the journal was not consulted, never guesses.
@@ -15,13 +17,12 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import Application
 
 from imprint.journal.execution import AnswerExecution
-from imprint.recovery.journal_facts import JournalAvailability, JournalRun
+from imprint.recovery.journal_facts import ExecutionFold, JournalAvailability, JournalRun
 from services.common.backends import backend_for
 from services.common.observability import get_logger
-from services.common.event_log import stored
 from services.common.settings import Settings
 
 log = get_logger(__name__)
@@ -30,29 +31,6 @@ JOURNAL_STORE = "journal"
 
 class _JournalStore(Application[UUID]):
     name = JOURNAL_STORE
-
-
-def journal_run(execution: AnswerExecution | None, run_id: str) -> JournalRun:
-    if execution is None:
-        return JournalRun(run_id, found=False)
-    return JournalRun(
-        run_id=run_id,
-        found=True,
-        state=execution.state,
-        outcome=execution.outcome,
-        erased=execution.erased,
-        transitions=tuple({"state": t.state, "at": t.at.isoformat(), "reason": t.reason}
-                          for t in execution.transitions),
-        effects=tuple({"kind": e.kind, "candidate_id": e.candidate_id, "block_id": e.block_id,
-                       "revision": e.revision, "body_sha256": e.body_sha256, "receipt_id": e.receipt_id,
-                       "log_position": e.log_position, "at": e.at.isoformat()} for e in execution.effects),
-        receipts=tuple({"tool_call_id": r.tool_call_id, "status": r.status, "at": r.at.isoformat()}
-                       for r in execution.receipts),
-        refusals=tuple({"message_type": r.message_type, "code": r.code, "detail": r.detail, "at": r.at.isoformat()}
-                       for r in execution.refusals),
-        lapsed=getattr(execution, "lapsed", None),
-        stop_requested=execution.stop_requested_at.isoformat() if execution.stop_requested_at else None,
-    )
 
 
 class JournalReader:
@@ -88,13 +66,11 @@ class JournalReader:
         if self._store is None:
             return None
         try:
-            execution = stored(self._store, AnswerExecution.id_for(run_id))
-        except AggregateNotFoundError:
-            execution = None
+            events = list(self._store.events.get(AnswerExecution.id_for(run_id)))
         except Exception as error:  # noqa: BLE001
             self._unavailable(error)
             return None
-        return journal_run(execution if isinstance(execution, AnswerExecution) else None, run_id)
+        return ExecutionFold.of(run_id, events)
 
     def close(self) -> None:
         if self._store is not None:

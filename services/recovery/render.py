@@ -164,9 +164,9 @@ def recover_table(out: TextIO, document: Mapping[str, Any]) -> None:
     if not announced["available"]:
         c.print(Text(f"save-unknowns on Kafka: not read — {announced['reason']}", style="yellow"))
     summary = Table(title="Recovery report (R7)", title_justify="left")
-    for name in ("run", "committed", "unjournaled", "receipts missing", "save unresolved", "previews lost",
+    for name in ("run", "ended", "committed", "unjournaled", "receipts missing", "save unresolved", "previews lost",
                  "defects", "reconciled"):
-        summary.add_column(name, justify="left" if name == "run" else "right")
+        summary.add_column(name, justify="left" if name in ("run", "ended") else "right")
     details: list[tuple[str, str, str, str]] = []
     for report in document["runs"]:
         run_id = report["run_id"]
@@ -190,7 +190,7 @@ def recover_table(out: TextIO, document: Mapping[str, Any]) -> None:
         for d in report["defects"]:
             details.append((run_id, f"defect: {d['reason']}", str(d["block_id"] or "—"), d["detail"]))
         summary.add_row(
-            run_id, str(len(report["committed_blocks"])),
+            run_id, log_lifecycle(report.get("log_lifecycle")), str(len(report["committed_blocks"])),
             "?" if blocks is None else str(len(blocks)),
             str(len(report["missing_tool_receipts"]["effects"])),
             str(len(report["save_unknowns"]["unresolved"])),
@@ -213,6 +213,18 @@ def recover_table(out: TextIO, document: Mapping[str, Any]) -> None:
         c.print(Text(f"--apply: {len(appended)} reconciliation fact(s) appended now; {recorded} recorded in all"
                      + (f"; {len(failed)} not appended ({failed[0]['error']})" if failed else "")
                      + " (no model work re-run, no block changed)", style="bold"))
+
+
+def log_lifecycle(life: Mapping[str, Any] | None) -> str:
+    """What the run's own log holds of its lifecycle, in a few words (``—``: not ended)."""
+    if not life:
+        return "—"
+    words = [life["ended"] or "not ended"]
+    if life.get("lapsed"):
+        words.append(f"lease lapsed ({life['lapsed']})")
+    if life.get("conversation_deleted"):
+        words.append("conversation deleted")
+    return ", ".join(words)
 
 
 # ------------------------------------------------------------------------------------ inspect
@@ -240,12 +252,19 @@ def inspect_table(out: TextIO, document: Mapping[str, Any]) -> None:
                      + (f"  closed: lease lapsed ({life['lapsed']})" if life.get("lapsed") else "")
                      + (f"  stop requested {clock(life['stop_requested'])}" if life.get("stop_requested") else "")
                      + ("" if life["found"] else "  (the journal has no record of this run)")))
+        if life.get("unread"):
+            c.print(Text(f"journal events this code has no row for: {', '.join(life['unread'])}", style="yellow"))
         for refusal in life.get("refusals", []):
             c.print(Text(f"journal refused {refusal['message_type']} {clock(refusal['at'])}: {refusal['code']}"
                          + (f" ({refusal['detail']})" if refusal["detail"] else ""), style="yellow"))
     else:
         c.print(Text(f"journal: not consulted — {life['note']}", style="yellow"))
+    if document.get("log_lifecycle") is not None:
+        c.print(Text(f"log lifecycle: {log_lifecycle(document['log_lifecycle'])}"))
     sources = document["sources"]
+    if sources.get("observations_unplaced"):
+        c.print(Text(f"announcements without a stage: {', '.join(sources['observations_unplaced'])}",
+                     style="yellow"))
     if not sources["observations"]:
         c.print(Text(f"Kafka observations: not read — {sources['observations_note']}", style="yellow"))
     table = Table(title="Timeline per block revision", title_justify="left")

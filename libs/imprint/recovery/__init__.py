@@ -1,13 +1,13 @@
 """Recovery and replay (SPEC §4, R1–R7), as a pure core over Publication log events.
 
 ==================  ==========================================================
-``ledger``          the log folded per run (the only read model used here)
+``ledger``          the log folded per run, a row per stored event type (R1)
 ``answer_view``     R1 answer views and their stable hash (R2, R5, R6)
 ``integrity``       R4 does a committed revision still prove itself
 ``protected``       R3–R6 the protected read of one block
 ``report``          R7 the recovery report, reconciliation findings (P15, P19)
 ``verification``    R4 the integrity verdict of a run (``replay --verify``)
-``journal_facts``   what the journal recorded, for comparison only (R2, R5, R7)
+``journal_facts``   the journal's events folded, for comparison only (R2, R5, R7)
 ``timeline``        the run inspector: the five facts per block revision
 ``export``          P21 a run's committed history for audit
 ==================  ==========================================================

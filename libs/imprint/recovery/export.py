@@ -10,7 +10,10 @@ failures, preview quota, withdrawals and reconciliations.
 A withdrawn block stays in the export (P21). Each revision carries its
 integrity verdict (R4) so an audit sees a tampered record as such. Bodies of
 a conversation the user deleted are not exported (X8): their identity and
-hashes stay, the text does not. No I/O."""
+hashes stay, the text does not — every body of a run whose log holds the
+deletion (``ConversationDeleted``), whatever withdrew its block first, and of
+a block withdrawn for the deletion. The run's end, lease lapse and deletion
+are stated as the log holds them. No I/O."""
 
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ REDACTED_CAUSES = frozenset({"conversation_deleted"})
 def export_history(ledger: RunLedger) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for history in ledger.in_delivery_order():
-        redacted = history.withdrawn is not None and history.withdrawn.get("cause") in REDACTED_CAUSES
+        redacted = ledger.conversation_deleted is not None or (
+            history.withdrawn is not None and history.withdrawn.get("cause") in REDACTED_CAUSES)
         revisions = []
         for revision in history.revisions:
             record = dict(revision.block)
@@ -56,6 +60,7 @@ def export_history(ledger: RunLedger) -> dict[str, Any]:
         "account_id": ledger.account_id,
         "conversation_id": ledger.conversation_id,
         "log_version": ledger.version,
+        "log_lifecycle": ledger.lifecycle(),
         "blocks": blocks,
         "trail": [dict(entry) for entry in ledger.trail],
         "defects": [{"log_position": d.log_position, "reason": d.reason, "detail": d.detail, "block_id": d.block_id}

@@ -6,13 +6,25 @@ receipts it holds, and the run's lifecycle. It is never a source of answer views
 nothing here feeds :mod:`imprint.recovery.answer_view`, and a block the journal never
 saw stays in the view (R2, R5).
 
-:class:`JournalRun` is plain data an adapter fills from the journal's store
+:class:`ExecutionFold` folds the stored events of one run's ``AnswerExecution`` into a
+:class:`JournalRun`, one row of a table per event type: :data:`JOURNAL_FACTS` for the
+events the inspector and the report compare, :data:`NOT_COMPARED` for every other event
+type the journal's store holds (the execution's own and its other aggregates'), each
+with why. An event neither names is listed on the run (``unread``), never skipped.
+The events come from an adapter that reads the journal's store
 (``services.recovery.journal_reader``). No I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from imprint.journal.conditions import QcsIdentity
+from imprint.journal.conversation import Conversation
+from imprint.journal.execution import AnswerExecution
+from imprint.journal.leases import LeaseLane
+from imprint.journal.redaction import SourceLinks
 
 JournalAvailability = Literal["consulted", "absent", "unavailable"]
 """``consulted``: the journal's store was read; ``absent``: this deployment has no journal
@@ -40,6 +52,8 @@ class JournalRun:
     """X10: why the journal closed the run when its lease lapsed (``runtime_lost``), if it did."""
     stop_requested: str | None = None
     """X11: when the run's user asked it to stop while it was open (RFC 3339), if they did."""
+    unread: tuple[str, ...] = ()
+    """Stored event types of the run that no table row names (newer than this code), in order."""
 
     def journaled(self) -> frozenset[tuple[str, int]]:
         """The (block_id, revision) pairs whose commit the journal observed."""
@@ -56,4 +70,140 @@ class JournalRun:
         return {"run_id": self.run_id, "found": self.found, "state": self.state, "outcome": self.outcome,
                 "erased": self.erased, "transitions": list(self.transitions), "effects": list(self.effects),
                 "receipts": list(self.receipts), "refusals": list(self.refusals), "lapsed": self.lapsed,
-                "stop_requested": self.stop_requested}
+                "stop_requested": self.stop_requested, "unread": list(self.unread)}
+
+
+def _at(event: Any) -> str:
+    return event.timestamp.isoformat()  # type: ignore[no-any-return]
+
+
+class ExecutionFold:
+    """One run's execution events, in stream order, folded into a :class:`JournalRun`."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.found = False
+        self.state: str | None = None
+        self.outcome: str | None = None
+        self.erased = False
+        self.lapsed: str | None = None
+        self.stop_requested: str | None = None
+        self.transitions: list[dict[str, Any]] = []
+        self.effects: list[dict[str, Any]] = []
+        self.receipts: list[dict[str, Any]] = []
+        self.refusals: list[dict[str, Any]] = []
+        self.unread: list[str] = []
+
+    @classmethod
+    def of(cls, run_id: str, events: Iterable[Any]) -> JournalRun:
+        fold = cls(run_id)
+        for event in events:
+            fold.apply(event)
+        return fold.run()
+
+    def apply(self, event: Any) -> None:
+        handler = JOURNAL_FACTS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        elif type(event) not in NOT_COMPARED:
+            self.unread.append(type(event).__qualname__)
+
+    def run(self) -> JournalRun:
+        return JournalRun(
+            run_id=self.run_id, found=self.found, state=self.state, outcome=self.outcome, erased=self.erased,
+            transitions=tuple(self.transitions), effects=tuple(self.effects), receipts=tuple(self.receipts),
+            refusals=tuple(self.refusals), lapsed=self.lapsed, stop_requested=self.stop_requested,
+            unread=tuple(self.unread),
+        )
+
+    # One method per compared event type (:data:`JOURNAL_FACTS`), each reading the event's own
+    # fields as the execution applied them.
+
+    def opened(self, event: Any) -> None:
+        """The journal holds an execution for the run (admitted or not yet)."""
+        self.found = True
+
+    def admitted(self, event: Any) -> None:
+        """X1: the run's first lifecycle state."""
+        self._enter("admitted", event, None)
+
+    def transitioned(self, event: Any) -> None:
+        """X2: one lifecycle transition; a completion carries its outcome."""
+        self._enter(event.state, event, event.reason)
+        if event.outcome is not None:
+            self.outcome = event.outcome
+
+    def _enter(self, state: str, event: Any, reason: str | None) -> None:
+        self.state = state
+        self.transitions.append({"state": state, "at": _at(event), "reason": reason})
+
+    def effect_observed(self, event: Any) -> None:
+        """P19: a publication effect the journal observed; compared with the log's commits (R2)."""
+        self.effects.append({"kind": event.kind, "candidate_id": event.candidate_id, "block_id": event.block_id,
+                             "revision": event.revision, "body_sha256": event.body_sha256,
+                             "receipt_id": event.receipt_id, "log_position": event.log_position,
+                             "at": _at(event)})
+
+    def tool_receipt_recorded(self, event: Any) -> None:
+        """P19: the runtime's tool receipt; the report lists settled effects that lack one (R7)."""
+        self.receipts.append({"tool_call_id": event.tool_call_id, "status": event.status, "at": _at(event)})
+
+    def refused(self, event: Any) -> None:
+        """X2: a message the journal refused about the run, with its typed code."""
+        self.refusals.append({"message_type": event.message_type, "code": event.code, "detail": event.detail,
+                              "at": _at(event)})
+
+    def erasure(self, event: Any) -> None:
+        """X8: the run's conversation was deleted; its private fields are gone."""
+        self.erased = True
+
+    def lease_lapsed(self, event: Any) -> None:
+        """X10: the journal closed the run because its runtime fell silent (the ``failed``
+        transition follows as its own event)."""
+        self.lapsed = event.reason
+
+    def stop_request(self, event: Any) -> None:
+        """X11: the run's user asked it to stop while it was open (recorded once)."""
+        self.stop_requested = _at(event)
+
+
+JournalHandler = Callable[[ExecutionFold, Any], None]
+"""An :class:`ExecutionFold` method for one event type of ``AnswerExecution``."""
+
+JOURNAL_FACTS: dict[type, JournalHandler] = {
+    AnswerExecution.Opened: ExecutionFold.opened,
+    AnswerExecution.Admitted: ExecutionFold.admitted,
+    AnswerExecution.Transitioned: ExecutionFold.transitioned,
+    AnswerExecution.EffectObserved: ExecutionFold.effect_observed,
+    AnswerExecution.ToolReceiptRecorded: ExecutionFold.tool_receipt_recorded,
+    AnswerExecution.Refused: ExecutionFold.refused,
+    AnswerExecution.Erased: ExecutionFold.erasure,
+    AnswerExecution.LeaseLapsed: ExecutionFold.lease_lapsed,
+    AnswerExecution.StopRequested: ExecutionFold.stop_request,
+}
+"""The journal's events recovery compares with the Publication log (R2, R5, R7, P19)."""
+
+NOT_COMPARED: dict[type, str] = {
+    # The execution's own events that carry nothing the timeline or the report compares.
+    AnswerExecution.Closed: "freezes the completion record (X4): the transition before it moved the lifecycle "
+                            "already, and the record's text is private (sealed)",
+    AnswerExecution.StageReported: "runtime progress (run.stage): none of the five facts, its detail sealed",
+    AnswerExecution.EvidenceGranted: "the journal's copy of a grant, for its completion record; the grants a "
+                                     "block stands on are the Publication log's (R1)",
+    AnswerExecution.EvidenceRedacted: "X7 marks a tombstoned source in the frozen record; the withdrawals shown "
+                                      "are the Publication log's (P21)",
+    # The journal's other aggregates: the timeline reads one run's execution, and what each
+    # of these means for a run reaches that execution as an event of its own.
+    Conversation.Started: "a conversation's journal record begins: no run's fact",
+    Conversation.ExecutionBound: "binds a run to its conversation message (X1); the execution carries the binding",
+    Conversation.Deleted: "X8: reaches each execution of the conversation as its own Erased",
+    Conversation.Refused: "a refused message about the conversation (X2), not about one run",
+    SourceLinks.Noted: "which executions cite a source begins: the Journal's fan-out for X7",
+    SourceLinks.Linked: "which executions cite a source: the Journal's fan-out for X7",
+    SourceLinks.Tombstoned: "reaches each linked execution as its own EvidenceRedacted (X7)",
+    LeaseLane.Started: "a partition's lease record begins: the Journal's bookkeeping for X10",
+    LeaseLane.Held: "the run's lease is kept on its partition (X10); a lapse reaches the execution as LeaseLapsed",
+    LeaseLane.Released: "the run left its partition's leases; its end is the execution's own transition",
+    QcsIdentity.Registered: "the question condition set's identity (X3), private to admission: no compared fact",
+}
+"""Every other event type the journal's store holds, with why recovery compares nothing of it."""

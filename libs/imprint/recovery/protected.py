@@ -11,7 +11,9 @@ The body is served only when everything it stands on is confirmed *now*:
 5. its sources: the effective source set is known (``authorization_unconfirmed``
    otherwise), no source it stands on is now unauthorized for the run's
    account — revoked, tombstoned, another account's (``source_unauthorized``),
-   and every citation that was valid still is (``citation_unconfirmed``);
+   and every citation that was valid still is (``citation_unconfirmed``); a
+   revocation the run's own log noted (``SourceStandingChanged``, P21) counts
+   beside the registry's, so a registry copy older than the run never serves it;
 6. its inherited dependencies, transitively: each exists, is live, proves
    itself and stands on known, still-authorized sources
    (``dependency_unconfirmed``, ``dependency_withdrawn``, ``dependency_unauthorized``).
@@ -114,6 +116,7 @@ def read_protected(
                         current)
 
     facts = _facts(ledger)
+    standing = ledger.noted_standing(standing)
     block = revision.block
     sources = block.get("effective_sources")
     if sources is None:

@@ -1,6 +1,6 @@
 """R7 (with P15, P19): the recovery report of a run, from the Publication log alone.
 
-Four questions, each answered from committed events:
+Four questions, each answered from committed events, and the run's lifecycle as its log holds it:
 
 ``committed_blocks`` / ``committed_unjournaled`` (R2, R5)
     Every block revision Publication committed. Publication is the authority
@@ -24,6 +24,10 @@ Four questions, each answered from committed events:
     holds no record of an unconfirmed commit). Each is resolved by reading the
     candidate identity back: a later settlement resolves it (with its kind);
     none leaves it ``unresolved`` — never assumed committed.
+``log_lifecycle`` (P20, X8, X10)
+    What the run's own log holds of its lifecycle: the end that reached Publication
+    (``Ended``), a lease lapse, its conversation's deletion. Shown as the log holds
+    them: an end is no claim of success, and a committed block stays committed after it.
 ``previews_never_committed`` (P13, P14)
     Previewed modifications (their quota fact is in the log) whose block was
     never committed by that candidate. A preview of a new block leaves no
@@ -191,6 +195,7 @@ def recovery_report(
         "run_id": ledger.run_id,
         "account_id": ledger.account_id,
         "log_version": ledger.version,
+        "log_lifecycle": ledger.lifecycle(),
         "committed_blocks": committed,
         "committed_unjournaled": unjournaled,
         "missing_tool_receipts": {

@@ -31,20 +31,40 @@ Beside the timeline, Delivery's "who saw it" report (D7, built by Delivery from 
 receipts it kept): for each withdrawn block revision, the clients that rendered it and
 whether each has received the withdrawal. It is carried as Delivery made it.
 
+Each source is read through a table, one row per type: the run's Publication events
+through the ledger's (:data:`imprint.recovery.ledger.LEDGER`), the journal's stored events
+through :data:`imprint.recovery.journal_facts.JOURNAL_FACTS`, and the announced messages
+through :data:`OBSERVED` here — which stage each announces and what is kept of it (ids,
+positions and times, never text). Beside the journal's lifecycle stands the log's own
+(:meth:`~imprint.recovery.ledger.RunLedger.lifecycle`: the end that reached Publication,
+a lease lapse, a conversation's deletion).
+
 Inputs are plain data (the adapters read the log, the journal's store, Delivery's
 frames and Kafka); the Publication log alone decides what was committed. No I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from imprint.contracts.delivery import (
+    ClientReceived,
+    ClientRendered,
+    DeliveryCompleted,
+    DeliveryInterrupted,
+    DeliverySent,
+)
+from imprint.contracts.publication import AnswerPreview
+from imprint.contracts.runtime import AnswerPart, AnswerText
+from imprint.publication.candidate import Candidate, intake
 from imprint.recovery.integrity import diagnose
 from imprint.recovery.journal_facts import JournalRun
 from imprint.recovery.ledger import RunLedger
 
 STAGES = ("proposed", "previewed", "committed", "withdrawn", "sent", "received", "rendered")
+ObservedStage = Literal["proposed", "previewed", "sent", "received", "rendered"]
+"""The stages an announcement on Kafka shows (the log shows *committed* and *withdrawn*)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +92,77 @@ class Observation:
     connection_id: str | None = None
 
 
+def _proposal(message: Any, at: str) -> Observation | None:
+    """An offered candidate, under the identity Publication gives it (a message that is no
+    candidate proposed nothing)."""
+    candidate = intake(message)
+    if not isinstance(candidate, Candidate):
+        return None
+    return Observation(message.type, at, candidate_id=candidate.candidate_id)
+
+
+def _preview(message: Any, at: str) -> Observation:
+    return Observation(message.type, at, candidate_id=message.block.candidate_id, block_id=message.block.block_id,
+                       revision=message.block.revision)
+
+
+def _frames_covered(message: Any, at: str) -> Observation:
+    """A delivery or client observation: the frames it covers (up to ``last_event_id``) and the
+    blocks it names, if any."""
+    return Observation(message.type, at, last_event_id=message.last_event_id,
+                       block_ids=tuple(getattr(message, "block_ids", ()) or ()),
+                       connection_id=getattr(message, "connection_id", None))
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What one announced message type shows on the timeline, and how it is read."""
+
+    stage: ObservedStage
+    read: Callable[[Any, str], Observation | None]
+
+
+OBSERVED: dict[type, Observed] = {
+    AnswerText: Observed("proposed", _proposal),  # entry A
+    AnswerPart: Observed("proposed", _proposal),  # entry B
+    AnswerPreview: Observed("previewed", _preview),
+    DeliverySent: Observed("sent", _frames_covered),
+    DeliveryCompleted: Observed("sent", _frames_covered),
+    DeliveryInterrupted: Observed("sent", _frames_covered),
+    ClientReceived: Observed("received", _frames_covered),
+    ClientRendered: Observed("rendered", _frames_covered),
+}
+"""Every announced message type the inspector reads (SPEC §1's facts a store does not keep)."""
+
+STAGE_OF: dict[str, ObservedStage] = {cls.model_fields["type"].default: row.stage for cls, row in OBSERVED.items()}
+"""Message type → its stage, for :class:`Observation` values (which carry the type's name)."""
+
+
+def observations_of(messages: Iterable[Any]) -> list[Observation]:
+    """Announced messages as timeline observations, each through its row of :data:`OBSERVED`:
+    ids, positions and times only — never text. A message of a type without a row is no
+    observation (the reader asks only for :data:`STAGE_OF`'s types)."""
+    seen: list[Observation] = []
+    for message in messages:
+        row = OBSERVED.get(type(message))
+        observation = None if row is None else row.read(message, message.occurred_at.isoformat())
+        if observation is not None:
+            seen.append(observation)
+    return seen
+
+
 def _first(times: Iterable[str | None]) -> str | None:
     present = sorted(t for t in times if t)
     return present[0] if present else None
 
 
-def _covering(observations: Sequence[Observation], kinds: tuple[str, ...], frame_ids: Sequence[int],
-              block_id: str) -> str | None:
-    """The earliest observation of ``kinds`` that covers one of ``frame_ids`` (and names the block,
+def _covering(observations: Sequence[Observation], frame_ids: Sequence[int], block_id: str) -> str | None:
+    """The earliest of ``observations`` that covers one of ``frame_ids`` (and names the block,
     when it names blocks at all)."""
     if not frame_ids:
         return None
     first = min(frame_ids)
-    return _first(o.at for o in observations if o.type in kinds and (o.last_event_id or 0) >= first
+    return _first(o.at for o in observations if (o.last_event_id or 0) >= first
                   and (not o.block_ids or block_id in o.block_ids))
 
 
@@ -101,7 +179,14 @@ def timeline(
 ) -> dict[str, Any]:
     """``journal``/``frames``/``observations``/``seen_report`` ``None``: that source was not available (the
     note says why); the timeline then shows the stage as unknown rather than as absent."""
-    seen = list(observations or ())
+    staged: dict[str, list[Observation]] = {stage: [] for stage in STAGES}
+    unplaced: list[str] = []
+    for observation in observations or ():
+        stage = STAGE_OF.get(observation.type)
+        if stage is None:
+            unplaced.append(observation.type)
+        else:
+            staged[stage].append(observation)
     effects: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for effect in journal.effects if journal is not None else ():
         effects.setdefault((effect["block_id"], effect["revision"]), []).append(effect)
@@ -109,8 +194,8 @@ def timeline(
     for frame in frames or ():
         if frame.block_id is not None and frame.revision is not None:
             frames_of.setdefault((frame.block_id, frame.revision), []).append(frame)
-    proposed = {o.candidate_id: o.at for o in seen if o.type in ("answer.part", "answer.text") and o.candidate_id}
-    previews = [o for o in seen if o.type == "answer.preview"]
+    proposed = {o.candidate_id: o.at for o in staged["proposed"] if o.candidate_id}
+    previews = staged["previewed"]
 
     blocks: list[dict[str, Any]] = []
     disagreements: list[dict[str, Any]] = []
@@ -148,10 +233,9 @@ def timeline(
                                           "the journal observed another body hash for this revision"))
             is_current = revision is history.current
             withdrawn = history.withdrawn if is_current else None
-            received = _covering(seen, ("client.received",), sent_ids, history.block_id)
-            rendered = _covering(seen, ("client.rendered",), sent_ids, history.block_id)
-            sent_at = _covering(seen, ("delivery.sent", "delivery.completed", "delivery.interrupted"), sent_ids,
-                                history.block_id)
+            received = _covering(staged["received"], sent_ids, history.block_id)
+            rendered = _covering(staged["rendered"], sent_ids, history.block_id)
+            sent_at = _covering(staged["sent"], sent_ids, history.block_id)
             if observations is not None and received and not sent_at:
                 marks.append(disagree("received_not_sent", history.block_id, number,
                                       "a client receipt covers frames no delivery observation covered"))
@@ -206,10 +290,12 @@ def timeline(
             "lapsed": journal.lapsed if journal is not None else None,
             "stop_requested": journal.stop_requested if journal is not None else None,
             "refusals": list(journal.refusals) if journal is not None else [],
+            "unread": list(journal.unread) if journal is not None else [],
         },
+        "log_lifecycle": ledger.lifecycle() if ledger is not None else None,
         "sources": {"journal": journal is not None, "frames": frames is not None,
                     "observations": observations is not None, "observations_note": observations_note,
-                    "seen": seen_report is not None},
+                    "observations_unplaced": unplaced, "seen": seen_report is not None},
         "seen": dict(seen_report) if seen_report is not None else None,
         "blocks": blocks,
         "not_committed": settled_elsewhere,

@@ -13,7 +13,7 @@ from imprint.contracts.topics import Topic
 from imprint.recovery import answer_view, view_hash
 from services.common.settings import Settings
 from services.publication.application import open_log
-from services.recovery import cli, log_reader
+from services.recovery import cli, log_reader, replaying
 from tests.integration.recovery.recovery_support import (
     ACCOUNT,
     PRIVATE_OWN,
@@ -126,7 +126,7 @@ def test_an_undecodable_record_inside_a_page_is_withheld_alone(isolated: Setting
 def test_worker_processes_write_what_one_process_writes(isolated: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = write_runs(isolated)
     damage_seal(isolated, "run-2", version_of(isolated, "run-2", blocks["run-2"]["tool:call-a"]))
-    monkeypatch.setattr(cli, "RUNS_PER_READ", 2)  # three tasks over two workers
+    monkeypatch.setattr(replaying, "RUNS_PER_READ", 2)  # three tasks over two workers
     for output in ("json", "table"):
         for bodies in (False, True):
             code, alone, _ = run_cli(cli.replay, isolated, output=output, bodies=bodies, workers=1)
@@ -146,7 +146,7 @@ def test_worker_processes_write_what_one_process_writes(isolated: Settings, monk
 def test_a_worker_that_cannot_open_the_log_fails_the_replay_instead_of_hanging(isolated: Settings) -> None:
     nowhere = isolated.model_copy(update={"database_url": "postgresql://imprint:imprint@127.0.0.1:9/imprint"})
     with pytest.raises(BrokenProcessPool):
-        list(cli._fanned_out(nowhere, list(RUNS), 2, "json", False))
+        list(replaying.fanned_out(nowhere, list(RUNS), 2, "json", False))
 
 
 @pytest.mark.rule("R1")
@@ -159,7 +159,7 @@ def test_an_undecodable_opening_while_the_runs_are_streamed_to_workers(isolated:
     first) names the opening it could not read."""
     write_runs(isolated)
     overwrite_state(isolated, "run-4", 1, b"\x00not json")
-    monkeypatch.setattr(cli, "RUNS_PER_READ", 2)
+    monkeypatch.setattr(replaying, "RUNS_PER_READ", 2)
     monkeypatch.setattr(log_reader, "PAGE", 2)  # the openings are listed two at a time
     code, alone, _ = run_cli(cli.replay, isolated, workers=1)
     assert code == 0

@@ -81,3 +81,27 @@ def test_the_export_flags_a_tampered_revision() -> None:
               if isinstance(e, PublicationRun.BlockRevisionCommitted) else e for e in log.events]
     (block,) = export_history(LogFold.of(events).runs[log.run_id])["blocks"]
     assert block["block_id"] == a.block_id and block["revisions"][0]["integrity"] == "corrupt_body"
+
+
+@pytest.mark.rule("X8")
+@pytest.mark.rule("P21")
+def test_a_deleted_conversation_redacts_every_body_of_the_run_whatever_withdrew_it_first() -> None:
+    """``ConversationDeleted`` is the run's own fact: a block a revocation withdrew before the
+    deletion keeps its identity and hash in the export, not its text."""
+    log = Log()
+    a = log.commit(f"A cites {cite(PUBLIC)}")
+    log.run.withdraw_for_source(PUBLIC, "source_revoked")
+    log.flush()
+    before = export_history(log.ledger())
+    assert before["blocks"][0]["revisions"][0]["block"]["content"] is not None
+    assert before["log_lifecycle"]["conversation_deleted"] is None
+    log.run.delete_conversation("user_request")
+    log.flush()
+    export = export_history(log.ledger())
+    (block,) = export["blocks"]
+    assert block["withdrawn"]["cause"] == "source_revoked", "the first withdrawal stays what it was"
+    assert block["revisions"][0]["block"]["content"] is None
+    assert block["revisions"][0]["redacted"] == "conversation_deleted"
+    assert block["revisions"][0]["block"]["body_sha256"] == a.block.body_sha256
+    assert export["log_lifecycle"]["conversation_deleted"] == "user_request"
+    assert export["trail"][-1] == {**export["trail"][-1], "type": "ConversationDeleted", "reason": "user_request"}

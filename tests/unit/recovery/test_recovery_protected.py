@@ -174,3 +174,26 @@ def test_no_journal_detail_is_needed_to_serve_a_committed_body() -> None:
     assert read(log.ledger(), a.block_id, receipt(log, a.block_id)).served
     parameters = set(inspect.signature(read_protected).parameters)
     assert not any("journal" in name or "receipt_status" in name for name in parameters)
+
+
+@pytest.mark.rule("R3")
+@pytest.mark.rule("R6")
+@pytest.mark.rule("P21")
+def test_a_revocation_the_run_noted_withholds_history_even_under_an_older_registry_copy() -> None:
+    """``SourceStandingChanged``: the run's own log holds the revocation. An earlier revision
+    read by its receipt (R6) that stood on the source is withheld although the registry standing
+    handed in is older and does not show it; the current revision, which no longer stands on
+    it, is still served."""
+    log = Log()
+    a = log.commit(f"A cites {cite(PUBLIC)}")
+    first = receipt(log, a.block_id)
+    log.commit("A, rewritten without the source", replaces=a.block_id)
+    log.run.withdraw_for_source(PUBLIC, "source_revoked")
+    log.flush()
+    ledger = log.ledger()
+    assert ledger.blocks[a.block_id].live, "the current revision does not stand on the source"
+    old = read(ledger, a.block_id, first)  # the registry copy handed in: no revocation
+    assert not old.served and old.reason == "source_unauthorized" and old.current is False
+    assert read(ledger, a.block_id, receipt(log, a.block_id)).served
+    unnoted = LogFold.of([e for e in log.events if not isinstance(e, PublicationRun.SourceStandingChanged)])
+    assert read(unnoted.ledger(log.run_id), a.block_id, first).served, "without the run's note: the registry decides"

@@ -187,3 +187,21 @@ def test_defects_are_reported() -> None:
     assert report["defects"] == [{"log_position": 42, "reason": "undecodable_event",
                                   "detail": "MapperDeserialisationError", "block_id": None}]
 
+
+
+@pytest.mark.rule("R7")
+@pytest.mark.rule("P20")
+@pytest.mark.parametrize("end", ["completed", "failed"])
+def test_the_report_shows_the_end_the_log_holds_and_the_view_does_not_change(end: str) -> None:
+    """``Ended`` is the run's end as Publication recorded it: shown by the report, never a
+    claim of success, and it changes no answer view (P20: earlier commits stay)."""
+    log = Log()
+    log.commit("A")
+    view = answer_view(log.ledger())
+    assert recovery_report(log.ledger())["log_lifecycle"] == {"ended": None, "lapsed": None,
+                                                              "conversation_deleted": None}
+    log.run.end(end)
+    log.flush()
+    ended = log.ledger()
+    assert recovery_report(ended)["log_lifecycle"]["ended"] == end
+    assert view_hash(answer_view(ended)) == view_hash(view)

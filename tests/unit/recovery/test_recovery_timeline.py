@@ -91,3 +91,33 @@ def test_a_withdrawn_block_and_a_rejected_candidate_keep_their_own_facts() -> No
     assert [(x["candidate_id"], x["outcome"], x["reason"]) for x in document["not_committed"]] == [
         ("tool:empty", "rejected", "empty_body")]
     assert a.block_id == block["block_id"]
+
+
+
+@pytest.mark.rule("D4")
+def test_each_announced_type_is_read_through_its_row_and_lands_in_its_own_stage() -> None:
+    """The inspector's announced types are one table: what stage each shows and what is kept
+    of it (ids, positions, times — never text); the reader asks Kafka for exactly those types
+    (``services.recovery.inspection.INSPECT_TYPES`` is :data:`STAGE_OF`'s keys)."""
+    from imprint.contracts.delivery import ClientReceived, ClientRendered, DeliverySent
+    from imprint.contracts.runtime import AnswerText, ModelReasoning
+    from imprint.recovery.timeline import OBSERVED, STAGE_OF, STAGES, observations_of
+
+    assert set(STAGE_OF.values()) == {"proposed", "previewed", "sent", "received", "rendered"} <= set(STAGES)
+    assert len(STAGE_OF) == len(OBSERVED), "one message type per row"
+    log = Log()
+    a = log.commit("Rayleigh scattering")
+    messages = [AnswerText(run_id=log.run_id, turn_id="turn-1", segment=0, text="Rayleigh scattering"),
+                ModelReasoning(run_id=log.run_id, text="never a proposal"),
+                DeliverySent(run_id=log.run_id, account_id="acct-1", connection_id="c1", last_event_id=2),
+                ClientReceived(run_id=log.run_id, account_id="acct-1", last_event_id=2, block_ids=[a.block_id]),
+                ClientRendered(run_id=log.run_id, account_id="acct-1", last_event_id=2, block_ids=[a.block_id])]
+    seen = observations_of(messages)
+    assert [o.type for o in seen] == ["answer.text", "delivery.sent", "client.received", "client.rendered"]
+    assert "Rayleigh" not in repr(seen) and seen[0].candidate_id, "the candidate's identity, never its text"
+    document = timeline(log.run_id, log.ledger(), journal=None,
+                        frames=[SentFrame(2, "answer-publication", a.block_id, 1, "saved")],
+                        observations=[*seen, Observation("delivery.unheard_of", "2026-01-01T10:00:00+00:00")])
+    row = rows_by_block(document)[a.block_id]
+    assert row["sent"]["at"] and row["received"]["at"] and row["rendered"]["at"] and row["marks"] == []
+    assert document["sources"]["observations_unplaced"] == ["delivery.unheard_of"], "listed, not dropped"
