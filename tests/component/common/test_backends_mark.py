@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 RESTRICTED = {
     "a backends subset": '@pytest.mark.backends("postgres")\ndef test_it(store_backend):\n    pass\n',
