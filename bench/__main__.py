@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_on_term)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: the whole run in under 4 minutes")
-    parser.add_argument("--only", choices=("floors", "e2e", "replay", *E2E_PHASES), action="append",
+    parser.add_argument("--only", choices=("floors", "e2e", "replay", "rule_timings", *E2E_PHASES), action="append",
                         help="run these sections only (repeatable); e2e runs every phase of the stack, "
                              "a phase's name only that one (after a burst that sets the loads)")
     parser.add_argument("--label", default=None,
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                            else number(text))
     if overrides:
         plan = dataclasses.replace(plan, **overrides)
-    parts = args.only or ["floors", "e2e", "replay"]
+    parts = args.only or ["floors", "e2e", "replay", *([] if args.quick else ["rule_timings"])]  # rule_timings: ~80 s
     selected = E2E_PHASES if "e2e" in parts else tuple(p for p in E2E_PHASES if p in parts)
     tag = uuid.uuid4().hex[:8]
     settings = bench_settings(tag)
@@ -379,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 stack.stop()
             results["seconds"]["e2e"] = round(time.monotonic() - phase, 1)
+            checkpoint()
+        if "rule_timings" in parts:  # the rules that carry a time (bench/rule_timings.py)
+            from bench import rule_timings
+
+            phase = time.monotonic()
+            rule_timings.section(settings, results, errors, say)
+            results["seconds"]["rule_timings"] = round(time.monotonic() - phase, 1)
             checkpoint()
     finally:
         asyncio.run(delete_topics(settings))

@@ -194,6 +194,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _get(fan, "published_to_client_ms", "p99"), 250.0, "lower", "ms")
     add("fanout_rss_mb", f"Kept: {_fmt(clients)} SSE clients on Delivery, its RSS",
         _get(fan, "window", "peak_rss_mb", "delivery"), 300.0, "lower", "MB")
+    from bench.rule_timings import targets as rule_targets
+
+    for row in rule_targets(results):
+        add(*row)
     return rows
 
 

@@ -21,7 +21,8 @@ from tests.support.net import free_port  # noqa: F401 - also imported from here 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers",
                             "rule(id): the rule this test proves (a P/R/X/D id, each defined in docs/rules.md)")
-    config.addinivalue_line("markers", "backends(*names): the store backends a test runs on (default: both)")
+    config.addinivalue_line("markers", "backends(*names, reason): the store backends a test runs on (default: "
+                                       "both); fewer than both names, in ``reason``, the mechanism only they have")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -78,19 +79,45 @@ def several_partitions() -> int:
 
 STORE_BACKENDS = ("sqlite", "postgres")
 """The backends a deployment keeps its stores on: every test that runs imprint's stores
-runs once on each (``store_backend``), unless it proves a mechanism only one of them has
-(``@pytest.mark.backends("postgres")``: several instances on one shared store, LISTEN/NOTIFY,
-advisory locks, a proxy or a restart of the database server)."""
+runs once on each (``store_backend``, or the ``backend`` fixture), unless it proves a mechanism
+only one of them has, named beside its mark (``@pytest.mark.backends("postgres", reason=…)``:
+several instances on one shared store, LISTEN/NOTIFY, advisory locks, a proxy or a restart of
+the database server). :func:`pytest_collection_modifyitems` refuses a test on fewer backends
+without that reason."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("backends")
+    if not (marker and str(marker.kwargs.get("reason", "")).strip()):
+        covered = set(store_backends_of(metafunc, marker))
+        if not set(STORE_BACKENDS) <= covered:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid} touches a store on {sorted(covered)} only: a test runs on both backends, "
+                "or names the mechanism only its backends have: @pytest.mark.backends(..., reason=...)")
     if "store_backend" in metafunc.fixturenames:
-        marker = metafunc.definition.get_closest_marker("backends")
         names = marker.args if marker else STORE_BACKENDS
         assert set(names) <= set(STORE_BACKENDS), names
         # a module's shared stack (``module_settings``) keeps one backend for the whole module
         scope = "module" if "module_settings" in metafunc.fixturenames else "function"
         metafunc.parametrize("store_backend", names, scope=scope)
+
+
+def store_backends_of(metafunc: pytest.Metafunc, marker: pytest.Mark | None) -> tuple[str, ...]:
+    """The store backends a test's runs cover: its ``backends`` mark (``store_backend``), its
+    ``backend`` parametrization (every backend unless narrowed), PostgreSQL alone when it asks
+    for ``database_url`` directly; both when it touches no store."""
+    names = metafunc.fixturenames
+    if "store_backend" in names:
+        return tuple(marker.args) if marker else STORE_BACKENDS
+    if "backend" in names:
+        for parametrized in metafunc.definition.iter_markers("parametrize"):
+            argnames = parametrized.args[0]
+            if "backend" in ([a.strip() for a in argnames.split(",")] if isinstance(argnames, str) else argnames):
+                return tuple(str(value) for value in parametrized.args[1])
+        return STORE_BACKENDS
+    if "database_url" in names:
+        return ("postgres",)
+    return STORE_BACKENDS
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """D7 in Chromium over the whole stack as processes (Publication and its relay, the
 Journal, Delivery; real Kafka, the store on SQLite and on PostgreSQL): a page left open
-on a run that already finished strikes a block soon after its source is revoked — nothing
+on a run that already finished strikes a block once its source is revoked — nothing
 may follow the run's ``done``, so the withdrawal reaches the page on its conversation's
 notices stream — and Delivery's report names that page's client as having rendered the
 block and received the withdrawal (as JSON, on the operator page and in ``imprint
-inspect``), with nothing private in the notice or the report."""
+inspect``), with nothing private in the notice or the report. How soon the withdrawal reaches an open
+client (within 2 s) is measured by ``make bench`` (``bench/rule_timings.py``, ``strike_s``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
 ACCOUNT = "acct-notices"
 PUBLIC, PRIVATE, TITLE = "src-public-almanac", "src-private-diary-31", "Grandmother's diary"
-WITHDRAWN_WITHIN = 2.0
 
 
 def part(run: str, call: str, markdown: str) -> AnswerPart:
@@ -43,14 +43,13 @@ def part(run: str, call: str, markdown: str) -> AnswerPart:
                       arguments={"markdown": markdown})
 
 
-async def revoke_at(settings: Settings, revocation: SourceRevoked) -> float:
-    """Send the revocation; returns the moment the broker acknowledged it (it exists from then)."""
+async def revoke(settings: Settings, revocation: SourceRevoked) -> None:
+    """Send the revocation and wait for the broker's acknowledgement (it exists from then)."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True)
     await producer.start()
     try:
         await producer.send_and_wait(settings.topic(Topic.SOURCES), encode(revocation),
                                      key=revocation.key.encode(), headers=[("type", revocation.type.encode())])
-        return time.monotonic()
     finally:
         await producer.stop()
 
@@ -101,12 +100,11 @@ def test_a_page_left_open_on_a_finished_run_strikes_a_block_when_its_source_is_r
         page.evaluate("id => { document.querySelector(`[data-block-id='${id}']`).__marker = 'same-node'; }",
                       private_block)
 
-        revoked = off_thread(revoke_at(isolated, SourceRevoked(source_id=PRIVATE, account_id=ACCOUNT,
-                                                                reason="the owner withdrew it")))
+        assert page.get_attribute(f"[data-block-id='{private_block}']", "data-status") == "saved", \
+            "nothing is struck before its source is revoked"
+        off_thread(revoke(isolated, SourceRevoked(source_id=PRIVATE, account_id=ACCOUNT, reason="the owner withdrew it")))
         struck = f"[data-block-id='{private_block}'][data-status='withdrawn']"
-        page.wait_for_selector(struck, timeout=15_000)
-        elapsed = time.monotonic() - revoked
-        assert elapsed < WITHDRAWN_WITHIN, f"the open page struck the block {elapsed:.2f} s after the revocation"
+        page.wait_for_selector(struck, timeout=60_000)
 
         assert page.evaluate("id => document.querySelector(`[data-block-id='${id}']`).__marker",
                              private_block) == "same-node", "marked in place"

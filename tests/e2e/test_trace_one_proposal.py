@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -21,8 +20,9 @@ from services.common import tracing
 from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.support.otel import Collector, ReceivedSpan
-from tests.support.sse import SSE, read_frames
+from tests.support.sse import SSE, read_stream
 from tests.support.stack import Stack
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -39,11 +39,15 @@ OTEL_VARIABLES = ("OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAM
 
 
 @pytest.mark.rule("X9")
-@pytest.mark.backends("postgres")  # the trace does not depend on the store: proven once, on the production one
 def test_one_proposal_is_one_trace_from_the_runtime_send_to_the_sse_frame_and_no_text_is_exported(
     isolated: Settings, otel_collector: Collector, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    s, run_id, account = isolated, "run-trace-e2e", "acct-trace"
+    """On each store backend: Delivery keeps each frame's ``traceparent`` in its store, and the
+    ``delivery sse send`` span continues it from there."""
+    # a keep-alive comment goes out only on a stream that follows its run's live feed: the
+    # client's first one says it joined the feed (the backlog is behind it)
+    s = isolated.model_copy(update={"sse_keepalive_seconds": 0.2})
+    run_id, account = "run-trace-e2e", "acct-trace"
     for name in OTEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otel_collector.endpoint)  # the parts inherit it
@@ -55,18 +59,18 @@ def test_one_proposal_is_one_trace_from_the_runtime_send_to_the_sse_frame_and_no
     with Stack(s) as stack:
         asyncio.run(_send(s, runtime, run_id, account, propose=False))
         stack.wait_for_run(run_id, token)
-        following = threading.Event()
         frames: list[SSE] = []
+        comments: list[str] = []
 
         def published(seen: list[SSE]) -> bool:
-            following.set()
             return any(frame.event == "answer-publication" for frame in seen)
 
-        client = threading.Thread(target=lambda: frames.extend(read_frames(
-            stack.base_url, run_id, token, until=published, timeout=90)), daemon=True)
+        client = threading.Thread(target=lambda: frames.extend(read_stream(
+            stack.base_url, run_id, token, until=published, timeout=90, comments=comments)[0]), daemon=True)
         client.start()
-        assert following.wait(30), "the SSE client reads the run before the proposal is sent"
-        time.sleep(0.5)  # and follows its live feed (joined right after the backlog): the span is the feed's
+        # the SSE client reads the run, and follows its live feed, before the proposal is sent:
+        # the ``delivery sse send`` span is the live feed's
+        wait_until(lambda: comments, "the SSE client following the run's live feed", timeout=30)
         candidate_id = asyncio.run(_send(s, runtime, run_id, account, propose=True))
         client.join(90)
         assert any(frame.event == "answer-publication" for frame in frames), "the client read the committed block"

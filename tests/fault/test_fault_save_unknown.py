@@ -32,7 +32,8 @@ from tests.integration.publication.pubsupport import (
 )
 from tests.support.stack import Stack
 
-pytestmark = [pytest.mark.fault, pytest.mark.timeout(120), pytest.mark.backends("postgres")]  # a wire proxy in front of the database server
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(120),
+              pytest.mark.backends("postgres", reason="a wire proxy in front of the database server")]
 
 
 @contextmanager

@@ -24,7 +24,8 @@ from tests.fault.invariants import check_invariants, proves_the_invariants
 from tests.fault.parts import Parts
 from tests.fault.workload import Workload, private_settings
 
-pytestmark = [pytest.mark.fault, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(600),
+              pytest.mark.backends("postgres", reason="two instances of every part share one store")]
 
 PARTITIONS = 6
 

@@ -8,7 +8,6 @@ completes. Every ``ai`` line ends with the same message."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -20,8 +19,10 @@ from services.common.settings import Settings
 from services.delivery.auth import mint_token
 from tests.node.conftest import LINES, start_reader
 from tests.support.kafka import produce, read_topic
+from tests.support.net import connections_to
 from tests.support.runs import admitted, completed, granted, opened
 from tests.support.stack import Stack
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -53,7 +54,9 @@ def test_the_ai_sdk_client_follows_a_run_it_opened_before_the_run_was_known(isol
     with Stack(isolated) as stack:
         api = f"{stack.base_url}/v1/ai-sdk/runs"
         readers = [start_reader(line, api, run, token) for line in LINES]
-        time.sleep(1.0)  # the readers' requests are in: Delivery has not heard of the run
+        # the readers are connected, and Delivery has not heard of the run (nobody sent it yet)
+        wait_until(lambda: connections_to(isolated.http_port) >= len(readers) or any(r.exited() for r in readers),
+                   "the readers connected to Delivery", timeout=60)
         assert not any(r.exited() for r in readers), [r.result() for r in readers if r.exited()]
         asyncio.run(produce(isolated, Topic.RUNTIME,
             *opened(admitted(run, account_id=ACCOUNT, question="At what temperature does water boil?",

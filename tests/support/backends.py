@@ -11,7 +11,9 @@ the services do (``open_log(backend.settings)``, ``ViewStore(backend.settings)``
 - ``sqlite``: the embedded default, files under the test's own state folder;
 - ``postgres``: the test database, in a schema of the test's own (dropped afterwards).
 
-Choose a subset with ``@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)``."""
+Choose a subset with ``@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)``;
+a subset without one of the two store backends also names, in ``@pytest.mark.backends(…,
+reason=…)``, the mechanism only its backend has (``tests/conftest.py`` refuses it otherwise)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ for, even under a tool that swallows the cancellation."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,9 +28,13 @@ def sent(transport: MemoryTransport) -> list[str]:
     return [decode(Topic.RUNTIME, record.value).type for record in transport.records]
 
 
-def stop_after(stops: StopRequests, delay: float) -> None:
+def stop_when(stops: StopRequests, ready: Callable[[], bool], timeout: float = 30) -> None:
+    """The user's stop arrives once ``ready()`` holds (the call to cancel is in flight), checked
+    every ``STEP / 5`` for at most ``timeout`` seconds; then it arrives anyway."""
     async def later() -> None:
-        await asyncio.sleep(delay)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not ready() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(STEP / 5)
         stops.observe(RunCancelRequested(run_id="run-1", account_id="acct-1"))
 
     asyncio.get_running_loop().create_task(later())
@@ -56,6 +61,7 @@ async def test_a_stop_cancels_the_tool_call_in_flight_and_the_run_ends_stopped()
 
     @agent.tool_plain
     async def look_up(query: str) -> str:
+        tool.append("searching")
         try:
             await asyncio.sleep(30)  # a slow search
         except asyncio.CancelledError:
@@ -63,11 +69,12 @@ async def test_a_stop_cancels_the_tool_call_in_flight_and_the_run_ends_stopped()
             raise
         return "100 °C"
 
-    stop_after(stops, STEP * 6)
+    # the stop comes while the slow tool is in flight and heartbeating
+    stop_when(stops, lambda: tool == ["searching"] and "run.heartbeat" in sent(transport)[2:])
     async with run_scope(writer, stops) as scope:
         await agent.run("At what temperature does water boil?",
                         capabilities=[AnswerPublication(writer, heartbeat_seconds=STEP, scope=scope)])
-    assert scope.stopped and tool == ["cancelled"] and len(model_requests) == 1
+    assert scope.stopped and tool == ["searching", "cancelled"] and len(model_requests) == 1
     types = sent(transport)
     said = [t for t in types if t != "run.heartbeat"]  # a busy machine may heartbeat the model request too
     assert said[:2] == ["run.started", "answer.text"] and "run.heartbeat" in types, "the slow tool was heartbeating"
@@ -83,15 +90,18 @@ async def test_an_agent_whose_tool_swallows_the_cancellation_starts_no_model_req
     await writer.start()
     agent = Agent(FunctionModel(looks_up_then_answers(model_requests)))
 
+    searching = []
+
     @agent.tool_plain
     async def look_up(query: str) -> str:
+        searching.append(query)
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
             return "no result"  # careless: the cancellation is swallowed, the agent would go on
         return "100 °C"
 
-    stop_after(stops, STEP * 4)
+    stop_when(stops, lambda: bool(searching))  # the stop comes while the tool is in flight
     async with run_scope(writer, stops) as scope:
         await agent.run("At what temperature does water boil?",
                         capabilities=[AnswerPublication(writer, heartbeat_seconds=None, scope=scope)])

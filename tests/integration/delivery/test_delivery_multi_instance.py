@@ -32,7 +32,9 @@ from tests.support.kafka import produce, read_topic
 from tests.support.delivery_builders import closed, published, running, settled, withdrawn
 from tests.support.sse import read_notices
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.backends("postgres")]  # several Delivery instances share one store (the embedded SQLite has one instance)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180),
+              pytest.mark.backends("postgres", reason="several Delivery instances share one store "
+                                                    "(the embedded SQLite has one instance)")]
 
 
 @dataclass

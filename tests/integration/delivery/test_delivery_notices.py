@@ -152,12 +152,12 @@ def test_only_the_conversations_account_reads_its_notices_after_the_same_wait_as
         for path in (f"/v1/conversations/{conversation}/notices", f"/v1/ai-sdk/conversations/{conversation}/notices"):
             started = time.monotonic()
             response = httpx.get(delivery.url + path, headers=bearer(stranger), timeout=10)
-            answers.append((response.status_code, response.json()["detail"], round(time.monotonic() - started)))
+            answers.append((response.status_code, response.json()["detail"], time.monotonic() - started >= WAIT))
         ticket = httpx.post(f"{delivery.url}/v1/conversations/{conversation}/stream-tickets", headers=bearer(stranger),
                             timeout=10)
         assert ticket.status_code == 404
     assert {a[:2] for a in answers} == {(404, "conversation not found")}
-    assert {a[2] for a in answers} == {round(WAIT)}, f"the 404 comes after the same wait: {answers}"
+    assert {a[2] for a in answers} == {True}, f"the 404 comes after the same wait, never sooner: {answers}"
     assert httpx.get(f"{delivery.url}/v1/conversations/{conv}/notices", timeout=10).status_code == 401
 
     # A ticket opens the notices of its conversation and nothing else; a run's ticket never opens them.

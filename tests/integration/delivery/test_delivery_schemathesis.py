@@ -1,6 +1,6 @@
 """Hostile input at the HTTP edge: schemathesis against Delivery's OpenAPI document (D6, D1).
 
-A real Delivery (uvicorn on 127.0.0.1, PostgreSQL, Kafka) serves a seeded account's
+A real Delivery (uvicorn on 127.0.0.1, Kafka, its store on each backend) serves a seeded account's
 run and conversation. The document is FastAPI's own, the one Delivery serves at
 ``/openapi.json``, taken from the running app object. For every operation schemathesis generates requests that fit the schema
 and requests that do not (bounded: a few dozen examples per operation and mode, no
@@ -32,8 +32,7 @@ from schemathesis.generation import GenerationMode
 from tests.integration.delivery.support import Delivery
 from tests.support.delivery_builders import closed, published, running, settled
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
-              pytest.mark.backends("sqlite")]  # the HTTP contract fuzzed; the store under it is tested per backend elsewhere
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 EXAMPLES = 25
 RUN, CONVERSATION = "run-fuzz", "conv-run-fuzz"

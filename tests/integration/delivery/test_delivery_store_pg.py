@@ -17,7 +17,9 @@ from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
 from tests.support.delivery_builders import progress, running
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120), pytest.mark.backends("postgres")]  # row locks and advisory locks between two connections to one shared store
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120),
+              pytest.mark.backends("postgres", reason="row locks and advisory locks between two connections "
+                                                    "to one shared store")]
 
 RUNS = "imprint.runs.v1"
 

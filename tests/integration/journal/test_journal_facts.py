@@ -139,7 +139,7 @@ def _dump(settings) -> str | None:
 
 
 @pytest.mark.rule("X8")
-@pytest.mark.backends("postgres")  # pg_dump and VACUUM of the key table; test_retention_sweep covers both
+@pytest.mark.backends("postgres", reason="pg_dump and VACUUM of the key table; test_retention_sweep covers both")
 def test_after_deletion_no_private_string_is_in_any_table_or_dump(open_journal, journal_settings, sql_rows) -> None:
     journal = open_journal()
     feed = Feeder(journal)
@@ -207,7 +207,8 @@ def test_retention_sweep_leaves_no_private_string_in_any_table(open_journal, sql
 
 
 @pytest.mark.rule("X8")
-@pytest.mark.backends("postgres")  # its VACUUM; the contract on every backend is tests/integration/common/test_keyring_bulk.py
+@pytest.mark.backends("postgres", reason="its VACUUM; the contract on every backend is "
+                                         "tests/integration/common/test_keyring_bulk.py")
 def test_postgres_keyring_contract(journal_settings) -> None:
     from imprint.shredding import KeyDestroyed
     from services.common.backends import backend_for

@@ -22,7 +22,8 @@ from services.publication.application import PublicationLog
 from services.publication.application import open_log
 from tests.integration.publication.pubsupport import admitted, granted, part, read_run, registered, revoked
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90), pytest.mark.backends("postgres")]  # two Publication instances on one shared log
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90),
+              pytest.mark.backends("postgres", reason="two Publication instances on one shared log")]
 
 
 class Instance:

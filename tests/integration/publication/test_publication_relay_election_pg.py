@@ -13,7 +13,8 @@ from services.common.backends import backend_for
 from services.common.election import AdvisoryLockElection, lock_id
 from services.common.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.backends("postgres")]  # the advisory-lock election (the file lock has its own test)
+pytestmark = [pytest.mark.integration,
+              pytest.mark.backends("postgres", reason="the advisory-lock election (the file lock has its own test)")]
 
 
 def stop_after(seconds: float) -> threading.Event:

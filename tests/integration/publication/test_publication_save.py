@@ -129,7 +129,7 @@ def test_a_concurrent_write_fails_the_commit_after_the_preview(isolated: Setting
 @pytest.mark.rule("P13")
 @pytest.mark.rule("P14")
 @pytest.mark.rule("P15")
-@pytest.mark.backends("postgres")  # a privilege revoked on the tracking table: SQLite has no privileges
+@pytest.mark.backends("postgres", reason="a privilege revoked on the tracking table: SQLite has no privileges")
 def test_a_refused_tracked_transaction_fails_the_commit_after_the_preview(isolated: Settings, driver: Driver) -> None:
     run = "run-save-privilege"
     block_id = first_block(driver, run)

@@ -25,7 +25,8 @@ from tests.support.net import free_port
 from tests.support.postgres import drop_schema
 from tests.support.stack import Stack
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.backends("postgres")]  # parts creating one database's schema and tables at once
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.backends("postgres", reason="parts creating one database's schema and tables at once")]
 
 INSTANCES = 2
 ROUNDS = 10

@@ -21,7 +21,8 @@ from services.common.inbound import Inbound
 from imprint.contracts.topics import Topic
 from tests.integration.publication.pubsupport import admitted
 
-pytestmark = [pytest.mark.integration, pytest.mark.backends("postgres")]  # the log's NOTIFY channel
+pytestmark = [pytest.mark.integration,
+              pytest.mark.backends("postgres", reason="the log's NOTIFY channel")]
 
 
 async def _heard_while(settings: Settings, known: bool, commit: object) -> list[str | None]:

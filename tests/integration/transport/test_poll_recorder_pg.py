@@ -16,7 +16,8 @@ from services.common.backends import backend_for
 from services.common.recorders import PostgresPollRecorder
 from services.common.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.backends("postgres")]  # PostgreSQL's poll recorder (binary inserts, one-statement positions)
+pytestmark = [pytest.mark.integration,
+              pytest.mark.backends("postgres", reason="PostgreSQL's poll recorder (binary inserts, one-statement positions)")]
 
 
 @contextmanager

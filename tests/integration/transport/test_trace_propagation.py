@@ -28,8 +28,7 @@ from services.common.kafka import Outbox, make_broker, subscribe_tracked
 from services.common.settings import Settings
 from tests.support.otel import Collector, ReceivedSpan
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.backends("sqlite")]  # the trace crosses Kafka only: no store under it to vary
+pytestmark = [pytest.mark.integration]
 
 QUESTION = "private-question-7f3a: what did the board decide?"
 BODY = "private-body-9c1e: the board decided to sell the northern plant."

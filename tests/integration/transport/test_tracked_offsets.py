@@ -99,15 +99,22 @@ def test_a_gathering_consumer_polls_a_trickle_in_fewer_batches_and_loses_nothing
         await outbox.start()
         await broker.start()
         try:
-            await asyncio.sleep(2.0)  # joined the group, polling an empty topic
             producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, enable_idempotence=True)
             await producer.start()
             try:
-                for _ in range(n):  # a trickle: one record every 10 ms, one partition
-                    message = RunQueued(run_id="run-gather")
+                message = RunQueued(run_id="run-gather")
+                for record in range(n + 1):  # a first record, then a trickle: one every 10 ms, one partition
                     await producer.send_and_wait(s.topic(Topic.RUNTIME), encode(message), key=b"run-gather",
                                                  headers=[("type", message.type.encode())])
-                    await asyncio.sleep(0.01)
+                    if record == 0:  # handed over: the consumer joined its group and polls an empty topic
+                        for _ in range(600):
+                            if batches:
+                                break
+                            await asyncio.sleep(0.1)
+                        assert batches == [[0]], f"the first record alone, in its own poll: {batches}"
+                        batches.clear()
+                    else:
+                        await asyncio.sleep(0.01)
             finally:
                 await producer.stop()
             for _ in range(300):
@@ -121,7 +128,7 @@ def test_a_gathering_consumer_polls_a_trickle_in_fewer_batches_and_loses_nothing
 
     batches = asyncio.run(scenario())
     offsets = sorted(offset for batch in batches for offset in batch)
-    assert offsets == list(range(n)), "every record once"
+    assert offsets == list(range(1, n + 1)), "every record of the trickle once"
     if gather_ms:
         assert len(batches) <= n // 4, f"a trickle of {n} records gathered into a few polls, not {len(batches)}"
     else:

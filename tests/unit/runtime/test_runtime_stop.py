@@ -4,6 +4,7 @@ cancels the work inside and ends the run ``stopped``; nothing else does."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,9 +42,15 @@ async def producing(log: list[str]) -> None:
         raise
 
 
-def request_later(stops: StopRequests, message: Any, delay: float = STEP * 3) -> asyncio.Task[None]:
+def request_later(stops: StopRequests, message: Any, delay: float = STEP * 3,
+                  after: Callable[[], bool] = lambda: True) -> asyncio.Task[None]:
+    """``message`` arrives ``delay`` seconds from now, and not before ``after()`` holds (checked
+    every ``STEP / 5``, for at most 30 s): what the test needs to have happened first."""
     async def later() -> None:
         await asyncio.sleep(delay)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not after() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(STEP / 5)
         stops.observe(message)
 
     return asyncio.create_task(later())
@@ -125,7 +132,7 @@ async def test_a_cancellation_by_anyone_else_stays_a_cancellation_and_stops_noth
 async def test_the_runs_heartbeats_end_with_its_stop() -> None:
     transport, stops, log = MemoryTransport(), StopRequests(), []
     writer = await started(transport)
-    request_later(stops, cancel("run-1"), delay=STEP * 8)
+    request_later(stops, cancel("run-1"), delay=STEP * 8, after=lambda: "run.heartbeat" in sent(transport))
     async with run_scope(writer, stops) as scope:
         beats = Heartbeats(writer, every=STEP)
         scope.adopt(beats)
