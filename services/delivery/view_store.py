@@ -30,7 +30,7 @@ from imprint.delivery.frames import Frame
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
-from services.common.unit_of_work import Committed, Redelivered, TrackedUnitOfWork
+from services.common.unit_of_work import Recorded, Redelivered, TrackedUnitOfWork
 from services.delivery.notices import NoticeFeeds
 from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
@@ -100,7 +100,7 @@ class ViewStore:
         wake them after this returns; other instances hear the poll's notification."""
         outcome = self.units.run(batch, Projecting(self.tracer), self.sink)
         match outcome:
-            case Committed(touched):
+            case Recorded(touched):
                 return touched
             case Redelivered():
                 return []

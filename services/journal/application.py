@@ -65,7 +65,7 @@ from services.common.inbound import Inbound
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
 from services.common.observability import get_logger
 from services.common.handoff import Handoff
-from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork, Unconfirmed
+from services.common.unit_of_work import ConflictsExhausted, Recorded, Redelivered, TrackedUnitOfWork, Unconfirmed
 from services.journal.message_index import StoreMessageIndex
 
 A = TypeVar("A", bound=Aggregate)
@@ -173,7 +173,7 @@ class RuntimeJournal(HotCacheApplication):
         with self.processing_lock:
             outcome = self.units.run(batch, _Handled(self.handling, self.tracer), self.sink)
             match outcome:
-                case Committed(intents):
+                case Recorded(intents):
                     self._after_commit(intents)
                 case Redelivered():
                     pass
@@ -351,7 +351,7 @@ class RuntimeJournal(HotCacheApplication):
                 with self.processing_lock:
                     outcome = self.units.run(aged, _Expiring(self.handling, cutoff), self.sink)
                 match outcome:
-                    case Committed((intents, expired)):
+                    case Recorded((intents, expired)):
                         self._after_commit(intents)
                         deleted.extend(expired)
                     case Redelivered():  # another instance swept these meanwhile
