@@ -3,6 +3,7 @@ journal application that keeps the deadlines of its partitions' runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -11,14 +12,14 @@ from journal_helpers import Clock, Feeder, completed, to_running
 from imprint.contracts.runtime import RunCompleted, RunHeartbeat, RunStage
 from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
-from imprint.journal.handling import JournalHandling
+from imprint.journal.handling import Context, handle
+from imprint.journal.keys import JournalKeys
 from imprint.journal.leases import (
     RUNTIME_LOST,
     Lapse,
     LeaseBook,
     LeaseChange,
     LeaseLane,
-    keep,
     lapse,
     lapse_event_id,
 )
@@ -92,15 +93,14 @@ def test_a_lease_lasts_more_than_nothing() -> None:
 
 
 @pytest.fixture
-def handling() -> JournalHandling:
-    return JournalHandling(InMemoryKeyring())
+def handling() -> Context:
+    return Context(JournalKeys(InMemoryKeyring()))
 
 
-def applied(ws: MemoryWorkspace, handling: JournalHandling, lane: int, *messages: object) -> list[LeaseChange]:
+def applied(ws: MemoryWorkspace, handling: Context, lane: int, *messages: object) -> list[LeaseChange]:
     changes: list[LeaseChange] = []
     for message in messages:
-        handling.apply(ws, message)
-        changes.extend(keep(ws, lane, message))
+        changes.extend(handle(ws, message, dataclasses.replace(handling, shard=lane)).leases)
     return changes
 
 
@@ -111,7 +111,7 @@ def execution(ws: MemoryWorkspace, run_id: str) -> AnswerExecution:
 
 
 @pytest.mark.rule("X10")
-def test_an_admission_holds_the_run_in_its_lane_and_its_end_releases_it(handling: JournalHandling) -> None:
+def test_an_admission_holds_the_run_in_its_lane_and_its_end_releases_it(handling: Context) -> None:
     ws = MemoryWorkspace()
     assert applied(ws, handling, 3, *to_running("r1")) == [LeaseChange("held", "r1", 3)]
     lane = ws.get(LeaseLane, LeaseLane.id_for(3))
@@ -123,7 +123,7 @@ def test_an_admission_holds_the_run_in_its_lane_and_its_end_releases_it(handling
 
 @pytest.mark.rule("X10")
 @pytest.mark.rule("X2")
-def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(handling: JournalHandling) -> None:
+def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(handling: Context) -> None:
     ws = MemoryWorkspace()
     applied(ws, handling, 0, *to_running("r1"))
     ws.pending()
@@ -143,10 +143,10 @@ def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(
 
 
 @pytest.mark.rule("X10")
-def test_a_run_that_ended_meanwhile_is_only_released(handling: JournalHandling) -> None:
+def test_a_run_that_ended_meanwhile_is_only_released(handling: Context) -> None:
     ws = MemoryWorkspace()
     applied(ws, handling, 0, *to_running("r1"))
-    handling.apply(ws, completed("r1"))  # its end was handled on another lane: r1 is still held in lane 0
+    handle(ws, completed("r1"), dataclasses.replace(handling, shard=1))  # its end was handled on another lane: r1 is still held in lane 0
     ws.pending()
     assert lapse(ws, "r1", 0, LEASE) == Lapse("r1", closed=False)
     assert [type(e).__name__ for e in ws.pending()] == ["Released"]
@@ -155,7 +155,7 @@ def test_a_run_that_ended_meanwhile_is_only_released(handling: JournalHandling) 
 
 @pytest.mark.rule("X10")
 @pytest.mark.rule("X2")
-def test_what_the_runtime_sends_after_the_lapse_is_refused_and_recorded(handling: JournalHandling) -> None:
+def test_what_the_runtime_sends_after_the_lapse_is_refused_and_recorded(handling: Context) -> None:
     ws = MemoryWorkspace()
     applied(ws, handling, 0, *to_running("r1"))
     beat = RunHeartbeat(run_id="r1", in_flight="model")
