@@ -28,8 +28,8 @@ instance's lease book learns which runs opened or closed (X10).
 Run leases (X10, :mod:`imprint.journal.leases`): the consumer renews the lease of every
 run its poll's runtime records name (:meth:`RuntimeJournal.renew`, before the poll is
 applied); a unit that opens or closes a run holds or releases it in the run's
-``LeaseLane`` in the same transaction; a partition this instance takes is read from its
-lane (:meth:`RuntimeJournal.take_lanes`), one it loses is dropped; and the lease sweeper
+``LeaseShard`` in the same transaction; a partition this instance takes is read from its
+shard's record (:meth:`RuntimeJournal.take_shards`), one it loses is dropped; and the lease sweeper
 (``services.journal.leases``) closes the runs that are due (:meth:`RuntimeJournal.lapse_due`).
 """
 
@@ -57,7 +57,7 @@ from imprint.journal.deletion import delete_conversation, retention_event_id
 from imprint.journal.effects import Context, Effects
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.keys import JournalKeys
-from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseLane
+from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseShard
 from imprint.journal.lifecycle import TERMINAL
 from imprint.shredding import BulkKeyring
 from services.common.backends import backend_for
@@ -93,8 +93,8 @@ class RuntimeJournal(HotCacheApplication):
     units of work (no re-read of a conversation's whole history per message)."""
 
     name = "journal"
-    snapshotting_intervals = {LeaseLane: 200}
-    """A lane is read whole when an instance takes its partition: from its latest snapshot on."""
+    snapshotting_intervals = {LeaseShard: 200}
+    """A shard is read whole when an instance takes its partition: from its latest snapshot on."""
     kept_after_done = 60.0
     """A closed execution stays in memory a minute more (:meth:`stays_hot`): Publication's
     ``answer.published`` of a run's last blocks trails the runtime's own end of the run, by
@@ -249,27 +249,27 @@ class RuntimeJournal(HotCacheApplication):
     def _lease_changed(self, change: LeaseChange) -> None:
         with self._leases_lock:
             if change.kind == "held":
-                self.leases.hold(change.run_id, change.lane, self.clock())
+                self.leases.hold(change.run_id, change.shard, self.clock())
             else:
                 self.leases.release(change.run_id)
 
-    def take_lanes(self, lanes: Iterable[int]) -> int:
-        """This instance now consumes these runtime partitions: the open runs their lanes record
+    def take_shards(self, shards: Iterable[int]) -> int:
+        """This instance now consumes these runtime partitions: the open runs their shards record
         get a full lease from now. Returns how many runs it keeps the lease of."""
         with self.processing_lock:
-            for lane in lanes:
-                recorded = self._get(LeaseLane, LeaseLane.id_for(lane))
+            for shard in shards:
+                recorded = self._get(LeaseShard, LeaseShard.id_for(shard))
                 if recorded is not None:
                     now = self.clock()
                     with self._leases_lock:
-                        self.leases.take(lane, recorded.runs, now)
+                        self.leases.take(shard, recorded.runs, now)
             with self._leases_lock:
                 return len(self.leases)
 
-    def drop_lanes(self, lanes: Iterable[int]) -> None:
+    def drop_shards(self, shards: Iterable[int]) -> None:
         """These runtime partitions went to another instance, and their leases with them."""
         with self.processing_lock, self._leases_lock:
-            self.leases.drop(lanes)
+            self.leases.drop(shards)
 
     def lapse_due(self) -> list[Lapse]:
         """Close every run whose lease lapsed (``failed``, ``runtime_lost``) between the
@@ -277,7 +277,7 @@ class RuntimeJournal(HotCacheApplication):
 
         Runs whose runtimes went away together (a runtime host lost, sessions left at once)
         lapse together: they are closed :data:`LAPSES_PER_UNIT` to a unit of work (one
-        transaction, their lane saved once) rather than one transaction each, and the
+        transaction, their shard's record saved once) rather than one transaction each, and the
         consumer waits for one unit at a time. A unit that fails is taken again one run at
         a time: a run whose lapse cannot be recorded (a record of it no longer reads, its
         unit kept losing races) is logged and left due for the next sweep, and never keeps
@@ -307,16 +307,16 @@ class RuntimeJournal(HotCacheApplication):
         def work(ws: StoredWorkspace) -> Effects | None:
             lapsed.clear()
             untouched.clear()
-            with self._leases_lock:  # renewed meanwhile, or its lane went to another instance
-                still = [(run_id, lane) for run_id, lane in runs if self.leases.is_due(run_id, self.clock())]
+            with self._leases_lock:  # renewed meanwhile, or its shard went to another instance
+                still = [(run_id, shard) for run_id, shard in runs if self.leases.is_due(run_id, self.clock())]
             changes: list[LeaseChange] = []
-            for run_id, lane in still:
-                outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
+            for run_id, shard in still:
+                outcome = leases.lapse(ws, run_id, shard, self.leases.lease_seconds)
                 if outcome is None:
-                    untouched.append(LeaseChange("released", run_id, lane))  # nothing of it was open
+                    untouched.append(LeaseChange("released", run_id, shard))  # nothing of it was open
                 else:
                     lapsed.append(outcome)
-                    changes.append(LeaseChange("released", run_id, lane))
+                    changes.append(LeaseChange("released", run_id, shard))
             return Effects(leases=tuple(changes)) if changes else None
 
         with self.processing_lock:

@@ -10,7 +10,7 @@ One home per rule:
 ``history``        X4, X5, X6, D5 — projection without recomputation, verified lookup index
 ``redaction``      X7 — source tombstones, redaction serialized with completion
 ``diagnostics``    X9 — bounded traces of codes, ids, counts and timings
-``leases``         X10 — run leases: when a run is due, what closing it records, the lanes
+``leases``         X10 — run leases: when a run is due, what closing it records, the shards
 ``intake``         which message touches which aggregate (storage-agnostic)
 ``announcements``  committed events → ``imprint.runs.v1`` messages (X4, X6)
 ``views``          read models returned by ``services.journal.queries``

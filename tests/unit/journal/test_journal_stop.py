@@ -15,7 +15,7 @@ from imprint.journal.announcements import announce
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.handling import APPLIED_TYPES, Context, handle
 from imprint.journal.keys import JournalKeys
-from imprint.journal.leases import LeaseLane
+from imprint.journal.leases import LeaseShard
 from imprint.journal.lifecycle import STOP_REQUESTED, State
 from imprint.journal.refusals import RefusalCode
 from imprint.shredding import InMemoryKeyring
@@ -29,7 +29,7 @@ def handled(ws: MemoryWorkspace, handling: Context, *messages: Any) -> list[Any]
     for message in messages:
         handle(ws, message, handling)
     # The lease record's events (X10: tests/component/journal/test_journal_leases.py) are left out.
-    return [e for e in ws.pending() if not isinstance(e, LeaseLane.Event)]
+    return [e for e in ws.pending() if not isinstance(e, LeaseShard.Event)]
 
 
 def running(ws: MemoryWorkspace, handling: Context, run_id: str) -> None:
