@@ -46,7 +46,7 @@ SETTINGS = (
     ("services/common/event_log.py", "AGGREGATE_CACHE_MAXSIZE", "hot aggregates per instance, by count"),
     ("services/journal/application.py", "kept_after_done", "s a closed execution stays hot"),
     ("services/publication/application.py", "snapshotting_intervals", "events between snapshots, per aggregate"),
-    ("services/delivery/view_sink.py", "HOT_BLOCKS", "block states Delivery keeps of its runs in flight"),
+    ("services/delivery/hot_runs.py", "HOT_BLOCKS", "block states Delivery keeps of its runs in flight"),
     ("services/recovery/log_reader.py", "RUNS_PER_READ", "runs `imprint replay` reads and hands a worker at once"),
     ("services/common/lifecycle.py", "GC_THRESHOLD", "the cyclic collector's thresholds once a part runs"),
 )

@@ -15,7 +15,7 @@ from services.common.backends import backend_for
 from services.common.observability import configure_logging
 from services.common.settings import get_settings
 
-PARTS = {
+SERVABLE = {
     "publication": "services.publication.service",
     "relay": "services.publication.relay",  # alias of publication-relay
     "publication-relay": "services.publication.relay",
@@ -23,6 +23,8 @@ PARTS = {
     "journal": "services.journal.service",
     "delivery": "services.delivery.service",
 }
+"""What ``imprint serve`` runs, by name → its module: each part, and each log's relay on its own
+(the parts ``imprint up`` starts are :data:`services.common.launcher.PARTS`)."""
 DEPLOY_LOCAL = Path(__file__).resolve().parent.parent / "deploy" / "local"
 
 
@@ -31,7 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from services.common.tracing import configure_tracing
 
-    module = importlib.import_module(PARTS[args.part])
+    module = importlib.import_module(SERVABLE[args.part])
     # off unless the standard OTEL_* environment asks for it; one service name per part
     configure_tracing(f"imprint-{'publication-relay' if args.part == 'relay' else args.part}")
     # Every part is one event loop carrying polls, produce requests, notifications and (in
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     serve = sub.add_parser("serve", help="run one part of the stack in the foreground")
-    serve.add_argument("part", choices=sorted(PARTS))
+    serve.add_argument("part", choices=sorted(SERVABLE))
     serve.set_defaults(func=_serve)
 
     up = sub.add_parser("up", help="run the whole stack as supervised child processes")

@@ -12,6 +12,7 @@ policies with it, without a database."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -32,6 +33,10 @@ class Workspace(Protocol):
         still recorded only with the rest)."""
         ...
 
+    def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
+        """These aggregates are about to be read: a store may find out at once which exist."""
+        ...
+
 
 class MemoryWorkspace:
     """A workspace over a plain dict (pure tests; also the base of the stored workspace)."""
@@ -50,6 +55,9 @@ class MemoryWorkspace:
 
     def flush(self) -> None:
         """Nothing is durable in memory: the pending events stay pending."""
+
+    def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
+        """Everything is in memory already."""
 
     def aggregates(self) -> list[Aggregate]:
         return list(self.store.values())

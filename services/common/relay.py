@@ -70,7 +70,7 @@ from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.common.wakeups import ChannelListener
 
-DecodeBatch = Callable[[Sequence[StoredEvent]], list[Any]]
+ToEvents = Callable[[Sequence[StoredEvent]], list[Any]]
 """Stored events (the notifications a relay reads are stored events too) → domain events, a
 batch at a time: a log whose bodies are sealed opens them here, once per event, with one key
 lookup per batch (:class:`services.publication.sealing.BatchOpener`)."""
@@ -103,7 +103,7 @@ class Relay:
         outbox: Publisher,
         *,
         name: str,
-        decode: DecodeBatch | None = None,
+        to_events: ToEvents | None = None,
         batch_size: int = 1000,
         idle_seconds: float = 0.05,
         wakeups: ChannelListener | None = None,
@@ -118,7 +118,7 @@ class Relay:
         self._app = app
         self._recorder: ProcessRecorder = app.recorder
         self._announce = announce
-        self._decode: DecodeBatch = decode or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
+        self._to_events: ToEvents = to_events or (lambda batch: [app.mapper.to_domain_event(n) for n in batch])
         self._outbox = outbox
         self._producer: Outbox | None = None
         if starts_outbox:
@@ -163,7 +163,7 @@ class Relay:
             self._log_unread = True
         topics = self._topics
         wanted = notifications if topics is None else [n for n in notifications if n.topic in topics]
-        announced = dict(zip((n.id for n in wanted), map(self._announce, self._decode(wanted)), strict=True))
+        announced = dict(zip((n.id for n in wanted), map(self._announce, self._to_events(wanted)), strict=True))
         return [(n.id, announced.get(n.id, ())) for n in notifications]
 
     def _from_handoff(self, after: int) -> Batch | None:
@@ -335,12 +335,12 @@ class Relay:
 
 
 def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, name: str,
-              decode: DecodeBatch | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None,
+              to_events: ToEvents | None = None, topics: Sequence[str] = (), handoff: Handoff | None = None,
               tracer: Tracer | None = None) -> Relay:
     """The relay of one log in this deployment, with its own producer (sending what the
     hand-off traced under ``tracer``'s spans), its backend's wake-ups and election
     (:mod:`services.common.backends`)."""
     backend = backend_for(settings)
     outbox = Outbox(settings, f"imprint-relay-{app.name.lower()}", tracer=tracer)
-    return Relay(app, announce, outbox, name=name, decode=decode, wakeups=backend.log_wakeups(app.recorder),
+    return Relay(app, announce, outbox, name=name, to_events=to_events, wakeups=backend.log_wakeups(app.recorder),
                  election=backend.election(name), topics=topics, handoff=handoff, starts_outbox=True)

@@ -48,7 +48,7 @@ R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass(frozen=True)
-class Committed(Generic[R]):
+class Recorded(Generic[R]):
     """The policy's effects and the positions are recorded."""
 
     result: R
@@ -84,7 +84,7 @@ class Refused(Generic[R]):
     error: PersistenceError
 
 
-Outcome = Committed[R] | Redelivered | Conflict[R] | Unconfirmed[R] | Refused[R]
+Outcome = Recorded[R] | Redelivered | Conflict[R] | Unconfirmed[R] | Refused[R]
 
 
 class ConflictsExhausted(RuntimeError):
@@ -166,7 +166,7 @@ class TrackedUnitOfWork:
                     result = policy.apply(unit.workspace, fresh)
                     committing = True
                     unit.record(trackings)
-                return Committed(result)  # type: ignore[arg-type]
+                return Recorded(result)  # type: ignore[arg-type]
             except IntegrityError as error:
                 recorded = [t for t in trackings if sink.recorded(t)]
                 if recorded:

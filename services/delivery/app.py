@@ -30,7 +30,7 @@ from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import AccessLog, DeliveryRecorder, GroupCommit, GroupedOutcomes
 from services.delivery.operator import operator_router
-from services.delivery.routes import Context, conversations, notices, ops, runs, streams, ui_stream
+from services.delivery.routes import Shared, conversations, notices, ops, runs, streams, ui_stream
 from services.delivery.routes.ops import STATIC
 from services.delivery.seen_store import ClientReport
 from services.delivery.stream import StreamConfig
@@ -67,7 +67,7 @@ def create_app(
         await asyncio.to_thread(store.sightings.record, reports)
 
     tickets = StreamTickets(store, ttl=settings.stream_ticket_ttl_seconds)
-    ctx = Context(
+    ctx = Shared(
         settings=settings, store=store, publish=publish, notifier=notifier, metrics=metrics,
         config=StreamConfig(keepalive=settings.sse_keepalive_seconds, queue_size=settings.sse_client_queue,
                             slow_client_timeout=slow_client_timeout, poll_interval=poll_interval),

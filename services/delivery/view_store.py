@@ -2,7 +2,7 @@
 ``imprint.runs.v1`` that every client is served from, on the deployment's backend.
 
 * **Writing** a poll is the tracked unit of work over the view tables
-  (:mod:`services.delivery.view_sink`, the D rules in :mod:`imprint.delivery.projection`):
+  (:mod:`services.delivery.view_sink`, the D rules in :mod:`imprint.delivery.handling`):
   frames with per-run ids (D1), each block's merged state, and the Kafka positions, in
   one transaction.
 * **Reading** is here: a run's frames after a position (a new or resuming client), the
@@ -30,11 +30,13 @@ from imprint.delivery.frames import Frame
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
-from services.common.unit_of_work import Committed, Redelivered, TrackedUnitOfWork
+from services.common.unit_of_work import Recorded, Redelivered, TrackedUnitOfWork
 from services.delivery.notices import NoticeFeeds
 from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
-from services.delivery.view_sink import HotRuns, Projecting, ViewSink, now, notify_payloads, purge
+from services.delivery.hot_runs import HotRuns
+from services.delivery.view_sink import ViewSink, applying, notify_payloads
+from services.delivery.view_workspace import now, purge
 from services.delivery.view_tables import ViewTables, notice_feed
 from services.delivery.view_upgrade import upgrade
 
@@ -73,6 +75,8 @@ class ViewStore:
         """Names this process in its own notifications (it wakes its feeds directly)."""
         self.tracer = tracer
         self.sink = ViewSink(self.views, self.origin, traced=tracer is not None)
+        self.applying = applying(tracer)
+        """The poll's policy: the one loop over :mod:`imprint.delivery.handling`."""
         self.units = TrackedUnitOfWork()
         self.notices = NoticeFeeds(self.views)
         """D7: the conversations' notices, read as live feeds."""
@@ -98,9 +102,9 @@ class ViewStore:
         feed the poll changed — the runs whose streams have new frames or were deleted, and
         the conversations' notices (D7, :func:`~services.delivery.view_tables.notice_feed`):
         wake them after this returns; other instances hear the poll's notification."""
-        outcome = self.units.run(batch, Projecting(self.tracer), self.sink)
+        outcome = self.units.run(batch, self.applying, self.sink)
         match outcome:
-            case Committed(touched):
+            case Recorded(touched):
                 return touched
             case Redelivered():
                 return []

@@ -57,7 +57,7 @@ def _live_frames(views: ViewTables, c: Any) -> dict[tuple[str, str], tuple[int, 
 def _blocks_from_views(views: ViewTables, c: Any, live: dict[tuple[str, str], tuple[int, str]]) -> None:
     if "state" not in views.columns(c, "views"):
         return
-    from services.delivery.view_sink import now
+    from services.delivery.view_workspace import now
 
     stamp, rows = now(), []
     c.execute(views.q("SELECT run_id, state FROM {views}"))

@@ -6,9 +6,9 @@ one database transaction:
 
 1. skips every message at or below the partition's recorded tracking position
    (``max_tracking_id("<topic>#<partition>")``) — a redelivered batch is a no-op;
-2. applies the rest to the journal's aggregates through
-   :class:`imprint.journal.handling.JournalHandling` (executions, conversations, QCS
-   identities, source standings);
+2. applies the rest to the journal's aggregates through the one loop
+   (:class:`services.common.dispatch.Dispatch`) over :mod:`imprint.journal.handling`
+   (executions, conversations, QCS identities, source standings, the lease records);
 3. records all resulting events together with the tracking record of the
    partition's last offset (eventsourcing ``ProcessingEvent`` + ``EventStore.put``, on a
    ``ProcessRecorder``): events and consumer position commit atomically.
@@ -28,8 +28,8 @@ instance's lease book learns which runs opened or closed (X10).
 Run leases (X10, :mod:`imprint.journal.leases`): the consumer renews the lease of every
 run its poll's runtime records name (:meth:`RuntimeJournal.renew`, before the poll is
 applied); a unit that opens or closes a run holds or releases it in the run's
-``LeaseLane`` in the same transaction; a partition this instance takes is read from its
-lane (:meth:`RuntimeJournal.take_lanes`), one it loses is dropped; and the lease sweeper
+``LeaseShard`` in the same transaction; a partition this instance takes is read from its
+shard's record (:meth:`RuntimeJournal.take_shards`), one it loses is dropped; and the lease sweeper
 (``services.journal.leases``) closes the runs that are due (:meth:`RuntimeJournal.lapse_due`).
 """
 
@@ -49,23 +49,25 @@ from eventsourcing.utils import get_topic
 from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
-from imprint.journal import ids, leases
+from imprint.journal import handling, ids, leases
 from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
+from imprint.journal.deletion import delete_conversation, retention_event_id
+from imprint.journal.effects import Context, Effects
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
-from imprint.journal.handling import IndexIntent, JournalHandling, retention_event_id
-from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseLane
+from imprint.journal.keys import JournalKeys
+from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseShard
 from imprint.journal.lifecycle import TERMINAL
 from imprint.shredding import BulkKeyring
-from services.common import tracing
 from services.common.backends import backend_for
+from services.common.dispatch import Dispatch, Handled, Spans
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
 from services.common.observability import get_logger
 from services.common.handoff import Handoff
-from services.common.unit_of_work import Committed, ConflictsExhausted, Redelivered, TrackedUnitOfWork, Unconfirmed
+from services.common.unit_of_work import ConflictsExhausted, Recorded, Redelivered, TrackedUnitOfWork, Unconfirmed
 from services.journal.message_index import StoreMessageIndex
 
 A = TypeVar("A", bound=Aggregate)
@@ -73,9 +75,6 @@ A = TypeVar("A", bound=Aggregate)
 
 JournalConflict = ConflictsExhausted
 """A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
-
-Decided = IndexIntent | LeaseChange
-"""What a journal unit of work hands on after its commit: index updates (X4), lease changes (X10)."""
 
 DEFAULT_LEASE_SECONDS = 120.0
 LAPSES_PER_UNIT = 100
@@ -94,8 +93,8 @@ class RuntimeJournal(HotCacheApplication):
     units of work (no re-read of a conversation's whole history per message)."""
 
     name = "journal"
-    snapshotting_intervals = {LeaseLane: 200}
-    """A lane is read whole when an instance takes its partition: from its latest snapshot on."""
+    snapshotting_intervals = {LeaseShard: 200}
+    """A shard is read whole when an instance takes its partition: from its latest snapshot on."""
     kept_after_done = 60.0
     """A closed execution stays in memory a minute more (:meth:`stays_hot`): Publication's
     ``answer.published`` of a run's last blocks trails the runtime's own end of the run, by
@@ -118,8 +117,8 @@ class RuntimeJournal(HotCacheApplication):
         super().__init__(env)
         self.recorder: ProcessRecorder
         self.keyring = keyring
-        self.handling = JournalHandling(keyring)
-        self.sealer = self.handling.sealer
+        self.keys = JournalKeys(keyring)
+        self.sealer = self.keys.sealer
         self.message_index: MessageIndex = message_index if message_index is not None else InMemoryMessageIndex()
         self.max_attempts = max_attempts
         self.processing_lock = threading.RLock()
@@ -171,10 +170,10 @@ class RuntimeJournal(HotCacheApplication):
     def process(self, batch: Sequence[Inbound]) -> None:
         """Apply a batch of decoded messages; one transaction per partition, with its tracking record."""
         with self.processing_lock:
-            outcome = self.units.run(batch, _Handled(self.handling, self.tracer), self.sink)
+            outcome = self.units.run(batch, self._dispatch(), self.sink)
             match outcome:
-                case Committed(intents):
-                    self._after_commit(intents)
+                case Recorded(effects):
+                    self._after_commit(effects)
                 case Redelivered():
                     pass
                 case Unconfirmed(_, error):  # nothing is assumed, the poll is retried
@@ -183,6 +182,18 @@ class RuntimeJournal(HotCacheApplication):
                     raise error
                 case _:  # refused: nothing was recorded, the poll is retried
                     raise outcome.error  # type: ignore[union-attr]
+
+    def _dispatch(self) -> Dispatch[StoredWorkspace, Context, Effects, list[Effects]]:
+        """The poll through :mod:`imprint.journal.handling`, the keys of each attempt read
+        once (:meth:`JournalKeys.scoped`); with a tracer, each message in a ``journal apply``
+        span under the context its record carried (X9: its ids only)."""
+        keys = self.keys
+
+        def contexts(fresh: Sequence[Inbound]) -> Callable[[Inbound], Context]:
+            unit_keys = keys.scoped(item.message for item in fresh)
+            return lambda item: Context(unit_keys, item.partition)
+
+        return Dispatch(handling, contexts, _effects, tracer=self.tracer, spans=APPLY)  # type: ignore[arg-type]
 
     def committed(self, recordings: list[Recording[UUID]]) -> None:
         """After each commit (:meth:`HotCacheApplication.record`): hand its events to this process's relay."""
@@ -194,12 +205,12 @@ class RuntimeJournal(HotCacheApplication):
         with self.processing_lock:
             self.sink.forget_partitions(tracking_names)
 
-    def _untracked(self, work: Callable[[StoredWorkspace], list[Decided] | None]) -> bool:
+    def _untracked(self, work: Callable[[StoredWorkspace], Effects | None]) -> bool:
         """A unit of work no Kafka message caused; returns whether anything was recorded."""
-        intents = self.units.run_untracked(_Untracked(work), self.sink)
-        if intents is None:
+        effects = self.units.run_untracked(_Untracked(work), self.sink)
+        if effects is None:
             return False
-        self._after_commit(intents)
+        self._after_commit([effects])
         return True
 
     @property
@@ -207,9 +218,9 @@ class RuntimeJournal(HotCacheApplication):
         """How many units of work were re-run after losing a concurrency race (a metric)."""
         return self.units.conflicts
 
-    def _after_commit(self, intents: list[Decided]) -> None:
-        pointers = [(i.conversation_id, i.message_id, i.run_id) for i in intents
-                    if isinstance(i, IndexIntent) and i.kind == "point"]
+    def _after_commit(self, effects: Sequence[Effects]) -> None:
+        intents = [intent for done in effects for intent in done.index]
+        pointers = [(i.conversation_id, i.message_id, i.run_id) for i in intents if i.kind == "point"]
         if pointers:
             self.message_index.point_many(pointers)  # type: ignore[arg-type]
             # A deletion may have committed (and dropped the conversation's rows) between our commit
@@ -218,10 +229,11 @@ class RuntimeJournal(HotCacheApplication):
             # or we see the destroyed key here and drop it ourselves.
             for conversation_id in sorted(self.keyring.destroyed_among({p[0] for p in pointers})):
                 self.message_index.drop_conversation(conversation_id)
+        for done in effects:
+            for change in done.leases:
+                self._lease_changed(change)
         for intent in intents:
-            if isinstance(intent, LeaseChange):
-                self._lease_changed(intent)
-            elif intent.kind == "drop":
+            if intent.kind == "drop":
                 self.message_index.drop_conversation(intent.conversation_id)
                 self.sink.forget()  # the cache must not keep what the destroyed key sealed
 
@@ -237,27 +249,27 @@ class RuntimeJournal(HotCacheApplication):
     def _lease_changed(self, change: LeaseChange) -> None:
         with self._leases_lock:
             if change.kind == "held":
-                self.leases.hold(change.run_id, change.lane, self.clock())
+                self.leases.hold(change.run_id, change.shard, self.clock())
             else:
                 self.leases.release(change.run_id)
 
-    def take_lanes(self, lanes: Iterable[int]) -> int:
-        """This instance now consumes these runtime partitions: the open runs their lanes record
+    def take_shards(self, shards: Iterable[int]) -> int:
+        """This instance now consumes these runtime partitions: the open runs their shards record
         get a full lease from now. Returns how many runs it keeps the lease of."""
         with self.processing_lock:
-            for lane in lanes:
-                recorded = self._get(LeaseLane, LeaseLane.id_for(lane))
+            for shard in shards:
+                recorded = self._get(LeaseShard, LeaseShard.id_for(shard))
                 if recorded is not None:
                     now = self.clock()
                     with self._leases_lock:
-                        self.leases.take(lane, recorded.runs, now)
+                        self.leases.take(shard, recorded.runs, now)
             with self._leases_lock:
                 return len(self.leases)
 
-    def drop_lanes(self, lanes: Iterable[int]) -> None:
+    def drop_shards(self, shards: Iterable[int]) -> None:
         """These runtime partitions went to another instance, and their leases with them."""
         with self.processing_lock, self._leases_lock:
-            self.leases.drop(lanes)
+            self.leases.drop(shards)
 
     def lapse_due(self) -> list[Lapse]:
         """Close every run whose lease lapsed (``failed``, ``runtime_lost``) between the
@@ -265,7 +277,7 @@ class RuntimeJournal(HotCacheApplication):
 
         Runs whose runtimes went away together (a runtime host lost, sessions left at once)
         lapse together: they are closed :data:`LAPSES_PER_UNIT` to a unit of work (one
-        transaction, their lane saved once) rather than one transaction each, and the
+        transaction, their shard's record saved once) rather than one transaction each, and the
         consumer waits for one unit at a time. A unit that fails is taken again one run at
         a time: a run whose lapse cannot be recorded (a record of it no longer reads, its
         unit kept losing races) is logged and left due for the next sweep, and never keeps
@@ -292,20 +304,20 @@ class RuntimeJournal(HotCacheApplication):
         lapsed: list[Lapse] = []
         untouched: list[LeaseChange] = []
 
-        def work(ws: StoredWorkspace) -> list[Decided] | None:
+        def work(ws: StoredWorkspace) -> Effects | None:
             lapsed.clear()
             untouched.clear()
-            with self._leases_lock:  # renewed meanwhile, or its lane went to another instance
-                still = [(run_id, lane) for run_id, lane in runs if self.leases.is_due(run_id, self.clock())]
-            changes: list[Decided] = []
-            for run_id, lane in still:
-                outcome = leases.lapse(ws, run_id, lane, self.leases.lease_seconds)
+            with self._leases_lock:  # renewed meanwhile, or its shard went to another instance
+                still = [(run_id, shard) for run_id, shard in runs if self.leases.is_due(run_id, self.clock())]
+            changes: list[LeaseChange] = []
+            for run_id, shard in still:
+                outcome = leases.lapse(ws, run_id, shard, self.leases.lease_seconds)
                 if outcome is None:
-                    untouched.append(LeaseChange("released", run_id, lane))  # nothing of it was open
+                    untouched.append(LeaseChange("released", run_id, shard))  # nothing of it was open
                 else:
                     lapsed.append(outcome)
-                    changes.append(LeaseChange("released", run_id, lane))
-            return changes or None
+                    changes.append(LeaseChange("released", run_id, shard))
+            return Effects(leases=tuple(changes)) if changes else None
 
         with self.processing_lock:
             self._untracked(work)
@@ -318,8 +330,8 @@ class RuntimeJournal(HotCacheApplication):
     def delete_conversation(self, conversation_id: str, account_id: str, event_id: str, reason: str = "user") -> bool:
         """Delete outside Kafka (e.g. an operator tool); same path as ``conversation.delete_requested``."""
 
-        def work(ws: StoredWorkspace) -> list[IndexIntent]:
-            return self.handling.delete_conversation(ws, conversation_id, account_id, event_id, reason)
+        def work(ws: StoredWorkspace) -> Effects:
+            return delete_conversation(ws, self.keys, conversation_id, account_id, event_id, reason)
 
         with self.processing_lock:
             return self._untracked(work)
@@ -349,10 +361,10 @@ class RuntimeJournal(HotCacheApplication):
                 aged.append(Inbound(RETENTION_SWEEP, 0, notification.id, activity))
             if aged:
                 with self.processing_lock:
-                    outcome = self.units.run(aged, _Expiring(self.handling, cutoff), self.sink)
+                    outcome = self.units.run(aged, _Expiring(self.keys, cutoff), self.sink)
                 match outcome:
-                    case Committed((intents, expired)):
-                        self._after_commit(intents)
+                    case Recorded((effects, expired)):
+                        self._after_commit(effects)
                         deleted.extend(expired)
                     case Redelivered():  # another instance swept these meanwhile
                         pass
@@ -405,35 +417,12 @@ def open_journal(settings: Settings, *, keyring: BulkKeyring | None = None) -> R
     return RuntimeJournal.from_settings(settings, keyring=keyring)
 
 
-class _Handled:
-    """The Journal's policy over a poll: each message through its handler (keys fetched once
-    per unit); with a tracer, each in a ``journal apply`` span under the context its record
-    carried (X9: its ids only)."""
-
-    def __init__(self, handling: JournalHandling, tracer: Tracer | None = None) -> None:
-        self.handling = handling
-        self.tracer = tracer
-
-    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[Decided]:
-        intents: list[Decided] = []
-        handling = self.handling.scoped()
-        handling.prepare(item.message for item in fresh)
-        tracer = self.tracer
-        for item in fresh:
-            if tracer is None:
-                _apply(intents, handling, ws, item)
-                continue
-            with tracing.handling(tracer, "journal apply", item, **item.message.trace_ids()):
-                _apply(intents, handling, ws, item)
-        return intents
-
-    def shown(self, intents: list[Decided]) -> bool:
-        return False  # the journal shows nothing before its commit
+APPLY: Spans[Effects] = Spans("journal apply", lambda message: message.trace_ids())
+"""Every message of a traced poll in a span of its own, with its ids."""
 
 
-def _apply(intents: list[Decided], handling: JournalHandling, ws: StoredWorkspace, item: Inbound) -> None:
-    intents.extend(handling.apply(ws, item.message))
-    intents.extend(leases.keep(ws, item.partition, item.message))  # X10: the lane of its partition
+def _effects(ws: StoredWorkspace, handled: list[Handled[Effects]]) -> list[Effects]:
+    return [done.effects for done in handled]
 
 
 class _Expiring:
@@ -441,35 +430,35 @@ class _Expiring:
     conversation they name that is idle since ``cutoff`` and not yet deleted is deleted.
     Returns the index intents and the conversations deleted."""
 
-    def __init__(self, handling: JournalHandling, cutoff: datetime) -> None:
-        self.handling = handling
+    def __init__(self, keys: JournalKeys, cutoff: datetime) -> None:
+        self.keys = keys
         self.cutoff = cutoff
 
-    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> tuple[list[Decided], list[str]]:
-        intents: list[Decided] = []
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> tuple[list[Effects], list[str]]:
+        effects: list[Effects] = []
         deleted: list[str] = []
         for conversation_uuid in dict.fromkeys(item.message.originator_id for item in fresh):
             conv = ws.get(Conversation, conversation_uuid)
             if conv is None or conv.deleted or conv.last_activity_at > self.cutoff:
                 continue
             eid = retention_event_id(conv.conversation_id, conv.last_activity_at.isoformat())
-            intents.extend(self.handling.delete_conversation(ws, conv.conversation_id, conv.account_id, eid,
-                                                             "retention"))
+            effects.append(delete_conversation(ws, self.keys, conv.conversation_id, conv.account_id, eid,
+                                               "retention"))
             deleted.append(conv.conversation_id)
-        return intents, deleted
+        return effects, deleted
 
-    def shown(self, result: tuple[list[Decided], list[str]]) -> bool:
+    def shown(self, result: tuple[list[Effects], list[str]]) -> bool:
         return False
 
 
 class _Untracked:
     """A unit no Kafka message caused, as a policy."""
 
-    def __init__(self, work: Callable[[StoredWorkspace], list[Decided] | None]) -> None:
+    def __init__(self, work: Callable[[StoredWorkspace], Effects | None]) -> None:
         self.work = work
 
-    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> list[Decided] | None:
+    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> Effects | None:
         return self.work(ws)
 
-    def shown(self, intents: list[Decided] | None) -> bool:
+    def shown(self, effects: Effects | None) -> bool:
         return False

@@ -27,8 +27,8 @@ GATHER_MS = 50
 reach Delivery through it, a few per run): its fetches gather up to this long."""
 
 
-def runtime_lanes(settings: Settings, tracking_names: Sequence[str]) -> list[int]:
-    """The partitions of ``imprint.runtime.v1`` among ``<topic>#<partition>`` names: the lanes of X10."""
+def runtime_shards(settings: Settings, tracking_names: Sequence[str]) -> list[int]:
+    """The partitions of ``imprint.runtime.v1`` among ``<topic>#<partition>`` names: the shards of X10."""
     runtime = settings.topic(Topic.RUNTIME)
     return [int(partition) for topic, _, partition in (name.rpartition("#") for name in tracking_names)
             if topic == runtime]
@@ -42,10 +42,10 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: 
 
     async def revoked(tracking_names: list[str]) -> None:
         await asyncio.to_thread(journal.revoked, tracking_names)
-        await asyncio.to_thread(journal.drop_lanes, runtime_lanes(settings, tracking_names))
+        await asyncio.to_thread(journal.drop_shards, runtime_shards(settings, tracking_names))
 
     async def assigned(tracking_names: list[str]) -> None:
-        await asyncio.to_thread(journal.take_lanes, runtime_lanes(settings, tracking_names))
+        await asyncio.to_thread(journal.take_shards, runtime_shards(settings, tracking_names))
 
     def observe(records: Sequence[ConsumerRecord[Any, Any]]) -> None:
         journal.renew(record.key.decode("utf-8", "replace") for record in records

@@ -29,14 +29,14 @@ RELAY_NAME = "relay→imprint.runs.v1"
 class BatchAnnouncer:
     """The relay's announcer: private fields of ``run.closed``/``run.progress`` are opened with
     the journal's keyring at announce time, with keys fetched once per conversation per batch (``ScopedKeyring``, renewed by
-    :meth:`decode` for every batch; a missing or destroyed key is never cached), not once
+    :meth:`to_events` for every batch; a missing or destroyed key is never cached), not once
     per field."""
 
     def __init__(self, journal: RuntimeJournal) -> None:
         self._journal = journal
         self._sealer = journal.sealer
 
-    def decode(self, notifications: Sequence[Notification]) -> list[Any]:
+    def to_events(self, notifications: Sequence[Notification]) -> list[Any]:
         inner = self._journal.sealer
         self._sealer = FieldSealer(ScopedKeyring(inner.keyring), purpose=inner.purpose, remember_ciphers=True)
         to_domain_event = self._journal.mapper.to_domain_event
@@ -61,7 +61,7 @@ def journal_relay(settings: Settings, journal: RuntimeJournal, *, inline: bool) 
     batch = BatchAnnouncer(journal)
     handoff = Handoff(batch.handed, ANNOUNCED_TOPICS) if inline else None
     journal.handoff = handoff
-    return relay_for(settings, journal, batch, name=RELAY_NAME, decode=batch.decode, topics=ANNOUNCED_TOPICS,
+    return relay_for(settings, journal, batch, name=RELAY_NAME, to_events=batch.to_events, topics=ANNOUNCED_TOPICS,
                      handoff=handoff)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from eventsourcing.application import AggregateNotFoundError, ProcessingEvent
@@ -21,21 +22,23 @@ from eventsourcing.utils import get_topic
 from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
+from imprint.contracts.publication import AnswerPreview
 from imprint.contracts.topics import Topic
-from imprint.publication import Policy, PublicationRun, SourceRecord, saving
-from imprint.publication.handling import Context, SettledCandidate, Unit, aggregates_read, apply_all
+from imprint.publication import Policy, PublicationRun, SourceRecord, handling, saving
+from imprint.publication.handling import Context, Effects, SettledCandidate
 from imprint.publication.sources import SourceDependents
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.backends import backend_for
+from services.common.dispatch import Dispatch, Handled
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.common.recorders import PollRecorder, binary_inserts
 from services.common.handoff import Handoff
 from services.common.settings import Settings
-from services.common.unit_of_work import Committed, Conflict, Refused, TrackedUnitOfWork, Unconfirmed
+from services.common.unit_of_work import Conflict, Recorded, Refused, TrackedUnitOfWork, Unconfirmed
 from services.publication.sealing import RecentKeys, SealingMapper
-from services.publication.spans import PollSpans, poll_spans
+from services.publication.spans import DECIDE, PollSpans, poll_spans
 
 if TYPE_CHECKING:  # the recovery tools open this log too, and never touch Kafka
     from services.common.kafka import Outgoing
@@ -112,11 +115,11 @@ class PublicationLog(HotCacheApplication):
         succeed is settled as P15 says (:mod:`imprint.publication.saving`)."""
         with self._processing, poll_spans(self.tracer) as spans:
             self._spans = spans
-            outcome = self.units.run(batch, _Proposals(self, emit, spans), self.sink)
+            outcome = self.units.run(batch, self._dispatch(emit, spans), self.sink)
             if spans is not None:
                 spans.settled(outcome)
             match outcome:
-                case Committed(unit):
+                case Recorded(unit):
                     self._after_commit(unit)
                 case Conflict(unit, error):
                     # Previews went out on state that lost the race: a failed save, then the poll is retried.
@@ -129,13 +132,39 @@ class PublicationLog(HotCacheApplication):
                     self._save_unknown(unit, error, emit)
                     self._after_commit(unit)
 
+    def _dispatch(self, emit: EmitMany, spans: PollSpans | None) -> Dispatch[StoredWorkspace, Context, Effects,
+                                                                               PollEffects]:
+        """The poll through :mod:`imprint.publication.handling`, its previews emitted before
+        the commit (P14); with ``spans``, a span per proposal and per commit
+        (:mod:`services.publication.spans`)."""
+        policy = self.policy
+
+        def context(item: Inbound) -> Context:
+            return Context(policy, item.size, shard=str(item.partition))
+
+        def gather(ws: StoredWorkspace, handled: list[Handled[Effects]]) -> PollEffects:
+            unit = PollEffects()
+            for done in handled:
+                unit.add(done.effects)
+            if spans is None:
+                if unit.previews:
+                    emit([(Topic.PUBLICATION, preview) for preview in unit.previews])
+                return unit
+            if unit.previews:  # each under its proposal's decision
+                emit([(Topic.PUBLICATION, preview, done.trace) for done in handled for preview in done.effects.previews])
+            spans.committing(handled)
+            return unit
+
+        return Dispatch(handling, lambda fresh: context, gather, shown=lambda unit: bool(unit.previews),  # type: ignore[arg-type]
+                        tracer=None if spans is None else spans.tracer, spans=DECIDE)
+
     def revoked(self, tracking_names: Sequence[str]) -> None:
         """These partitions now belong to another instance: forget what was cached for them
         (after the unit in progress, if any, has finished)."""
         with self._processing:
             self.sink.forget_partitions(tracking_names)
 
-    def _after_commit(self, unit: Unit) -> None:
+    def _after_commit(self, unit: PollEffects) -> None:
         if unit.shred:
             for key_name in unit.shred:
                 self.keyring.destroy(key_name)
@@ -216,7 +245,7 @@ class PublicationLog(HotCacheApplication):
             log.warning("could not record the save failure in the log; announcing it directly")
             emit(self._facts(saving.save_failed(settled, error)))
 
-    def _save_unknown(self, unit: Unit, error: Exception, emit: EmitMany) -> None:
+    def _save_unknown(self, unit: PollEffects, error: Exception, emit: EmitMany) -> None:
         log.warning("commit outcome unknown; reading back", error=type(error).__name__)
         if self.handoff is not None:
             self.handoff.missed()  # if it did commit, this process's relay reads it from the log
@@ -228,32 +257,20 @@ class PublicationLog(HotCacheApplication):
                 from error
 
 
-class _Proposals:
-    """Publication's policy over a poll (:func:`imprint.publication.handling.apply_all`),
-    whose previews are emitted before the commit (P14); with ``spans``, a span per proposal
-    and per commit (:mod:`services.publication.spans`)."""
+@dataclass
+class PollEffects:
+    """The effects of every message of one unit of work, gathered in order: the previews to
+    emit before the commit (P14), what a save outcome names (P15), the keys to destroy after
+    the commit (X8)."""
 
-    def __init__(self, app: PublicationLog, emit: EmitMany, spans: PollSpans | None = None) -> None:
-        self.app = app
-        self.emit = emit
-        self.spans = spans
+    previews: list[AnswerPreview] = field(default_factory=list)
+    settled: list[SettledCandidate] = field(default_factory=list)
+    shred: set[str] = field(default_factory=set)
 
-    def apply(self, ws: StoredWorkspace, fresh: Sequence[Inbound]) -> Unit:
-        ws.look_up(aggregate_id for item in fresh for aggregate_id in aggregates_read(item.message))
-        policy, spans = self.app.policy, self.spans
-        if spans is not None:
-            unit = spans.decide(ws, fresh, policy)
-            if unit.previews:
-                self.emit(spans.previews(unit))
-            spans.committing(unit)
-            return unit
-        unit = apply_all(ws, ((item.message, Context(policy, item.size, shard=str(item.partition))) for item in fresh))
-        if unit.previews:
-            self.emit([(Topic.PUBLICATION, preview) for preview in unit.previews])
-        return unit
-
-    def shown(self, unit: Unit) -> bool:
-        return bool(unit.previews)
+    def add(self, effects: Effects) -> None:
+        self.previews.extend(effects.previews)
+        self.settled.extend(effects.settled)
+        self.shred.update(effects.shred)
 
 
 class _FailureFacts:

@@ -37,7 +37,7 @@ def publication_relay(settings: Settings, app: PublicationLog, *, inline: bool) 
     handoff = Handoff(announce_publication, ANNOUNCED_TOPICS) if inline else None
     app.handoff = handoff
     return relay_for(settings, app, announce_publication, name=RELAY_NAME,
-                     decode=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch
+                     to_events=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch
                      topics=ANNOUNCED_TOPICS, handoff=handoff, tracer=app.tracer if inline else None)
 
 

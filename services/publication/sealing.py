@@ -44,11 +44,6 @@ REMOVED = "⟨removed: this conversation was deleted⟩"
 UNREADABLE = "⟨unreadable⟩"
 
 
-def key_name_for(run_id: str, conversation_id: str | None) -> str:
-    """The keyring entry a run's bodies are sealed under."""
-    return conversation_id if conversation_id else f"run:{run_id}"
-
-
 _CONTAINERS = (dict, list)
 """What :meth:`SealingMapper._sealed` descends into (a tuple built once, not a union per value)."""
 
@@ -334,7 +329,7 @@ def _key_name(found: bytes) -> str:
 
 
 class BatchOpener:
-    """How the Publication relay decodes a batch of notifications: one key-table read for the
+    """How the Publication relay turns a batch of notifications into domain events: one key-table read for the
     batch, and each event's seals opened without walking its whole state.
 
     The bodies must go out in clear (``answer.published`` carries the committed block's

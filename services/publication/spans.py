@@ -1,13 +1,11 @@
 """Publication's spans of one poll (X9: ids and fixed words, never text), made only when
-tracing is on (:func:`services.common.tracing.active_tracer`); off, the application takes its
-plain path and nothing here runs.
+tracing is on (:func:`services.common.tracing.active_tracer`); off, nothing here runs.
 
-* ``publication decide``, per proposal: a CONSUMER span under the context the proposal's
-  record carried (the runtime's send), with its run, candidate, message type and decision —
-  what its blocks settled as (``commit``, ``unchanged``, ``rejected``, ``revision_rejected``,
-  joined with ``+`` when a candidate's blocks differ), ``refused`` (intake or answerability:
-  P2, X1, X8, X10) or ``settled_before`` (a redelivered candidate). Its previews are sent
-  under it (:meth:`PollSpans.previews`).
+* ``publication decide``, per proposal (:data:`DECIDE`, opened by the one loop,
+  :class:`services.common.dispatch.Dispatch`): a CONSUMER span under the context the proposal's
+  record carried (the runtime's send), with its run, candidate, message type and the decision
+  its handler returned (:attr:`imprint.publication.handling.Effects.decision`: what its blocks
+  settled as, ``refused`` or ``settled_before``). Its previews are sent under it.
 * ``publication commit``, per candidate the poll settled: from the end of the policy to the
   poll's outcome (``committed``, ``save_unknown``, ``save_failed``, ``redelivered``, or
   ``redone`` when the unit was redone after a lost race), under its decision. What the
@@ -26,84 +24,56 @@ from opentelemetry.trace import Span
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
-from imprint.publication import PublicationRun
-from imprint.publication.handling import CANDIDATE_TYPES, Effects, Unit, apply_one
-from imprint.publication.handling import Context as Offered
-from imprint.publication.policy import Policy
-from imprint.publication.settlement import Commit, Rejected, RevisionRejected, Unchanged
+from imprint.publication.handling import CANDIDATE_TYPES, Effects
 from imprint.runtime import tracecontext
-from imprint.workspace import Workspace
 from services.common import tracing
-from services.common.inbound import Inbound
-from services.common.unit_of_work import Committed, Conflict, Outcome, Redelivered, Refused, Unconfirmed
+from services.common.dispatch import Handled, Spans
+from services.common.unit_of_work import Conflict, Outcome, Recorded, Redelivered, Refused, Unconfirmed
 
 if TYPE_CHECKING:  # annotations only: the log opened by the recovery tools never imports Kafka
     from services.common.kafka import Outgoing
 
-DECISIONS: dict[type, str] = {Commit: "commit", Unchanged: "unchanged", Rejected: "rejected",
-                              RevisionRejected: "revision_rejected"}
+
+def _proposal_ids(message: Any) -> dict[str, Any] | None:
+    if message.type not in CANDIDATE_TYPES:
+        return None
+    return {"run_id": message.run_id, "message_type": message.type, "event_id": message.event_id,
+            "tool_call_id": getattr(message, "tool_call_id", None), "turn_id": getattr(message, "turn_id", None)}
+
+
+def _decided(effects: Effects) -> dict[str, Any]:
+    return {"candidate_id": effects.settled[0].candidate_id if effects.settled else None,
+            "decision": effects.decision}
+
+
+DECIDE: Spans[Effects] = Spans("publication decide", _proposal_ids, _decided)
+"""A span per proposal, read from its effects (never by reading its run again)."""
 
 
 class PollSpans:
-    """The decisions and commits of one poll (one :meth:`PublicationLog.process` call)."""
+    """The commits of one poll (one :meth:`PublicationLog.process` call)."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
-        self.decisions: dict[str, Context] = {}
-        """Candidate id → its decision's span, in the current attempt."""
         self.commits: dict[str, Context] = {}
         """Candidate id → its commit's span."""
         self._open: list[Span] = []
         self._outcome: str | None = None
 
-    # --- deciding ------------------------------------------------------------------
-
-    def decide(self, ws: Workspace, fresh: Sequence[Inbound], policy: Policy) -> Unit:
-        """:func:`imprint.publication.handling.apply_all` over the poll, a span per proposal."""
-        self._close("redone")  # an earlier attempt of this poll lost its race: its commit never happened
-        self.decisions = {}
-        unit = Unit()
-        for item in fresh:
-            offered = Offered(policy, item.size, shard=str(item.partition))
-            if item.message.type in CANDIDATE_TYPES:
-                unit.add(self._decide(ws, item, offered))
-            else:
-                unit.add(apply_one(ws, item.message, offered))
-        return unit
-
-    def _decide(self, ws: Workspace, item: Inbound, offered: Offered) -> Effects:
-        message = item.message
-        with tracing.handling(self.tracer, "publication decide", item, run_id=message.run_id,
-                              message_type=message.type, event_id=message.event_id,
-                              tool_call_id=getattr(message, "tool_call_id", None),
-                              turn_id=getattr(message, "turn_id", None)) as span:
-            refused = _refusals(ws, message.run_id)
-            effects = apply_one(ws, message, offered)
-            candidate_id = effects.settled[0].candidate_id if effects.settled else None
-            if effects.then is not None:
-                decision = "+".join(sorted({DECISIONS[type(d)] for d in effects.then.decisions})) or "none"
-            else:
-                decision = "refused" if _refusals(ws, message.run_id) > refused else "settled_before"
-            span.set_attributes(tracecontext.id_attributes({"candidate_id": candidate_id, "decision": decision}))
-            if candidate_id is not None:
-                self.decisions[candidate_id] = trace.set_span_in_context(span)
-        return effects
-
-    def previews(self, unit: Unit) -> list[Outgoing]:
-        """The unit's previews, each sent under its candidate's decision."""
-        return [(Topic.PUBLICATION, preview, self.decisions.get(preview.block.candidate_id))
-                for preview in unit.previews]
-
     # --- committing ----------------------------------------------------------------
 
-    def committing(self, unit: Unit) -> None:
-        """The policy is done and the unit is about to commit: a span per settled candidate."""
-        for settled in unit.settled:
-            parent = self.decisions.get(settled.candidate_id)
-            span = self.tracer.start_span("publication commit", context=parent or Context(), attributes=(
-                tracecontext.id_attributes({"run_id": settled.run_id, "candidate_id": settled.candidate_id})))
-            self._open.append(span)
-            self.commits[settled.candidate_id] = trace.set_span_in_context(span, parent)
+    def committing(self, handled: Sequence[Handled[Effects]]) -> None:
+        """The policy is done and the unit is about to commit: a span per settled candidate,
+        under its decision. An earlier attempt of this poll lost its race: its commits never
+        happened."""
+        self._close("redone")
+        for done in handled:
+            parent = done.trace
+            for settled in done.effects.settled:
+                span = self.tracer.start_span("publication commit", context=parent or Context(), attributes=(
+                    tracecontext.id_attributes({"run_id": settled.run_id, "candidate_id": settled.candidate_id})))
+                self._open.append(span)
+                self.commits[settled.candidate_id] = trace.set_span_in_context(span, parent)
 
     def context_of(self, event: Any) -> Context | None:
         """The commit an event recorded in this poll belongs to (the relay's hand-off)."""
@@ -116,7 +86,7 @@ class PollSpans:
     def settled(self, outcome: Outcome[Any]) -> None:
         """How the unit's commit ended (P15's words)."""
         match outcome:
-            case Committed():
+            case Recorded():
                 self._outcome = "committed"
             case Redelivered():
                 self._outcome = "redelivered"
@@ -127,7 +97,6 @@ class PollSpans:
 
     def end(self, error: BaseException | None = None) -> None:
         self._close(self._outcome, error)
-        self.decisions, self.commits = {}, {}
 
     def _close(self, outcome: str | None, error: BaseException | None = None) -> None:
         for span in self._open:
@@ -156,7 +125,3 @@ def _traced(tracer: trace.Tracer) -> Iterator[PollSpans]:
         raise
     spans.end()
 
-
-def _refusals(ws: Workspace, run_id: str) -> int:
-    run = ws.get(PublicationRun, PublicationRun.id_for(run_id))
-    return 0 if run is None else run.refusals

@@ -83,11 +83,11 @@ async def relay(settings: Settings, log: str) -> int:
     if log == "publication":
         app: Any = open_log(settings)
         relaying = Relay(app, announce_publication, outbox, name=PUBLICATION_RELAY,
-                         decode=BatchOpener(app.mapper, app.keyring), topics=PUBLICATION_TOPICS)
+                         to_events=BatchOpener(app.mapper, app.keyring), topics=PUBLICATION_TOPICS)
     else:
         app = open_journal(settings)
         announcer = BatchAnnouncer(app)
-        relaying = Relay(app, announcer, outbox, name=JOURNAL_RELAY, decode=announcer.decode, topics=JOURNAL_TOPICS)
+        relaying = Relay(app, announcer, outbox, name=JOURNAL_RELAY, to_events=announcer.to_events, topics=JOURNAL_TOPICS)
     await outbox.start()
     try:
         relaying.position = relaying.recorded_position()

@@ -295,7 +295,7 @@ def _dropped_previews(p: RunProjection) -> list[FrameDraft]:
 
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """The handler of one ``imprint.publication.v1`` message class: merged into the
+    """The stream step of one ``imprint.publication.v1`` message class: merged into the
     answer state (``merge``), then one ``event`` frame per block whose display it changed,
     with what ``fields`` adds about that block."""
 
@@ -304,7 +304,7 @@ class Publication:
     """Writes the message's own fields about ``block_id`` into a frame's payload. Returns
     the block's body hash when the message carries that body (the frame's hash is then the
     body's), else ``None`` (the frame's hash is its payload's)."""
-    merge: merge.Handler
+    merge: merge.BlockMerge
 
     def __call__(self, p: RunProjection, message: Any, out: Step) -> Step:
         if p.terminal and p.state == "stopped" and isinstance(message, AnswerPreview):
@@ -398,6 +398,6 @@ def _rejection(r: merge.Rejection) -> dict[str, Any]:
             "rejection": r.kind, **({"block_id": r.block_id} if r.block_id else {})}
 
 
-StepHandler = Callable[[RunProjection, Any, Step], Step]
+StreamStep = Callable[[RunProjection, Any, Step], Step]
 """What one message class does to a run's stream: it folds the message into the projection
-and says which frames it appends (the table is :data:`imprint.delivery.handling.HANDLERS`)."""
+and says which frames it appends (a row of :data:`imprint.delivery.handling.HANDLERS`)."""

@@ -239,11 +239,11 @@ def view(state: AnswerState) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- merge
 
 
-def fold(state: AnswerState, message: Any, handler: Handler) -> MergeResult:
+def fold(state: AnswerState, message: Any, merging: BlockMerge) -> MergeResult:
     """Fold one ``imprint.publication.v1`` message into ``state`` (in place) with the
-    handler of its type (:data:`imprint.delivery.handling.HANDLERS`)."""
+    merge of its type (a row of :data:`imprint.delivery.handling.HANDLERS`)."""
     result = MergeResult()
-    handler.merge(state, message, result)
+    merging.merge(state, message, result)
     return result
 
 
@@ -453,11 +453,11 @@ def _on_save_outcome(state: AnswerState, message: SaveOutcome, result: MergeResu
         result.touched.append(block_id)
 
 
-# --------------------------------------------------------------------------- the table
+# --------------------------------------------------------------------------- one message class's merge
 
 
 @dataclass(frozen=True, slots=True)
-class Handler:
+class BlockMerge:
     """What one ``imprint.publication.v1`` message class does to a run's answer state."""
 
     blocks: Callable[[Any], tuple[str, ...] | None]

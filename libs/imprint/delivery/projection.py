@@ -1,17 +1,11 @@
 """D1–D3: what one poll of ``imprint.publication.v1`` and ``imprint.runs.v1`` appends to
 the streams of its runs — pure, over a :class:`ViewWorkspace`.
 
-Delivery's consumer hands :func:`project` the decoded messages of a poll (those not yet
-applied) and the workspace of its unit of work (the runs' rows, locked); a consumer that
-looks at each message on its own (a span per message) calls :func:`hold`, then :func:`apply`
-for each message in the order it returns. For each
-message the run's projection takes one step (:func:`imprint.delivery.handling.step`,
-P16–P18, P21) and the frames it asks for are appended, with per-run ids (D1). Three
-rules of the stream are decided here, once:
+Delivery's handler table (:mod:`imprint.delivery.handling`) folds each message of a poll
+into its run's projection (P16–P18, P21) over the workspace of its unit of work (the runs'
+rows, locked: :class:`ViewWorkspace`); :func:`append` then appends the frames that step asks
+for, with per-run ids (D1). Rules of the stream decided here, once:
 
-* **A run's closed record waits for the publication messages polled with it.** The two
-  topics are not ordered against each other, so a poll applies every publication message
-  before any ``run.closed``.
 * **The terminal is written once and validates** (D2, D3): ``stream-summary`` over every
   semantic frame of the run, then ``done``. A terminal that a client would reject is
   never written.
@@ -27,10 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from imprint.contracts.runs import RunClosed
 from imprint.delivery import merge
-from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, terminal_drafts
-from imprint.delivery.handling import named_blocks, step
+from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, Step, terminal_drafts
 from imprint.delivery.notices import Notice
 from imprint.delivery.summary import validate_stream
 
@@ -53,8 +45,10 @@ class ViewWorkspace(Protocol):
     def blocks(self, run: ProjectedRun, names: tuple[str, ...] | None) -> None:
         """Make sure the run's answer state holds these blocks (``None``: all of them)."""
 
-    def append(self, run: ProjectedRun, drafts: Sequence[FrameDraft], conflicts: Sequence[merge.Conflict]) -> list[int]:
-        """Append the frames (their ids, in order) and record the protocol conflicts."""
+    def append(self, run: ProjectedRun, drafts: Sequence[FrameDraft], conflicts: Sequence[merge.Conflict],
+               trace: str | None = None) -> list[int]:
+        """Append the frames (their ids, in order), each keeping ``trace`` (the ``traceparent`` of
+        the span that appended it, X9), and record the protocol conflicts."""
         ...
 
     def frame_hashes(self, run: ProjectedRun) -> list[tuple[int, str, str]]:
@@ -73,35 +67,15 @@ class ViewWorkspace(Protocol):
         """X8: drop every private body of the conversation's runs."""
 
 
-def project(ws: ViewWorkspace, messages: Sequence[Any]) -> None:
-    for message in hold(ws, messages):
-        apply(ws, message)
-
-
-def hold(ws: ViewWorkspace, messages: Sequence[Any]) -> list[Any]:
-    """The poll's messages in the order they apply (``run.closed`` last), with every run of
-    the poll loaded up front, locked in one order: no deadlock between instances."""
-    ordered = [m for m in messages if not isinstance(m, RunClosed)]
-    ordered += [m for m in messages if isinstance(m, RunClosed)]
-    named: dict[str, set[str] | None] = {}
-    for message in ordered:  # every message of both topics names its run
-        named[message.run_id] = _union(named.get(message.run_id, set()), named_blocks(message))
-    ws.load(named)
-    return ordered
-
-
-def apply(ws: ViewWorkspace, message: Any) -> list[int]:
-    """One message of a poll :func:`hold` ordered: its run's step and the frames it appends
-    (their ids, terminal frames included, in order)."""
-    run = ws.run(message.run_id)
-    ws.blocks(run, named_blocks(message))
-    result = step(run.projection, message)
+def append(ws: ViewWorkspace, run: ProjectedRun, result: Step, trace: str | None = None) -> list[int]:
+    """What one message's step asks of its run's stream: the frames it appends (their ids,
+    terminal frames included, in order), a purge, frames stripped after the end, notices."""
     if result.purge_conversation is not None:
         ws.purge(result.purge_conversation, run.projection.account_id)
         return []
-    appended = ws.append(run, result.drafts, result.conflicts)
+    appended = ws.append(run, result.drafts, result.conflicts, trace)
     if result.terminal:
-        appended += terminate(ws, run)
+        appended += terminate(ws, run, trace)
     for block_id in result.hidden_after_terminal:
         ws.strip(run, f"block:{block_id}", "withdrawn")
     for notice in result.notices:
@@ -109,7 +83,7 @@ def apply(ws: ViewWorkspace, message: Any) -> list[int]:
     return appended
 
 
-def terminate(ws: ViewWorkspace, run: ProjectedRun) -> list[int]:
+def terminate(ws: ViewWorkspace, run: ProjectedRun, trace: str | None = None) -> list[int]:
     """D2/D3: ``stream-summary`` over every semantic frame of the run, then ``done`` — once
     (their frame ids)."""
     frames = ws.frame_hashes(run)
@@ -117,7 +91,7 @@ def terminate(ws: ViewWorkspace, run: ProjectedRun) -> list[int]:
         raise AssertionError(f"run {run.projection.run_id} already has a terminal frame")
     semantic = [(frame_id, body_sha256) for frame_id, _, body_sha256 in frames]
     drafts = terminal_drafts(semantic)
-    appended = ws.append(run, drafts, ())
+    appended = ws.append(run, drafts, (), trace)
     held: list[tuple[int, str, Any]] = [(frame_id, "x", {"body_sha256": h}) for frame_id, h in semantic]
     held += [(frame_id, draft.event, draft.data) for frame_id, draft in zip(appended, drafts)]
     check = validate_stream(held)
@@ -125,9 +99,3 @@ def terminate(ws: ViewWorkspace, run: ProjectedRun) -> list[int]:
         raise AssertionError(f"terminal of {run.projection.run_id} does not validate: {check.problems}")
     ws.mark_terminal(run)
     return appended
-
-
-def _union(have: set[str] | None, more: tuple[str, ...] | None) -> set[str] | None:
-    if have is None or more is None:
-        return None
-    return have | set(more)

@@ -309,6 +309,9 @@ class AnswerExecution(Aggregate):
             x._trace("stage", self.stage)
 
     class EvidenceGranted(MessageEvent):
+        """The runtime's ``evidence.granted`` (:class:`imprint.contracts.runtime.EvidenceGranted`),
+        the same fact, as the execution's Journal log keeps it (its title sealed, X8)."""
+
         class_version = 1
         source_id: str
         scope: str

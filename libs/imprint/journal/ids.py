@@ -32,9 +32,10 @@ def source_id(source: str) -> UUID:
 
 
 @remembered
-def lane_id(lane: int) -> UUID:
-    """``LeaseLane`` id: uuid5 of the runtime partition number (X10)."""
-    return uuid5(JOURNAL_NAMESPACE, f"lease-lane:{lane}")
+def lease_shard_id(shard: int) -> UUID:
+    """``LeaseShard`` id: uuid5 of the runtime partition number (X10)."""
+    # "lease-lane:" is how logs spell this id since before the rename: changing it would lose their records.
+    return uuid5(JOURNAL_NAMESPACE, f"lease-lane:{shard}")
 
 
 def announcement_id(originator_id: UUID, version: int) -> UUID:

@@ -24,20 +24,24 @@ deadlines of that partition's open runs in memory (:class:`LeaseBook`: a renewal
 constant-time move to the end of one ordered map; as every lease has the same length
 that order *is* the order of deadlines, so a sweep reads only the runs that are due).
 What must survive a restart is *which* runs are open, and that is recorded:
-:class:`LeaseLane`, one aggregate per runtime partition, holds a run from its admission
-to its closing (written in the same transaction as the transition). An instance that
-takes a partition (at start, or from another instance in a rebalance) reads its lane and
+:class:`LeaseShard`, one aggregate per runtime partition (the *shard*), holds a run from its
+admission to its closing (written in the same transaction as the transition). An instance that
+takes a partition (at start, or from another instance in a rebalance) reads its shard's record and
 gives each open run a full lease from that moment — never earlier than the deadline
 the previous owner held, since that owner processed nothing after it let go, and at
 most one lease later; the runtime's messages the new owner has still to consume renew
 them as they come.
 
 Several instances. Only the owner of a run's runtime partition holds its deadline, so
-only the owner closes it. The closing is a unit of work on the execution and the lane
-under optimistic concurrency, with a deterministic event id (:func:`lapse_event_id`): if
+only the owner closes it. The closing is a unit of work on the execution and the shard's
+record under optimistic concurrency, with a deterministic event id (:func:`lapse_event_id`): if
 two instances overlap during a rebalance, one commits and the other's redo finds the run
 closed and records nothing. The owner reads its book again right before each closing,
 so a runtime message that arrived while a sweep was under way keeps its run open.
+
+Logs before this release call the shard a *lane* (``LeaseLane``, its ``lane``): the old topic
+resolves to :class:`LeaseShard` and the upcasters read the old field, and the aggregate id is
+still spelled ``lease-lane:<shard>`` (:func:`imprint.journal.ids.lease_shard_id`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from typing import Any, Literal
 from uuid import uuid5
 
 from eventsourcing.domain import Aggregate
+from eventsourcing.utils import register_topic
 
 from imprint.contracts.runtime import LIFECYCLE_TYPES
 from imprint.journal import ids
@@ -68,41 +73,54 @@ def is_open(execution: AnswerExecution | None) -> bool:
     return execution is not None and execution.state in LIVE and not execution.erased
 
 
-class LeaseLane(Aggregate):
-    """The open runs of one partition of ``imprint.runtime.v1`` (the *lane*): what an
+class LeaseShard(Aggregate):
+    """The open runs of one partition of ``imprint.runtime.v1`` (the *shard*): what an
     instance that takes the partition reads to know whose lease it now keeps. It holds
-    only open runs; its history is two events a run (snapshots keep a reload short)."""
-    class_version = 1
+    only open runs; its history is two events a run (snapshots keep a reload short).
 
-    id_for = create_id = staticmethod(ids.lane_id)  # create_id: the library's id of ``LeaseLane(lane)``
+    v2: the snapshot state's ``lane`` is ``shard``."""
+
+    class_version = 2
+
+    id_for = create_id = staticmethod(ids.lease_shard_id)  # create_id: the library's id of ``LeaseShard(shard)``
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["shard"] = state.pop("lane")
 
     class Started(Aggregate.Created):
-        class_version = 1
-        lane: int
+        """v2: ``lane`` is ``shard``."""
+
+        class_version = 2
+        shard: int
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["shard"] = state.pop("lane")
 
     class Held(Aggregate.Event):
         class_version = 1
         run_id: str
 
-        def apply(self, lane: LeaseLane) -> None:
-            lane.runs[self.run_id] = None
+        def apply(self, record: LeaseShard) -> None:
+            record.runs[self.run_id] = None
 
     class Released(Aggregate.Event):
         class_version = 1
         run_id: str
         state: str
-        """The state the run left the lane in (``failed`` after a lapse)."""
+        """The state the run left the shard in (``failed`` after a lapse)."""
 
-        def apply(self, lane: LeaseLane) -> None:
-            lane.runs.pop(self.run_id, None)
+        def apply(self, record: LeaseShard) -> None:
+            record.runs.pop(self.run_id, None)
 
-    def __init__(self, lane: int) -> None:
-        self.lane = lane
+    def __init__(self, shard: int) -> None:
+        self.shard = shard
         self.runs: dict[str, None] = {}
 
     @classmethod
-    def start(cls, lane: int) -> LeaseLane:
-        return cls(lane)
+    def start(cls, shard: int) -> LeaseShard:
+        return cls(shard)
 
     def hold(self, run_id: str) -> bool:
         if run_id in self.runs:
@@ -117,6 +135,9 @@ class LeaseLane(Aggregate):
         return True
 
 
+register_topic("imprint.journal.leases:LeaseLane", LeaseShard)
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseChange:
     """A run whose lease a committed unit began (``held``) or ended (``released``): what the
@@ -124,7 +145,7 @@ class LeaseChange:
 
     kind: Literal["held", "released"]
     run_id: str
-    lane: int
+    shard: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,17 +157,17 @@ class Lapse:
     closed: bool
 
 
-def _lane(ws: Workspace, lane: int, *, create: bool) -> LeaseLane | None:
-    found = ws.get(LeaseLane, LeaseLane.id_for(lane))
+def _record(ws: Workspace, shard: int, *, create: bool) -> LeaseShard | None:
+    found = ws.get(LeaseShard, LeaseShard.id_for(shard))
     if found is None and create:
-        found = LeaseLane.start(lane)
+        found = LeaseShard.start(shard)
         ws.add(found)
     return found
 
 
-def keep(ws: Workspace, lane: int, message: Any) -> list[LeaseChange]:
+def keep(ws: Workspace, shard: int, message: Any) -> list[LeaseChange]:
     """After a runtime lifecycle message was handled: a run that became open is held in its
-    lane, one that closed is released (same unit of work, same transaction). Other messages
+    shard, one that closed is released (same unit of work, same transaction). Other messages
     change no lease fact; they renew the lease in memory only."""
     if getattr(message, "type", None) not in LIFECYCLE_TYPES:
         return []
@@ -154,16 +175,16 @@ def keep(ws: Workspace, lane: int, message: Any) -> list[LeaseChange]:
     if execution is None:
         return []
     if is_open(execution):
-        held = _lane(ws, lane, create=True)
+        held = _record(ws, shard, create=True)
         assert held is not None
-        return [LeaseChange("held", message.run_id, lane)] if held.hold(message.run_id) else []
-    found = _lane(ws, lane, create=False)
+        return [LeaseChange("held", message.run_id, shard)] if held.hold(message.run_id) else []
+    found = _record(ws, shard, create=False)
     if found is not None and found.release(message.run_id, execution.state.value if execution.state else "none"):
-        return [LeaseChange("released", message.run_id, lane)]
+        return [LeaseChange("released", message.run_id, shard)]
     return []
 
 
-def lapse(ws: Workspace, run_id: str, lane: int, lease_seconds: float) -> Lapse | None:
+def lapse(ws: Workspace, run_id: str, shard: int, lease_seconds: float) -> Lapse | None:
     """The lease of ``run_id`` lapsed: close the run ``failed`` with reason ``runtime_lost``
     and release its lease. A run that is no longer open (it ended meanwhile, or its
     conversation was deleted) is only released. ``None``: nothing to record."""
@@ -171,7 +192,7 @@ def lapse(ws: Workspace, run_id: str, lane: int, lease_seconds: float) -> Lapse 
     closed = False
     if execution is not None and is_open(execution):
         closed = execution.lapse(lapse_event_id(run_id), RUNTIME_LOST, lease_seconds)
-    found = _lane(ws, lane, create=False)
+    found = _record(ws, shard, create=False)
     state = execution.state.value if execution is not None and execution.state else "none"
     released = found is not None and found.release(run_id, state)
     if not (closed or released):
@@ -180,7 +201,7 @@ def lapse(ws: Workspace, run_id: str, lane: int, lease_seconds: float) -> Lapse 
 
 
 class LeaseBook:
-    """The lease deadlines of the open runs of the lanes one instance owns, in memory.
+    """The lease deadlines of the open runs of the shards one instance owns, in memory.
 
     Every lease has the same length, so the runs ordered by their last renewal are ordered
     by deadline: a renewal moves its run to the end (constant time), and :meth:`due` reads
@@ -206,9 +227,9 @@ class LeaseBook:
         self._latest = max(self._latest, now)
         return self._latest
 
-    def hold(self, run_id: str, lane: int, now: float) -> None:
-        """A run that became open in ``lane``: its lease starts now."""
-        self._renewed[run_id] = (lane, self._at(now))
+    def hold(self, run_id: str, shard: int, now: float) -> None:
+        """A run that became open in ``shard``: its lease starts now."""
+        self._renewed[run_id] = (shard, self._at(now))
         self._renewed.move_to_end(run_id)
 
     def renew(self, run_id: str, now: float) -> bool:
@@ -223,17 +244,17 @@ class LeaseBook:
     def release(self, run_id: str) -> None:
         self._renewed.pop(run_id, None)
 
-    def take(self, lane: int, run_ids: Iterable[str], now: float) -> None:
-        """This instance now owns ``lane``: each of its open runs (as the lane records them)
+    def take(self, shard: int, run_ids: Iterable[str], now: float) -> None:
+        """This instance now owns ``shard``: each of its open runs (as the shard records them)
         gets a full lease from now, unless this instance already keeps its deadline."""
         for run_id in run_ids:
             if run_id not in self._renewed:
-                self.hold(run_id, lane, now)
+                self.hold(run_id, shard, now)
 
-    def drop(self, lanes: Iterable[int]) -> None:
-        """These lanes went to another instance: their deadlines are its to keep."""
-        gone = set(lanes)
-        for run_id in [r for r, (lane, _) in self._renewed.items() if lane in gone]:
+    def drop(self, shards: Iterable[int]) -> None:
+        """These shards went to another instance: their deadlines are its to keep."""
+        gone = set(shards)
+        for run_id in [r for r, (shard, _) in self._renewed.items() if shard in gone]:
             del self._renewed[run_id]
 
     def deadline(self, run_id: str) -> float | None:
@@ -245,11 +266,11 @@ class LeaseBook:
         return deadline is not None and deadline <= now
 
     def due(self, now: float) -> list[tuple[str, int]]:
-        """The runs whose lease lapsed by ``now``, with their lane, oldest renewal first."""
+        """The runs whose lease lapsed by ``now``, with their shard, oldest renewal first."""
         lapsed: list[tuple[str, int]] = []
-        for run_id, (lane, renewed) in self._renewed.items():
+        for run_id, (shard, renewed) in self._renewed.items():
             if renewed + self.lease_seconds > now:
                 break
-            lapsed.append((run_id, lane))
+            lapsed.append((run_id, shard))
         return lapsed
 

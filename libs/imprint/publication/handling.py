@@ -1,10 +1,12 @@
 """What one inbound message does to Publication's aggregates — pure, storage-agnostic.
 
-The consumer hands :func:`handle` a decoded v1 message and a
-:class:`~imprint.workspace.Workspace` (the aggregates of the current unit of
-work). The handler for the message's type decides through the rule modules and
-triggers events on the aggregates; it returns :class:`Effects` — what the unit
-of work must do around its one transaction — and never saves, sends or sleeps.
+The consumer's loop (``services.common.dispatch``) calls :func:`prepare` once per unit of
+work, then :func:`handle` with each decoded v1 message, a
+:class:`~imprint.workspace.Workspace` (the aggregates of the current unit of work) and the
+message's :class:`Context`. The handler for the message's type (:data:`HANDLERS`) decides
+through the rule modules and triggers events on the aggregates; it returns :class:`Effects` —
+what the unit of work must do around its one transaction, and what was decided — and never
+saves, sends or sleeps.
 
 ========================================  ==================================================
 ``run.admitted``                          the run's account binding (X1), its conversation
@@ -23,17 +25,16 @@ Every other type is not Publication's business (its offset is still tracked).
 
 A modification's preview shows quota it has consumed, so that quota must be
 durable *before* the preview goes out (P13): the proposal handler consumes the
-quota, returns ``Effects(durable_first=True, then=settlement)``, and the unit
-of work records what is pending so far, then applies ``then`` (the settlement
-itself, decided once, by :meth:`PublicationRun.prepare`), then emits the
-previews, then commits the rest with the Kafka position (P14, P15)."""
+quota, returns ``Effects(durable_first=True, then=settlement)``, and :func:`handle` has the
+workspace record what is pending so far, then applies ``then`` (the settlement itself,
+decided once, by :meth:`PublicationRun.prepare`); the unit of work then emits the previews
+and commits the rest with the Kafka position (P14, P15)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
 from imprint.contracts.publication import AnswerPreview, WithdrawalCause
@@ -53,13 +54,20 @@ from imprint.contracts.runtime import (
     RunThrottled,
 )
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.publication.aggregates import (
+    aggregates_read,
+    conversation_of,
+    dependents_of,
+    run_of,
+    source_record,
+    standing_in,
+)
 from imprint.publication.announcements import preview_for
 from imprint.publication.candidate import Candidate, IntakeRefusal, intake
-from imprint.publication.conversations import ConversationRuns
 from imprint.publication.policy import DEFAULT_POLICY, Policy
 from imprint.publication.run import PublicationRun
-from imprint.publication.settlement import BlockDecision, Commit, relied_sources
-from imprint.publication.sources import SourceDependents, SourceFacts, SourceRecord, SourceStanding
+from imprint.publication.settlement import DECISION_WORDS, BlockDecision, Commit, relied_sources
+from imprint.publication.sources import SourceDependents, SourceRecord
 from imprint.shredding import key_name_for
 from imprint.workspace import Workspace
 
@@ -109,9 +117,16 @@ class Effects:
     settled: tuple[SettledCandidate, ...] = ()
     shred: frozenset[str] = frozenset()
     """Key names to destroy once the unit is committed (X8)."""
+    decision: str | None = None
+    """What a candidate came to, in fixed words (a span's ``decision``): its blocks' decisions
+    (``commit``, ``unchanged``, ``rejected``, ``revision_rejected``, joined with ``+`` when they
+    differ), ``refused`` (intake or answerability: P2, X1, X8, X10, X11) or ``settled_before``
+    (a redelivered candidate). ``None``: the message is not a candidate."""
 
 
 NOTHING = Effects()
+REFUSED = Effects(decision="refused")
+SETTLED_BEFORE = Effects(decision="settled_before")
 
 Handler = Callable[[Workspace, Any, "Context"], Effects]
 
@@ -127,97 +142,6 @@ class Context:
     """The shard of Publication's input the message came on — the runtime topic's partition, which
     one instance owns and on which all of a run's messages arrive: which :class:`SourceDependents` a
     run's reliance goes to."""
-
-
-# ----------------------------------------------------------------------------- aggregates
-
-
-def run_of(ws: Workspace, run_id: str) -> PublicationRun:
-    run = ws.get(PublicationRun, PublicationRun.id_for(run_id))
-    if run is None:
-        run = PublicationRun(run_id)
-        ws.add(run)
-    return run
-
-
-def source_record(ws: Workspace, source_id: str, *, create: bool) -> SourceRecord | None:
-    record = ws.get(SourceRecord, SourceRecord.id_for(source_id))
-    if record is None and create:
-        record = SourceRecord(source_id)
-        ws.add(record)
-    return record
-
-
-def dependents_of(ws: Workspace, source_id: str, shard: str) -> SourceDependents:
-    """The shard's reliance record for a source; opening a new shard is noted on the source."""
-    dependents = ws.get(SourceDependents, SourceDependents.id_for(source_id, shard))
-    if dependents is None:
-        dependents = SourceDependents(source_id, shard)
-        ws.add(dependents)
-        record = source_record(ws, source_id, create=True)
-        assert record is not None
-        record.open_shard(shard)
-    return dependents
-
-
-def conversation_of(ws: Workspace, conversation_id: str, account_id: str | None = None) -> ConversationRuns | None:
-    """The conversation's run index; created only when ``account_id`` is given (at admission)."""
-    conversation = ws.get(ConversationRuns, ConversationRuns.id_for(conversation_id))
-    if conversation is None and account_id is not None:
-        conversation = ConversationRuns(conversation_id, account_id)
-        ws.add(conversation)
-    return conversation
-
-
-class _RegistryView(Mapping[str, SourceFacts]):
-    """The registry facts of whichever sources a settlement reads, loaded on first read:
-    the cost of a settlement follows what its candidate cites, not the run's history."""
-
-    __slots__ = ("_ws", "_run", "_shard", "_seen")
-
-    def __init__(self, ws: Workspace, run: PublicationRun, shard: str) -> None:
-        self._ws = ws
-        self._run = run
-        self._shard = shard
-        self._seen: dict[str, SourceFacts | None] = {}
-
-    def __getitem__(self, source_id: str) -> SourceFacts:
-        if source_id not in self._seen:
-            record = source_record(self._ws, source_id, create=False)
-            facts = None
-            if record is not None:
-                facts = self._run.noted_standing(record.standing())
-                dependents = self._ws.get(SourceDependents, SourceDependents.id_for(source_id, self._shard))
-                if dependents is not None:  # a revocation noted on this shard outranks an older copy of the source
-                    facts = dependents.noted_standing(facts)
-            self._seen[source_id] = facts
-        facts = self._seen[source_id]
-        if facts is None:
-            raise KeyError(source_id)
-        return facts
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k, v in self._seen.items() if v is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for v in self._seen.values() if v is not None)
-
-
-def standing_in(ws: Workspace, run: PublicationRun, shard: str) -> SourceStanding:
-    """What ``run`` may know of the registry: the sources' records, and the revocations
-    noted on its shard and on itself."""
-    return SourceStanding(_RegistryView(ws, run, shard))
-
-
-def aggregates_read(message: Any) -> tuple[uuid.UUID, ...]:
-    """The aggregates :func:`handle` reads first for ``message``: its run, and an
-    admission's conversation. A store may look them up together before the handlers run
-    (a new run's aggregates are then known to be missing without a read each)."""
-    run_id = getattr(message, "run_id", None)
-    ids = [PublicationRun.id_for(run_id)] if isinstance(run_id, str) else []
-    if isinstance(message, RunAdmitted):
-        ids.append(ConversationRuns.id_for(message.conversation_id))
-    return tuple(ids)
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -329,13 +253,13 @@ def propose(ws: Workspace, message: Any, context: Context) -> Effects:
     candidate = intake(message, envelope_size=context.envelope_size, policy=context.policy)
     if isinstance(candidate, IntakeRefusal):
         run.refuse_candidate(candidate)
-        return NOTHING
+        return REFUSED
     if run.settled(candidate.candidate_id) is not None:
-        return NOTHING  # a redelivered candidate that was committed before: nothing new
+        return SETTLED_BEFORE  # a redelivered candidate that was committed before: nothing new
     refusal = _not_answerable(ws, run, message, candidate)
     if refusal is not None:
         run.refuse_candidate(refusal)
-        return NOTHING
+        return REFUSED
     decisions = run.prepare(candidate, standing_in(ws, run, context.shard), context.policy)
     commits = [d for d in decisions if isinstance(d, Commit)]
     quota_used = [run.consume_preview_quota(candidate.candidate_id, d.block_index, d.block_id)
@@ -345,6 +269,7 @@ def propose(ws: Workspace, message: Any, context: Context) -> Effects:
         durable_first=any(quota_used),
         then=Settlement(run, candidate, decisions, context.shard),
         settled=(SettledCandidate(message.run_id, candidate.candidate_id, tuple(d.block_id for d in commits)),),
+        decision="+".join(sorted({DECISION_WORDS[type(d)] for d in decisions})) or "none",
     )
 
 
@@ -389,42 +314,23 @@ HANDLERS: dict[type, Handler] = {
 """One table: a reader finds what happens to a message by its type here."""
 
 
+def prepare(ws: Workspace, messages: Sequence[Any]) -> Sequence[Any]:
+    """Before a unit's messages are handled, in their order: the runs they name, and the
+    conversations admissions name, looked up together (:func:`aggregates_read`)."""
+    ws.look_up(aggregate_id for message in messages for aggregate_id in aggregates_read(message))
+    return messages
+
+
 def handle(ws: Workspace, message: Any, context: Context = Context()) -> Effects:
+    """One message of a unit: its handler (:data:`HANDLERS`; any other type changes nothing),
+    a modification's quota made durable before its settlement and its preview (P13), the
+    settlement recorded."""
     handler = HANDLERS.get(type(message))
-    return NOTHING if handler is None else handler(ws, message, context)
-
-
-def apply_all(ws: Workspace, offered: Iterable[tuple[Any, Context]]) -> Unit:
-    """A poll's messages, in order, as one unit: each applied (:func:`apply_one`), the
-    effects gathered for the unit of work to emit (previews, P14) and act on after its
-    commit (keys to destroy)."""
-    unit = Unit()
-    for message, context in offered:
-        unit.add(apply_one(ws, message, context))
-    return unit
-
-
-def apply_one(ws: Workspace, message: Any, context: Context = Context()) -> Effects:
-    """One message of a unit: handled, a modification's quota made durable before its
-    settlement and its preview (P13), the settlement recorded. A caller that looks at each
-    message's effects on its own (a span per proposal) gathers them with :meth:`Unit.add`."""
-    effects = handle(ws, message, context)
+    if handler is None:
+        return NOTHING
+    effects = handler(ws, message, context)
     if effects.durable_first:
         ws.flush()
     if effects.then is not None:
         effects.then.record(ws)
     return effects
-
-
-@dataclass
-class Unit:
-    """The effects of every message of one unit of work, gathered in order."""
-
-    previews: list[AnswerPreview] = field(default_factory=list)
-    settled: list[SettledCandidate] = field(default_factory=list)
-    shred: set[str] = field(default_factory=set)
-
-    def add(self, effects: Effects) -> None:
-        self.previews.extend(effects.previews)
-        self.settled.extend(effects.settled)
-        self.shred.update(effects.shred)

@@ -173,6 +173,9 @@ class PublicationRun(Aggregate):
             run.conversation_id = self.conversation_id
 
     class EvidenceGranted(Aggregate.Event):
+        """The runtime's ``evidence.granted`` (:class:`imprint.contracts.runtime.EvidenceGranted`),
+        the same fact, as the run's Publication log keeps it: what P7 lets the run cite."""
+
         class_version = 1
         source_id: str
         scope: str

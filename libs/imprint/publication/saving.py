@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from imprint.contracts.publication import AnswerSaveFailed, AnswerSaveUnknown
-from imprint.publication.handling import SettledCandidate, run_of
+from imprint.publication.aggregates import run_of
+from imprint.publication.handling import SettledCandidate
 from imprint.publication.run import PublicationRun
 from imprint.workspace import Workspace
 

@@ -115,6 +115,10 @@ class RevisionRejected:
 
 BlockDecision = Union[Commit, Unchanged, Rejected, RevisionRejected]
 
+DECISION_WORDS: dict[type, str] = {Commit: "commit", Unchanged: "unchanged", Rejected: "rejected",
+                                   RevisionRejected: "revision_rejected"}
+"""Each decision in one fixed word (what a trace says a candidate came to, X9)."""
+
 INTERNAL_ERROR = "internal error while settling"
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from imprint.journal.conditions import QcsIdentity
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
-from imprint.journal.leases import LeaseLane
+from imprint.journal.leases import LeaseShard
 from imprint.journal.redaction import SourceLinks
 
 JournalAvailability = Literal["consulted", "absent", "unavailable"]
@@ -201,9 +201,9 @@ NOT_COMPARED: dict[type, str] = {
     SourceLinks.Noted: "which executions cite a source begins: the Journal's fan-out for X7",
     SourceLinks.Linked: "which executions cite a source: the Journal's fan-out for X7",
     SourceLinks.Tombstoned: "reaches each linked execution as its own EvidenceRedacted (X7)",
-    LeaseLane.Started: "a partition's lease record begins: the Journal's bookkeeping for X10",
-    LeaseLane.Held: "the run's lease is kept on its partition (X10); a lapse reaches the execution as LeaseLapsed",
-    LeaseLane.Released: "the run left its partition's leases; its end is the execution's own transition",
+    LeaseShard.Started: "a shard's lease record begins: the Journal's bookkeeping for X10",
+    LeaseShard.Held: "the run's lease is kept on its partition (X10); a lapse reaches the execution as LeaseLapsed",
+    LeaseShard.Released: "the run left its partition's leases; its end is the execution's own transition",
     QcsIdentity.Registered: "the question condition set's identity (X3), private to admission: no compared fact",
 }
 """Every other event type the journal's store holds, with why recovery compares nothing of it."""

@@ -1,4 +1,4 @@
-"""Delivery's HTTP routes, one router per concern, over one :class:`Context`.
+"""Delivery's HTTP routes, one router per concern, over one :class:`Shared`.
 
 * :mod:`.streams` — the SSE stream of a run and its stream tickets (D1/D2/D3/D6);
 * :mod:`.ui_stream` — the same run as an AI SDK UI message stream;
@@ -37,7 +37,7 @@ UNAUTHORIZED = {401: {"description": "missing, invalid or expired bearer token (
 
 
 @dataclass
-class Context:
+class Shared:
     """What every router of one Delivery app shares."""
 
     settings: Settings
@@ -136,7 +136,7 @@ def resume_position(request: Request, query: str | None, what: str) -> int:
     return last
 
 
-def rate_limited(ctx: Context) -> Any:
+def rate_limited(ctx: Shared) -> Any:
     """A dependency: the bearer's account, within the per-account POST rate limit (429 beyond)."""
     Account = Annotated[str, Depends(ctx.current_account)]
 

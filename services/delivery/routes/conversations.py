@@ -9,13 +9,13 @@ from fastapi import APIRouter, Depends, HTTPException
 from imprint.contracts.control import ConversationDeleteRequested
 from imprint.delivery.execution import shown_answer_text
 from services.common.observability import get_logger
-from services.delivery.routes import UNAUTHORIZED, Context, rate_limited
+from services.delivery.routes import UNAUTHORIZED, Shared, rate_limited
 from services.delivery.view_store import RunRecord
 
 log = get_logger(__name__)
 
 
-def router(ctx: Context) -> APIRouter:
+def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["conversations"], responses={
         **UNAUTHORIZED, 404: {"description": "no such conversation for this account (D6)"}})
     Account = Annotated[str, Depends(ctx.current_account)]

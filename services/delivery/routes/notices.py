@@ -28,7 +28,7 @@ from fastapi.responses import Response
 from imprint.delivery.frames import RESET, Frame
 from imprint.delivery.reset import Reset, resume
 from services.common.observability import get_logger
-from services.delivery.routes import UNAUTHORIZED, Context, rate_limited, resume_position
+from services.delivery.routes import UNAUTHORIZED, Shared, rate_limited, resume_position
 from services.delivery.stream import DeliveryReport, EventStream, SSEFrames, StreamFormat, UINoticeParts
 from services.delivery.view_tables import notice_feed
 
@@ -42,7 +42,7 @@ NOTICES_RESPONSE = {200: {"description": "the conversation's notices (`id`, `eve
                     **UNAUTHORIZED, **NOT_FOUND}
 
 
-def router(ctx: Context) -> APIRouter:
+def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["notices"])
     StreamAccount = Annotated[str, Depends(ctx.stream_account)]
     Limited = Annotated[str, Depends(rate_limited(ctx))]

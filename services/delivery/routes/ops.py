@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.common.evolution import METRICS as intake_metrics
-from services.delivery.routes import Context
+from services.delivery.routes import Shared
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -17,7 +17,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'se
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-def router(ctx: Context) -> APIRouter:
+def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["operations"])
 
     @api.get("/healthz")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from imprint.contracts.control import RunCancelRequested
 from imprint.contracts.delivery import ClientConflict, ClientReceived, ClientRendered
 from services.common.observability import get_logger
-from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Shared, rate_limited
 from services.delivery.seen_store import ClientReport
 
 log = get_logger(__name__)
@@ -42,7 +42,7 @@ class ReceiptIn(BaseModel):
     """``client.received`` only: notices of this run (from its conversation's notices stream) received."""
 
 
-def router(ctx: Context) -> APIRouter:
+def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["runs"], responses={**UNAUTHORIZED, **NOT_FOUND})
     Account = Annotated[str, Depends(ctx.current_account)]
     Limited = Annotated[str, Depends(rate_limited(ctx))]

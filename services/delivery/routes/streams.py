@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from imprint.delivery.frames import reset_frame
 from imprint.delivery.reset import NothingMore, Reset, resume
-from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context, rate_limited, resume_position
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Shared, rate_limited, resume_position
 from services.delivery.stream import DeliveryReport, EventStream
 
 SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), ending after `done`. A "
@@ -23,7 +23,7 @@ SSE_RESPONSE = {200: {"description": "the run's frames (`id`, `event`, `data`), 
                 **UNAUTHORIZED, **NOT_FOUND}
 
 
-def router(ctx: Context) -> APIRouter:
+def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["streams"])
     StreamAccount = Annotated[str, Depends(ctx.stream_account)]
     Limited = Annotated[str, Depends(rate_limited(ctx))]

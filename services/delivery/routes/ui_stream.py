@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from imprint.delivery.frames import reset_frame
 from imprint.delivery.reset import Reset, resume
 from imprint.delivery.ui_message_stream import UIMessageStream
-from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Context
+from services.delivery.routes import NOT_FOUND, UNAUTHORIZED, Shared
 from services.delivery.stream import DeliveryReport, EventStream, UIMessageParts
 from services.delivery.view_store import RunRecord
 
@@ -34,7 +34,7 @@ UI_RESPONSE = {200: {"description": "UI message stream parts as SSE `data:` JSON
                      "content": {"text/event-stream": {}}}, **UNAUTHORIZED}
 
 
-def router(ctx: Context) -> APIRouter:
+def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["ai-sdk"])
     StreamAccount = Annotated[str, Depends(ctx.stream_account)]
     Account = Annotated[str, Depends(ctx.current_account)]

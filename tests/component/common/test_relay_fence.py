@@ -40,8 +40,8 @@ def test_a_relay_that_lost_its_election_cannot_record_and_steps_down(tmp_path: P
         log.process([Inbound(str(Topic.RUNTIME), 0, i, m, size=100) for i, m in enumerate(messages)],
                     lambda items: None)
         topic = Topic_()
-        active = Relay(log, announce_publication, topic, name=RELAY_NAME, decode=BatchOpener(log.mapper, log.keyring))
-        zombie = Relay(log, announce_publication, topic, name=RELAY_NAME, decode=BatchOpener(log.mapper, log.keyring))
+        active = Relay(log, announce_publication, topic, name=RELAY_NAME, to_events=BatchOpener(log.mapper, log.keyring))
+        zombie = Relay(log, announce_publication, topic, name=RELAY_NAME, to_events=BatchOpener(log.mapper, log.keyring))
 
         stale = zombie._read(0)  # the zombie read before the active relay recorded anything
         covered = asyncio.run(active.relay_once())

@@ -68,7 +68,7 @@ def _run(log: Any, run: str, offset: int, parts: int, partition: int = 0) -> int
 def _relay(log: Any, topic: Topic_, handoff: Handoff | None) -> Relay:
     # No polling of the log while quiet within a test (SQLite has no NOTIFY): every read it
     # makes is one the hand-off sent it to.
-    return Relay(log, announce_publication, topic, name=RELAY_NAME, decode=BatchOpener(log.mapper, log.keyring),
+    return Relay(log, announce_publication, topic, name=RELAY_NAME, to_events=BatchOpener(log.mapper, log.keyring),
                  topics=ANNOUNCED_TOPICS, handoff=handoff, idle_seconds=30)
 
 
@@ -198,14 +198,14 @@ def test_the_journals_relay_handed_its_commits_sends_what_a_log_read_sends_witho
         announcer, sent = BatchAnnouncer(journal), Topic_()
         handoff = Handoff(announcer.handed, JOURNAL_TOPICS)
         journal.handoff = handoff
-        relay = Relay(journal, announcer, sent, name=JOURNAL_RELAY, decode=announcer.decode, topics=JOURNAL_TOPICS,
+        relay = Relay(journal, announcer, sent, name=JOURNAL_RELAY, to_events=announcer.to_events, topics=JOURNAL_TOPICS,
                       handoff=handoff, idle_seconds=30)
         counted = CountedReads(journal.recorder)
         relay._recorder = counted
         asyncio.run(_follow(relay, lambda: relay.position == journal.recorder.max_notification_id(),
                             during=lambda: _journal_run(journal, "run-a", offset)))
         reader = BatchAnnouncer(journal)
-        reference = _sent(Relay(journal, reader, Topic_(), name=JOURNAL_RELAY, decode=reader.decode,
+        reference = _sent(Relay(journal, reader, Topic_(), name=JOURNAL_RELAY, to_events=reader.to_events,
                                 topics=JOURNAL_TOPICS)._read(0))
 
         assert _wire(sent.messages) == _wire(reference), "the same messages, byte for byte, in log order"

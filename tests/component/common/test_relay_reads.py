@@ -90,10 +90,10 @@ def test_the_publication_relay_decodes_only_what_announces_and_sends_what_a_full
         assert {n.id for n in every if n.topic in publication_announcements.ANNOUNCED_TOPICS} == announcing
         assert len(announcing) < len(every), "admissions, grants and quota announce nothing"
 
-        full = Relay(log, announce_publication, Topic_(), name=RELAY_NAME, decode=opener)._read(0)
+        full = Relay(log, announce_publication, Topic_(), name=RELAY_NAME, to_events=opener)._read(0)
         decoded: list[int] = []
         only = Relay(log, announce_publication, Topic_(), name=RELAY_NAME,
-                     decode=lambda batch: [decoded.append(n.id) or e for n, e in zip(batch, opener(batch))],
+                     to_events=lambda batch: [decoded.append(n.id) or e for n, e in zip(batch, opener(batch))],
                      topics=publication_announcements.ANNOUNCED_TOPICS)._read(0)
         assert set(decoded) == announcing, "nothing that announces nothing is decoded"
         assert _sent(only) == _sent(full) and {m.type for m in _sent(only)} >= {
@@ -109,12 +109,12 @@ def test_the_journal_relay_decodes_only_what_announces(journal: Any, feed: Any) 
          published("r1", "tool:c2", "blk-2"), completed("r1"), delete_requested())
     every = _every_notification(journal)
     announcer = BatchAnnouncer(journal)
-    announcing = {n.id for n, event in zip(every, announcer.decode(every)) if announcer(event)}
+    announcing = {n.id for n, event in zip(every, announcer.to_events(every)) if announcer(event)}
     assert {n.id for n in every if n.topic in journal_announcements.ANNOUNCED_TOPICS} == announcing
     assert len(announcing) < len(every), "effects, grants and conversation facts announce nothing"
 
-    full = Relay(journal, announcer, Topic_(), name=JOURNAL_RELAY, decode=announcer.decode)._read(0)
-    only = Relay(journal, announcer, Topic_(), name=JOURNAL_RELAY, decode=announcer.decode,
+    full = Relay(journal, announcer, Topic_(), name=JOURNAL_RELAY, to_events=announcer.to_events)._read(0)
+    only = Relay(journal, announcer, Topic_(), name=JOURNAL_RELAY, to_events=announcer.to_events,
                  topics=journal_announcements.ANNOUNCED_TOPICS)._read(0)
     assert _sent(only) == _sent(full)
     assert {m.type for m in _sent(only)} == {"run.transitioned", "run.closed", "conversation.deleted"}
@@ -157,7 +157,7 @@ def test_a_batch_that_announces_nothing_moves_the_position_without_a_record(
     log = open_log(Settings(state_dir=tmp_path, database_url=None))
     try:
         def relay(topic: Topic_) -> Relay:
-            return Relay(log, announce_publication, topic, name=RELAY_NAME, decode=BatchOpener(log.mapper, log.keyring),
+            return Relay(log, announce_publication, topic, name=RELAY_NAME, to_events=BatchOpener(log.mapper, log.keyring),
                          topics=publication_announcements.ANNOUNCED_TOPICS)
 
         offset = _feed_publication(log, "run-a", 0, parts=2)

@@ -51,7 +51,7 @@ def test_failure_in_one_partition_leaves_no_partial_state(journal, monkeypatch) 
     bad = [Inbound(str(Topic.RUNTIME), 1, 0, admitted("r2", message_id="m2")), Inbound(str(Topic.RUNTIME), 1, 1, RunQueued(run_id="r2"))]
     from imprint.journal.handling import HANDLERS
 
-    def explode(self, ws, m):
+    def explode(ws, m, context):
         raise RuntimeError("crash while applying")
 
     monkeypatch.setitem(HANDLERS, RunQueued, explode)

@@ -3,6 +3,7 @@ journal application that keeps the deadlines of its partitions' runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -11,14 +12,14 @@ from journal_helpers import Clock, Feeder, completed, to_running
 from imprint.contracts.runtime import RunCompleted, RunHeartbeat, RunStage
 from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
-from imprint.journal.handling import JournalHandling
+from imprint.journal.handling import Context, handle
+from imprint.journal.keys import JournalKeys
 from imprint.journal.leases import (
     RUNTIME_LOST,
     Lapse,
     LeaseBook,
     LeaseChange,
-    LeaseLane,
-    keep,
+    LeaseShard,
     lapse,
     lapse_event_id,
 )
@@ -70,7 +71,7 @@ def test_a_renewal_read_from_an_earlier_clock_never_goes_back_in_time() -> None:
 
 
 @pytest.mark.rule("X10")
-def test_a_taken_lane_gives_its_open_runs_a_full_lease_and_a_dropped_lane_is_forgotten() -> None:
+def test_a_taken_shard_gives_its_open_runs_a_full_lease_and_a_dropped_shard_is_forgotten() -> None:
     book = LeaseBook(LEASE)
     book.hold("kept", 1, now=50.0)
     book.take(1, ["kept", "r-a", "r-b"], now=100.0)
@@ -79,7 +80,7 @@ def test_a_taken_lane_gives_its_open_runs_a_full_lease_and_a_dropped_lane_is_for
     assert book.deadline("r-a") == book.deadline("r-c") == 110.0, "a taken run: one full lease from the taking"
     book.drop([1])
     assert "r-a" not in book and "kept" not in book and "r-c" in book
-    assert book.due(1000.0) == [("r-c", 2)], "only the owner of a lane closes its runs"
+    assert book.due(1000.0) == [("r-c", 2)], "only the owner of a shard closes its runs"
 
 
 @pytest.mark.rule("X10")
@@ -92,15 +93,14 @@ def test_a_lease_lasts_more_than_nothing() -> None:
 
 
 @pytest.fixture
-def handling() -> JournalHandling:
-    return JournalHandling(InMemoryKeyring())
+def handling() -> Context:
+    return Context(JournalKeys(InMemoryKeyring()))
 
 
-def applied(ws: MemoryWorkspace, handling: JournalHandling, lane: int, *messages: object) -> list[LeaseChange]:
+def applied(ws: MemoryWorkspace, handling: Context, shard: int, *messages: object) -> list[LeaseChange]:
     changes: list[LeaseChange] = []
     for message in messages:
-        handling.apply(ws, message)
-        changes.extend(keep(ws, lane, message))
+        changes.extend(handle(ws, message, dataclasses.replace(handling, shard=shard)).leases)
     return changes
 
 
@@ -111,19 +111,19 @@ def execution(ws: MemoryWorkspace, run_id: str) -> AnswerExecution:
 
 
 @pytest.mark.rule("X10")
-def test_an_admission_holds_the_run_in_its_lane_and_its_end_releases_it(handling: JournalHandling) -> None:
+def test_an_admission_holds_the_run_in_its_shard_and_its_end_releases_it(handling: Context) -> None:
     ws = MemoryWorkspace()
     assert applied(ws, handling, 3, *to_running("r1")) == [LeaseChange("held", "r1", 3)]
-    lane = ws.get(LeaseLane, LeaseLane.id_for(3))
-    assert lane is not None and list(lane.runs) == ["r1"]
+    shard = ws.get(LeaseShard, LeaseShard.id_for(3))
+    assert shard is not None and list(shard.runs) == ["r1"]
     assert applied(ws, handling, 3, RunStage(run_id="r1", stage="search")) == [], "progress changes no lease fact"
     assert applied(ws, handling, 3, completed("r1")) == [LeaseChange("released", "r1", 3)]
-    assert lane.runs == {}
+    assert shard.runs == {}
 
 
 @pytest.mark.rule("X10")
 @pytest.mark.rule("X2")
-def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(handling: JournalHandling) -> None:
+def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(handling: Context) -> None:
     ws = MemoryWorkspace()
     applied(ws, handling, 0, *to_running("r1"))
     ws.pending()
@@ -143,10 +143,10 @@ def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(
 
 
 @pytest.mark.rule("X10")
-def test_a_run_that_ended_meanwhile_is_only_released(handling: JournalHandling) -> None:
+def test_a_run_that_ended_meanwhile_is_only_released(handling: Context) -> None:
     ws = MemoryWorkspace()
     applied(ws, handling, 0, *to_running("r1"))
-    handling.apply(ws, completed("r1"))  # its end was handled on another lane: r1 is still held in lane 0
+    handle(ws, completed("r1"), dataclasses.replace(handling, shard=1))  # its end was handled on another shard: r1 is still held in shard 0
     ws.pending()
     assert lapse(ws, "r1", 0, LEASE) == Lapse("r1", closed=False)
     assert [type(e).__name__ for e in ws.pending()] == ["Released"]
@@ -155,7 +155,7 @@ def test_a_run_that_ended_meanwhile_is_only_released(handling: JournalHandling) 
 
 @pytest.mark.rule("X10")
 @pytest.mark.rule("X2")
-def test_what_the_runtime_sends_after_the_lapse_is_refused_and_recorded(handling: JournalHandling) -> None:
+def test_what_the_runtime_sends_after_the_lapse_is_refused_and_recorded(handling: Context) -> None:
     ws = MemoryWorkspace()
     applied(ws, handling, 0, *to_running("r1"))
     beat = RunHeartbeat(run_id="r1", in_flight="model")
@@ -228,19 +228,19 @@ def test_a_run_that_ends_is_no_longer_watched(leased: RuntimeJournal, clock: Clo
 
 
 @pytest.mark.rule("X10")
-def test_only_the_owner_of_a_lane_closes_its_runs_and_a_taken_lane_starts_a_full_lease(
+def test_only_the_owner_of_a_shard_closes_its_runs_and_a_taken_shard_starts_a_full_lease(
         leased: RuntimeJournal, clock: Clock) -> None:
     feed = Feeder(leased)
     feed(*to_running("r1"))
-    leased.drop_lanes([0])  # partition 0 went to another instance
+    leased.drop_shards([0])  # partition 0 went to another instance
     clock.now += 10 * LEASE
     assert leased.lapse_due() == [], "not this instance's lease to end"
-    assert leased.take_lanes([0]) == 1, "the lane records r1 as open"
+    assert leased.take_shards([0]) == 1, "the shard records r1 as open"
     clock.now += LEASE - 0.5
     assert leased.lapse_due() == []
     clock.now += 0.5
     assert leased.lapse_due() == [Lapse("r1", closed=True)]
-    assert leased.take_lanes([0]) == 0, "the lapse released it from the lane"
+    assert leased.take_shards([0]) == 0, "the lapse released it from the shard"
 
 
 @pytest.mark.rule("X10")
@@ -265,16 +265,16 @@ def test_a_late_completion_after_the_lapse_is_refused_and_recorded(leased: Runti
 
 
 @pytest.mark.rule("X10")
-def test_a_lane_with_a_long_history_reloads_from_its_snapshot(leased: RuntimeJournal) -> None:
+def test_a_shard_with_a_long_history_reloads_from_its_snapshot(leased: RuntimeJournal) -> None:
     feed = Feeder(leased)
-    for n in range(150):  # 225 lane events: past the snapshot interval
+    for n in range(150):  # 225 shard events: past the snapshot interval
         feed(*to_running(f"r{n}", message_id=f"m{n}"))
         if n % 2:
             feed(completed(f"r{n}"))
-    leased.drop_lanes([0])
-    assert leased.take_lanes([0]) == 75
-    assert leased.snapshots is not None and list(leased.snapshots.get(LeaseLane.id_for(0))), \
-        "a taking reads the lane from its latest snapshot, not its whole history"
+    leased.drop_shards([0])
+    assert leased.take_shards([0]) == 75
+    assert leased.snapshots is not None and list(leased.snapshots.get(LeaseShard.id_for(0))), \
+        "a taking reads the shard from its latest snapshot, not its whole history"
 
 
 @pytest.mark.rule("X10")
@@ -290,5 +290,5 @@ def test_runs_that_lapse_together_are_each_closed_and_announced_once(leased: Run
     closed = [m.run_id for _, m in leased.announcements(limit=10_000) if m is not None and m.type == "run.closed"]
     assert closed == runs
     assert len(leased.leases) == 0 and leased.lapse_due() == []
-    leased.drop_lanes([0])
-    assert leased.take_lanes([0]) == 0, "every lapse released its run from the lane"
+    leased.drop_shards([0])
+    assert leased.take_shards([0]) == 0, "every lapse released its run from the shard"

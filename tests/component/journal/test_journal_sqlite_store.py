@@ -47,7 +47,7 @@ def test_service_announcer_opens_run_closed_with_the_keyring(feed, journal) -> N
 
     def produce() -> list:
         notifications = journal.recorder.select_notifications(start=1, limit=100)
-        return [item for event in relay_announce.decode(notifications) for item in relay_announce(event)]
+        return [item for event in relay_announce.to_events(notifications) for item in relay_announce(event)]
 
     produced = produce()
     closed = [m for _, m in produced if m.type == "run.closed"]

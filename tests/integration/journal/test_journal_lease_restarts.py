@@ -1,5 +1,5 @@
-"""X10 on each store backend: the leases of open runs survive a journal's restart (the lane
-records which runs are open), only the instance that owns a lane closes its runs, and
+"""X10 on each store backend: the leases of open runs survive a journal's restart (the shard
+records which runs are open), only the instance that owns a shard closes its runs, and
 two instances that both think they own it close a run once."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_a_restarted_journal_still_closes_the_runs_its_predecessor_left_open(ope
     restarted = leased(open_journal(), clock)
     clock.now += 10 * LEASE
     assert restarted.lapse_due() == [], "a journal that was given no partition closes nothing"
-    assert restarted.take_lanes([0]) == 2, "its lane records both runs as open"
+    assert restarted.take_shards([0]) == 2, "its shard records both runs as open"
     clock.now += LEASE - 1
     assert restarted.lapse_due() == [], "a taken run gets a full lease from the taking"
     clock.now += 1
@@ -52,19 +52,19 @@ def test_a_restarted_journal_still_closes_the_runs_its_predecessor_left_open(ope
                                                   ("run.closed", "failed")]
 
     again = leased(open_journal(), clock)
-    assert again.take_lanes([0]) == 0, "the closings released the runs from the lane"
+    assert again.take_shards([0]) == 0, "the closings released the runs from the shard"
 
 
 @pytest.mark.rule("X10")
-def test_two_instances_that_both_hold_a_lane_close_its_run_once(open_journal) -> None:
-    """A rebalance can leave two instances holding a lane for a moment: the closing is one unit
+def test_two_instances_that_both_hold_a_shard_close_its_run_once(open_journal) -> None:
+    """A rebalance can leave two instances holding a shard for a moment: the closing is one unit
     of work under optimistic concurrency, so the one that loses finds the run closed."""
     clock = Clock()
     a, b = leased(open_journal(), clock), leased(open_journal(), clock)
     Feeder(a).send(*to_running("r1"), partition=0)
     # b consumed the partition once too (its cache holds the running execution)
     b.process([Inbound(str(Topic.RUNTIME), 0, 50, RunHeartbeat(run_id="r1"))])
-    assert b.take_lanes([0]) == 1
+    assert b.take_shards([0]) == 1
 
     clock.now += LEASE
     barrier = threading.Barrier(2)
@@ -121,7 +121,7 @@ def test_a_wave_of_lapses_closes_every_run_and_one_that_cannot_be_closed_keeps_n
     first.close()
 
     restarted = leased(open_journal(), clock)
-    assert restarted.take_lanes([0]) == len(runs)
+    assert restarted.take_shards([0]) == len(runs)
     clock.now += LEASE
     lapsed = restarted.lapse_due()
     assert sorted(lapse.run_id for lapse in lapsed) == [r for r in runs if r != broken]
@@ -129,5 +129,5 @@ def test_a_wave_of_lapses_closes_every_run_and_one_that_cannot_be_closed_keeps_n
     assert all(restarted.execution(r).lapsed == RUNTIME_LOST for r in runs if r != broken)
     assert broken in restarted.leases, "still due: the next sweep tries it again"
     assert restarted.lapse_due() == [] and broken in restarted.leases, "it fails again, alone"
-    assert leased(open_journal(), clock).take_lanes([0]) == 1, "the lane holds the broken run alone"
+    assert leased(open_journal(), clock).take_shards([0]) == 1, "the shard holds the broken run alone"
 

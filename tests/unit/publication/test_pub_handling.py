@@ -4,6 +4,9 @@ of work around it — without a database."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import pytest
 from pub_helpers import ACCOUNT, PUBLIC, RUN, part
 
@@ -21,7 +24,7 @@ from imprint.publication.announcements import announce_all
 from imprint.contracts.sources import SourceRegistered, SourceRevoked
 from imprint.publication import ConversationRuns, PublicationRun, SourceRecord
 from imprint.publication.sources import SourceDependents
-from imprint.publication.handling import Context, Unit, handle
+from imprint.publication.handling import Context, Effects, handle
 from imprint.workspace import MemoryWorkspace
 
 
@@ -30,15 +33,36 @@ def admitted(run_id: str = RUN, account: str = ACCOUNT, conversation: str = "con
                        question="What does the report say?", qcs=QuestionConditionSet(qcs_id=f"q-{run_id}"))
 
 
-def apply_all(ws: MemoryWorkspace, *messages: object) -> Unit:
-    """What the tracked unit of work does with the effects, minus the database."""
-    unit = Unit()
+@dataclass
+class Gathered:
+    """What the unit of work gathers from the messages' effects, minus the database."""
+
+    previews: list[Any] = field(default_factory=list)
+    settled: list[Any] = field(default_factory=list)
+    shred: set[str] = field(default_factory=set)
+
+    def add(self, effects: Effects) -> None:
+        self.previews.extend(effects.previews)
+        self.settled.extend(effects.settled)
+        self.shred.update(effects.shred)
+
+
+def apply_all(ws: MemoryWorkspace, *messages: object) -> Gathered:
+    unit = Gathered()
     for message in messages:
-        effects = handle(ws, message, Context())
-        if effects.then is not None:
-            effects.then.record(ws)
-        unit.add(effects)
+        unit.add(handle(ws, message, Context()))
     return unit
+
+
+class Flushing(MemoryWorkspace):
+    """Records what was pending at each flush (what a store would have made durable then)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[list[str]] = []
+
+    def flush(self) -> None:
+        self.flushed.append([type(e).__name__ for e in self.pending()])
 
 
 def run_in(ws: MemoryWorkspace, run_id: str = RUN) -> PublicationRun:
@@ -74,16 +98,15 @@ def test_an_admitted_runs_candidate_is_previewed_and_settled_once() -> None:
 
 @pytest.mark.rule("P13")
 def test_a_modification_asks_for_its_quota_to_be_durable_before_the_preview() -> None:
-    ws = MemoryWorkspace()
+    ws = Flushing()
     apply_all(ws, admitted(), part(tool_call_id="c-1", markdown="Original."))
     (block_id,) = run_in(ws).blocks
     ws.pending()  # as if committed
     effects = handle(ws, part(tool_call_id="c-2", markdown="Revised.", replaces=block_id), Context())
     assert effects.durable_first, "the preview shows quota: it must be recorded first"
-    pending = ws.pending()
-    assert [type(e).__name__ for e in pending] == ["PreviewQuotaConsumed"], "the settlement waits for the flush"
+    [pending] = ws.flushed
+    assert pending == ["PreviewQuotaConsumed"], "the settlement waits for the flush"
     assert effects.then is not None
-    effects.then.record(ws)
     assert [type(e).__name__ for e in ws.pending()] == ["BlockRevisionCommitted"]
     new_block = handle(ws, part(tool_call_id="c-3", markdown="Another block."), Context())
     assert not new_block.durable_first, "new blocks use no quota"

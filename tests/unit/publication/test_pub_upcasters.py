@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from imprint.journal.leases import LeaseShard
 from imprint.publication.run import PublicationRun
 from imprint.publication.sources import SourceDependents, SourceRecord
 from tests.support.versions import aggregates, name_of, stored_event_classes, upcast_steps
@@ -21,6 +22,14 @@ AT = {"_type_": "datetime_iso", "_data_": "2026-12-03T09:00:03+00:00"}
 NOTED = {"tombstoned": False, "revoked_for_all": False, "revoked_accounts": []}
 
 STEPS: dict[tuple[type, int], tuple[dict[str, Any], dict[str, Any]]] = {
+    (LeaseShard.Started, 1): (
+        {"timestamp": AT, "originator_topic": "imprint.journal.leases:LeaseLane", "lane": 3},
+        {"timestamp": AT, "originator_topic": "imprint.journal.leases:LeaseLane", "shard": 3},
+    ),
+    (LeaseShard, 1): (
+        {"_created_on": AT, "_modified_on": AT, "lane": 3, "runs": {"run-1": None}},
+        {"_created_on": AT, "_modified_on": AT, "shard": 3, "runs": {"run-1": None}},
+    ),
     (SourceRecord.ShardOpened, 1): (
         {"timestamp": AT, "lane": "0"},
         {"timestamp": AT, "shard": "0"},

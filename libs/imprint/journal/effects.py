@@ -1,0 +1,65 @@
+"""What a Journal handler knows about a message besides its body (:class:`Context`) and what
+it returns (:class:`Effects`): what the unit of work acts on after its commit — the message →
+execution index (X4) and the instance's lease book (X10) — and the aggregates every handler
+starts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from imprint.journal import ids
+from imprint.journal.execution import AnswerExecution
+from imprint.journal.keys import JournalKeys
+from imprint.journal.leases import LeaseChange
+from imprint.journal.redaction import SourceLinks
+from imprint.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class IndexIntent:
+    """An update of the message → execution index, made after the commit (X4)."""
+
+    kind: Literal["point", "drop"]
+    conversation_id: str
+    message_id: str | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What the unit of work acts on after its commit because of one message."""
+
+    index: tuple[IndexIntent, ...] = ()
+    """Updates of the message → execution index (X4)."""
+    leases: tuple[LeaseChange, ...] = ()
+    """Runs held in or released from their shard's lease record (X10): the instance's lease book follows."""
+
+
+NOTHING = Effects()
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a handler knows about a message besides its body."""
+
+    keys: JournalKeys
+    """The unit of work's keys: private fields are sealed under their conversation's (X8)."""
+    shard: int = 0
+    """The runtime topic's partition the message came on: which lease record holds its run (X10)."""
+
+
+def execution_of(ws: Workspace, run_id: str, create: bool = True) -> AnswerExecution | None:
+    ex = ws.get(AnswerExecution, ids.execution_id(run_id))
+    if ex is None and create:
+        ex = AnswerExecution.open(run_id)
+        ws.add(ex)
+    return ex
+
+
+def source_links_of(ws: Workspace, source_id: str) -> SourceLinks:
+    s = ws.get(SourceLinks, ids.source_id(source_id))
+    if s is None:
+        s = SourceLinks.note(source_id)
+        ws.add(s)
+    return s

@@ -1,0 +1,106 @@
+"""The rows a Delivery poll holds for each run, and the runs committed polls keep in memory.
+
+**Hot runs.** The runs a poll touched stay in memory with the rows they loaded, keyed by
+the run row's ``version``, which every write of the run's rows increments under the row
+lock. The next poll still locks and reads the run row; when its version is the cached
+one, no other row is read. A kept block is its row's text as stored, not its parsed
+state (unless its preview still awaits the commit the next poll most likely brings): a
+poll parses only the blocks its messages name, and thousands of runs in flight cost a
+few kilobytes per block rather than the parsed models' many objects.
+Another instance's write, a purge or a failed transaction makes the copy stale or drops
+it, and the run is read again. A run that ended or was deleted is not kept; the rest
+are bounded by :data:`HOT_BLOCKS`."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from imprint.delivery.frames import RunProjection
+
+HOT_BLOCKS = 20_000
+"""At most this many block states are kept in memory across the hot runs (least recently
+used runs go first): enough for thousands of runs in flight with a few blocks each (a run
+evicted between two polls is read and parsed again at the next), bounded because a large
+heap makes every garbage collection of the process slower."""
+
+
+@dataclass
+class BlockRow:
+    """A block row as loaded: its state (as stored, to see whether it changed) and its live frame."""
+
+    stored: str | None
+    frame_id: int | None
+    frame_skeleton: str | None
+
+    def __post_init__(self) -> None:
+        self.stored_frame_id = self.frame_id
+
+    def changed(self, state: str) -> bool:
+        return state != self.stored or self.frame_id != self.stored_frame_id
+
+
+@dataclass
+class RunRows:
+    projection: RunProjection
+    last_frame_id: int
+    conflict_count: int
+    live: dict[str, list[Any]]
+    """Run-level keys (``run-status``, ``progress``) → [live frame id, its skeleton]."""
+    version: int
+    """The run row's version these rows were read at (or written as)."""
+    rows: dict[str, BlockRow] = field(default_factory=dict)
+    """Loaded block rows (a name loaded and absent has ``stored`` None)."""
+    all_blocks: bool = False
+    """Every block row of the run is in ``rows`` (a name not there is a new block)."""
+    dirty: bool = False
+    touched: set[str] | None = field(default_factory=set)
+    """The blocks this poll's messages named (``None``: all of them): only these are written."""
+
+
+class HotRuns:
+    """The runs committed polls left in memory, least recently used first. A poll takes a
+    run out (the copy is then its own to change) and gives it back after its commit; a
+    run that was not given back (a failed transaction) is read again."""
+
+    def __init__(self, max_blocks: int = HOT_BLOCKS) -> None:
+        self.max_blocks = max_blocks
+        self._runs: OrderedDict[str, RunRows] = OrderedDict()
+        self._blocks = 0
+
+    def take(self, run_id: str, version: int) -> RunRows | None:
+        """The cached run if it is the stored version (``None`` otherwise; a stale copy is dropped)."""
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return None
+        self._blocks -= len(run.rows)
+        return run if run.version == version else None
+
+    def drop(self, run_id: str) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            self._blocks -= len(run.rows)
+
+    def keep(self, runs: Iterable[RunRows]) -> None:
+        for run in runs:
+            self.drop(run.projection.run_id)
+            if run.projection.terminal or run.projection.deleted:
+                continue  # done: at most a late withdrawal follows, which reads the run again
+            # A block whose preview still awaits its commit stays parsed: the next poll
+            # most likely names it. Any other block is kept as its row as stored, and the
+            # poll that names it parses it again.
+            held = run.projection.answer.blocks
+            for name, row in run.rows.items():
+                state = held.get(name)
+                if row.stored is not None and state is not None and state.preview is None:
+                    del held[name]
+            self._runs[run.projection.run_id] = run
+            self._blocks += len(run.rows)
+        while self._blocks > self.max_blocks and self._runs:
+            _, oldest = self._runs.popitem(last=False)
+            self._blocks -= len(oldest.rows)
+
+    def __len__(self) -> int:
+        return len(self._runs)
