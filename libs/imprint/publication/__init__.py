@@ -18,6 +18,7 @@ One module per rule, so a reader finds each rule by file name:
 ``block_ids``       Host-issued block ids
 ``settlement``      the pipeline: one decision per block (P6, P8)
 ``run``             the run aggregate: one commit, one transaction (P15)
+``outcomes``        how a settled candidate ended; receipt and reconciliation ids
 ``sources``         the source registry aggregate and its standing
 ``conversations``   which runs a conversation deletion reaches (X8; sealing in ``imprint.shredding``)
 ``announcements``   committed events → ``imprint.publication.v1`` messages (P14)
