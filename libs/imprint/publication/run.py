@@ -155,7 +155,7 @@ class PublicationRun(Aggregate):
         title: str
 
         def apply(self, run: PublicationRun) -> None:
-            run.grants[self.source_id] = _state_of(self, "source_id", "scope", "owner_account_id", "title")
+            run.grants[self.source_id] = Grant(self.source_id, self.scope, self.owner_account_id, self.title).to_state()  # type: ignore[arg-type]
 
     class NumericIssued(Aggregate.Event):
         class_version = 1
@@ -166,7 +166,8 @@ class PublicationRun(Aggregate):
         source_id: str | None
 
         def apply(self, run: PublicationRun) -> None:
-            run.numerics[self.handle_id] = _state_of(self, "handle_id", "value", "unit", "version", "source_id")
+            run.numerics[self.handle_id] = NumericValue(self.handle_id, self.value, self.unit, self.version,
+                                                        self.source_id).to_state()
 
     class CandidateRefused(Aggregate.Event):
         """P2: a message that never became a candidate, and why."""
@@ -365,8 +366,8 @@ class PublicationRun(Aggregate):
             # ``setdefault``: a run restored from a snapshot older than this event type has no such attribute.
             reconciled = run.__dict__.setdefault("reconciled", {})
             reconciled[reconciliation_key(self.kind, self.candidate_id, self.block_id, self.revision)] = {
-                **_state_of(self, "kind", "candidate_id", "block_id", "revision", "detail"),
-                "log_position": self.originator_version,
+                "kind": self.kind, "candidate_id": self.candidate_id, "block_id": self.block_id,
+                "revision": self.revision, "detail": self.detail, "log_position": self.originator_version,
             }
 
     # ----------------------------------------------------------- state helpers
@@ -464,9 +465,7 @@ class PublicationRun(Aggregate):
 
     def grant_evidence(self, source_id: str, scope: str, owner_account_id: str, title: str = "") -> bool:
         """``evidence.granted`` (P7). Idempotent."""
-        current = self.grants.get(source_id)
-        wanted = {"source_id": source_id, "scope": scope, "owner_account_id": owner_account_id, "title": title}
-        if current == wanted:
+        if self.grants.get(source_id) == Grant(source_id, scope, owner_account_id, title).to_state():  # type: ignore[arg-type]
             return False
         self.trigger_event(self.EvidenceGranted, scope=scope, source_id=source_id,
                            owner_account_id=owner_account_id, title=title)
@@ -614,8 +613,3 @@ class PublicationRun(Aggregate):
     def _check_run(self, candidate: Candidate) -> None:
         if candidate.run_id != self.run_id:
             raise ValueError(f"candidate of run {candidate.run_id!r} settled on run {self.run_id!r}")
-
-
-def _state_of(event: Aggregate.Event, *names: str) -> dict[str, Any]:
-    """The named fields of ``event``, as the run keeps them in its (snapshot) state."""
-    return {name: getattr(event, name) for name in names}
