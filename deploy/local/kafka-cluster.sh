@@ -116,8 +116,7 @@ start_node() {
   if broker_alive "$(pid_of "$i")"; then return 0; fi
   port_open "$(node_port "$i")" && die "127.0.0.1:$(node_port "$i") is taken by another process"
   port_open "$(node_controller_port "$i")" && die "127.0.0.1:$(node_controller_port "$i") is taken by another process"
-  : >>"$logf"
-  printf '\n===== kafka-cluster.sh start %s %s =====\n' "$i" "$(date -Is)" >>"$logf"
+  mark_start "$logf" "kafka-cluster.sh start $i"
   log "starting node $i on 127.0.0.1:$(node_port "$i") (controller $(node_controller_port "$i")), log $logf"
   start_broker "$(node_pidfile "$i")" "$logf" "$(node_conf "$i")"
 }

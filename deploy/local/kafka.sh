@@ -18,12 +18,11 @@ set -euo pipefail
 NAME=kafka
 # shellcheck source=deploy/local/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # ROOT, STATE, PARTITIONS, TOPICS, the broker helpers
+one_process                                       # LOG, PIDFILE, pid_of
 KDIR="$STATE/kafka"
 kafka_conf_dir "$KDIR"
 DATA="$KDIR/data"
 CONF="$KDIR/server.properties"
-LOG="$STATE/logs/kafka.log"
-PIDFILE="$STATE/run/kafka.pid"
 POM="$ROOT/deploy/local/kafka/pom.xml"
 
 PORT="${KAFKA_PORT:-9092}"
@@ -33,8 +32,6 @@ START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 BOOTSTRAP="127.0.0.1:$PORT"
 
 # ---------------------------------------------------------------- helpers
-pid_of() { read_pid "$PIDFILE"; }
-
 resolve_jars() {
   if compgen -G "$LIBS/kafka_2.13-*.jar" >/dev/null && compgen -G "$LIBS/kafka-tools-*.jar" >/dev/null; then
     return 0
@@ -105,10 +102,8 @@ format_storage() {
 }
 
 start() {
-  if [[ -f "$LOG" ]] && (($(stat -c %s "$LOG") > 50 * 1024 * 1024)); then mv -f "$LOG" "$LOG.1"; fi
-  : >>"$LOG"
   log "starting broker on $BOOTSTRAP (controller 127.0.0.1:$CONTROLLER_PORT), log $LOG"
-  printf '\n===== kafka.sh up %s =====\n' "$(date -Is)" >>"$LOG"
+  mark_start "$LOG" "kafka.sh up"
   start_broker "$PIDFILE" "$LOG" "$CONF"
 }
 
@@ -143,24 +138,10 @@ cmd_up() {
   log "up (pid $(pid_of), bootstrap $BOOTSTRAP)"
 }
 
-# stop SIG: TERM (a controlled shutdown) or KILL (a crash); KILL after 30 s either way
-stop() {
-  local pid
-  pid="$(pid_of)"
-  if ! broker_alive "$pid"; then
-    rm -f "$PIDFILE"
-    log "not running"
-    return 0
-  fi
-  log "stopping pid $pid ($1)"
-  stop_pid "$pid" "$1"
-  rm -f "$PIDFILE"
-  log "stopped"
-}
+# TERM (a controlled shutdown) or KILL (a crash); KILL after 30 s either way
+cmd_down() { stop_process broker_alive TERM; }
 
-cmd_down() { stop TERM; }
-
-cmd_kill() { stop KILL; }  # no controlled shutdown: a crash, for the fault tier ('up' starts it again)
+cmd_kill() { stop_process broker_alive KILL; }  # no controlled shutdown: a crash, for the fault tier ('up' starts it again)
 
 cmd_jars() { resolve_jars; }
 
@@ -170,18 +151,6 @@ cmd_reset() {
   rm -rf "$DATA"
 }
 
-cmd_status() {
-  local pid
-  pid="$(pid_of)"
-  if broker_alive "$pid" && port_open "$PORT"; then
-    echo "kafka: up (pid $pid, bootstrap $BOOTSTRAP)"
-    return 0
-  elif broker_alive "$pid"; then
-    echo "kafka: starting (pid $pid, $BOOTSTRAP not answering)"
-    return 1
-  fi
-  echo "kafka: down"
-  return 1
-}
+cmd_status() { process_status broker_alive "$PORT" "bootstrap $BOOTSTRAP"; }
 
 dispatch "up|down|kill|jars|reset|status" "$@"

@@ -1,4 +1,4 @@
-# Shared by kafka.sh, kafka-cluster.sh and postgres.sh: sourced, never run.
+# Shared by kafka.sh, kafka-cluster.sh, otelcol.sh and postgres.sh: sourced, never run.
 #
 # The sourcing script sets NAME (its log prefix and the name of its lock) first. Every
 # process is found again through its pid file only (never by a name pattern): a pid
@@ -48,6 +48,88 @@ stop_pid() {
   kill -KILL "$pid" 2>/dev/null || true
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
   die "pid $pid survived KILL"
+}
+
+# ---------------------------------------------------------------- one process (kafka.sh, otelcol.sh)
+# A script that runs one process calls one_process; ALIVE, where asked for, names its check that a
+# pid is still really that process (never just any live pid: pids are recycled).
+
+# one_process: the process's log is $STATE/logs/$NAME.log, its pid in $STATE/run/$NAME.pid
+one_process() {
+  LOG="$STATE/logs/$NAME.log"
+  PIDFILE="$STATE/run/$NAME.pid"
+  pid_of() { read_pid "$PIDFILE"; }
+}
+
+# mark_start LOGFILE WHAT: rotate LOGFILE past 50 MiB, then mark where this start begins in it
+mark_start() {
+  local logfile="$1" what="$2"
+  if [[ -f "$logfile" ]] && (($(stat -c %s "$logfile") > 50 * 1024 * 1024)); then mv -f "$logfile" "$logfile.1"; fi
+  printf '\n===== %s %s =====\n' "$what" "$(date -Is)" >>"$logfile"
+}
+
+# start_detached PIDFILE LOGFILE COMMAND...: COMMAND, detached, whose pid lands in PIDFILE
+start_detached() {
+  local pidfile="$1" logfile="$2"
+  shift 2
+  # A child shell records its own pid, then execs COMMAND in place (same pid); setsid
+  # detaches it from this terminal/job so it outlives the caller.
+  # shellcheck disable=SC2016  # $$ is the child's
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" >>"$logfile" 2>&1 </dev/null 9>&- &
+  # a loaded machine may take seconds to schedule the child shell: wait for its pid as long
+  # as for the process itself, never conclude "exited" from a pid not yet written
+  for _ in $(seq 1 $((START_TIMEOUT * 10))); do [[ -s "$pidfile" ]] && break; sleep 0.1; done
+}
+
+# wait_started PIDFILE LOGFILE WHAT ALIVE PAUSE READY...: until the command READY... succeeds
+# (START_TIMEOUT, trying every PAUSE seconds); dies when the process exits first
+wait_started() {
+  local pidfile="$1" logfile="$2" what="$3" alive="$4" pause="$5" deadline=$((SECONDS + START_TIMEOUT)) pid
+  shift 5
+  while ((SECONDS < deadline)); do
+    pid="$(read_pid "$pidfile")"
+    if ! "$alive" "$pid"; then
+      # alive but not (yet) recognised: caught inside its exec, when /proc shows no command line
+      if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then sleep 0.1; continue; fi
+      tail -n 40 "$logfile" >&2 || true
+      die "$what (pid ${pid:-?}) exited during startup (see $logfile)"
+    fi
+    "$@" && return 0
+    sleep "$pause"
+  done
+  tail -n 40 "$logfile" >&2 || true
+  die "$what did not answer ($*) within ${START_TIMEOUT}s (see $logfile)"
+}
+
+# stop_process ALIVE TERM|KILL: stop the script's one process, if it runs
+stop_process() {
+  local alive="$1" sig="$2" pid
+  pid="$(pid_of)"
+  if ! "$alive" "$pid"; then
+    rm -f "$PIDFILE"
+    log "not running"
+    return 0
+  fi
+  log "stopping pid $pid ($sig)"
+  stop_pid "$pid" "$sig"
+  rm -f "$PIDFILE"
+  log "stopped"
+}
+
+# process_status ALIVE PORT DETAIL: prints whether the script's one process is up (answering
+# on PORT), starting or down; succeeds only when up
+process_status() {
+  local alive="$1" port="$2" detail="$3" pid
+  pid="$(pid_of)"
+  if "$alive" "$pid" && port_open "$port"; then
+    echo "$NAME: up (pid $pid, $detail)"
+    return 0
+  elif "$alive" "$pid"; then
+    echo "$NAME: starting (pid $pid, 127.0.0.1:$port not answering)"
+    return 1
+  fi
+  echo "$NAME: down"
+  return 1
 }
 
 # ---------------------------------------------------------------- Kafka (kafka.sh, kafka-cluster.sh)
@@ -134,36 +216,18 @@ write_client_configs() {
 # start_broker PIDFILE LOGFILE CONF: a detached broker JVM whose pid lands in PIDFILE
 start_broker() {
   local pidfile="$1" logfile="$2" conf="$3"
-  # A child shell records its own pid, then execs the JVM in place (same pid);
-  # setsid detaches it from this terminal/job so it outlives the caller.
-  # shellcheck disable=SC2086,SC2016  # HEAP_OPTS splits on purpose; $$ is the child's
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" \
-    "$JAVA_BIN" $HEAP_OPTS -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+  # shellcheck disable=SC2086  # HEAP_OPTS splits on purpose
+  start_detached "$pidfile" "$logfile" "$JAVA_BIN" $HEAP_OPTS -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$LOG4J_BROKER" -Dkafka.logs.dir="$STATE/logs" \
-    -cp "$LIBS/*" kafka.Kafka "$conf" >>"$logfile" 2>&1 </dev/null 9>&- &
-  for _ in $(seq 1 $((START_TIMEOUT * 10))); do [[ -s "$pidfile" ]] && break; sleep 0.1; done  # a loaded machine schedules the child late
+    -cp "$LIBS/*" kafka.Kafka "$conf"
 }
 
+# broker_answers PORT: the broker on 127.0.0.1:PORT answers metadata
+broker_answers() { port_open "$1" && TOOL_TIMEOUT=30 topics_cmd "127.0.0.1:$1" --list >/dev/null 2>&1; }
+
 # wait_broker PIDFILE PORT LOGFILE WHAT: until the broker answers metadata (START_TIMEOUT)
-wait_broker() {
-  local pidfile="$1" port="$2" logfile="$3" what="$4" deadline=$((SECONDS + START_TIMEOUT)) pid
-  while ((SECONDS < deadline)); do
-    pid="$(read_pid "$pidfile")"
-    if ! broker_alive "$pid"; then
-      # alive but not (yet) recognised: caught inside its exec, when /proc shows no command line
-      if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then sleep 0.2; continue; fi
-      tail -n 40 "$logfile" >&2 || true
-      die "$what (pid ${pid:-?}) exited during startup (see $logfile)"
-    fi
-    if port_open "$port" && TOOL_TIMEOUT=30 topics_cmd "127.0.0.1:$port" --list >/dev/null 2>&1; then
-      return 0
-    fi
-    sleep 1
-  done
-  tail -n 40 "$logfile" >&2 || true
-  die "$what did not answer metadata on 127.0.0.1:$port within ${START_TIMEOUT}s (see $logfile)"
-}
+wait_broker() { wait_started "$1" "$3" "$4" broker_alive 1 broker_answers "$2"; }
 
 # ensure_topics BOOTSTRAP PARTITIONS REPLICATION [--config k=v ...]: create the missing TOPICS
 ensure_topics() {

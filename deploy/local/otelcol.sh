@@ -22,20 +22,17 @@ set -euo pipefail
 
 NAME=otelcol
 # shellcheck source=deploy/local/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # ROOT, STATE, log/die, lock, dispatch, stop_pid
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # ROOT, STATE, log/die, lock, dispatch, one process's helpers
+one_process                                       # LOG, PIDFILE, pid_of
 SRC="$ROOT/deploy/local/otelcol"
 BIN_DIR="${OTELCOL_BIN_DIR:-$ROOT/.imprint/otelcol/bin}"
 ODIR="$STATE/otelcol"
 CONF="$ODIR/config.yaml"
 SPANS="${OTELCOL_SPANS:-$ODIR/spans.jsonl}"
-LOG="$STATE/logs/otelcol.log"
-PIDFILE="$STATE/run/otelcol.pid"
 PORT="${OTELCOL_HTTP_PORT:-4318}"
 START_TIMEOUT="${OTELCOL_START_TIMEOUT:-30}"
 
 # ---------------------------------------------------------------- helpers
-pid_of() { read_pid "$PIDFILE"; }
-
 # alive AND really this state folder's collector (guards against a recycled pid)
 collector_alive() {
   local pid="$1"
@@ -122,22 +119,7 @@ service:
 EOF
 }
 
-wait_ready() {
-  local deadline=$((SECONDS + START_TIMEOUT)) pid
-  while ((SECONDS < deadline)); do
-    pid="$(pid_of)"
-    if ! collector_alive "$pid"; then
-      # alive but not (yet) recognised: caught inside its exec, when /proc shows no command line
-      if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then sleep 0.1; continue; fi
-      tail -n 20 "$LOG" >&2 || true
-      die "collector (pid ${pid:-?}) exited during startup (see $LOG)"
-    fi
-    port_open "$PORT" && return 0
-    sleep 0.1
-  done
-  tail -n 20 "$LOG" >&2 || true
-  die "collector did not listen on 127.0.0.1:$PORT within ${START_TIMEOUT}s (see $LOG)"
-}
+wait_ready() { wait_started "$PIDFILE" "$LOG" collector collector_alive 0.1 port_open "$PORT"; }
 
 # ---------------------------------------------------------------- commands
 cmd_build() { build; }
@@ -157,47 +139,15 @@ cmd_up() {
   if port_open "$PORT"; then die "127.0.0.1:$PORT is taken by another process (not ours: no live pid in $PIDFILE)"; fi
   bin="$(build)"
   write_config
-  if [[ -f "$LOG" ]] && (($(stat -c %s "$LOG") > 50 * 1024 * 1024)); then mv -f "$LOG" "$LOG.1"; fi
-  printf '\n===== otelcol.sh up %s =====\n' "$(date -Is)" >>"$LOG"
+  mark_start "$LOG" "otelcol.sh up"
   log "starting on http://127.0.0.1:$PORT, spans to $SPANS, log $LOG"
-  # A child shell records its own pid, then execs the collector in place (same pid); setsid
-  # detaches it from this terminal so it outlives the caller.
-  # shellcheck disable=SC2016  # $$ is the child's
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" "$bin" --config "file:$CONF" \
-    >>"$LOG" 2>&1 </dev/null 9>&- &
-  # a loaded machine may take seconds to schedule the child shell: wait for its pid as long
-  # as for the collector itself, never conclude "exited" from a pid not yet written
-  for _ in $(seq 1 $((START_TIMEOUT * 10))); do [[ -s "$PIDFILE" ]] && break; sleep 0.1; done
+  start_detached "$PIDFILE" "$LOG" "$bin" --config "file:$CONF"
   wait_ready
   log "up (pid $(pid_of), http://127.0.0.1:$PORT)"
 }
 
-cmd_down() {
-  local pid
-  pid="$(pid_of)"
-  if ! collector_alive "$pid"; then
-    rm -f "$PIDFILE"
-    log "not running"
-    return 0
-  fi
-  log "stopping pid $pid"
-  stop_pid "$pid" TERM   # the file exporter flushes on a controlled shutdown
-  rm -f "$PIDFILE"
-  log "stopped"
-}
+cmd_down() { stop_process collector_alive TERM; }   # the file exporter flushes on a controlled shutdown
 
-cmd_status() {
-  local pid
-  pid="$(pid_of)"
-  if collector_alive "$pid" && port_open "$PORT"; then
-    echo "otelcol: up (pid $pid, http://127.0.0.1:$PORT, spans $SPANS)"
-    return 0
-  elif collector_alive "$pid"; then
-    echo "otelcol: starting (pid $pid, 127.0.0.1:$PORT not answering)"
-    return 1
-  fi
-  echo "otelcol: down"
-  return 1
-}
+cmd_status() { process_status collector_alive "$PORT" "http://127.0.0.1:$PORT, spans $SPANS"; }
 
 dispatch "build|up|down|status" "$@"

@@ -6,12 +6,14 @@ import asyncio
 import gc
 import signal
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from services.common.observability import get_logger
 
 if TYPE_CHECKING:
     from faststream.kafka import KafkaBroker
+
+    from services.common.relay import Relay
 
 log = get_logger(__name__)
 
@@ -58,3 +60,17 @@ async def run_until_stopped(part: str, broker: KafkaBroker | None, *work: Corout
         if broker is not None:
             await broker.stop()
         log.info("part stopped", part=part)
+
+
+class _Log(Protocol):
+    def close(self) -> None: ...
+
+
+async def run_relay_until_stopped(part: str, relay: Relay, log_read: _Log) -> None:
+    """A relay run on its own (``imprint serve <part>``): until it is told to stop, then
+    stop it and close the log it reads."""
+    try:
+        await run_until_stopped(part, None, relay.run())
+    finally:
+        relay.stop()
+        log_read.close()

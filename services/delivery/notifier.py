@@ -4,7 +4,7 @@ client of that run, on every Delivery instance.
 * :class:`Notifier` is the process's hub. Whoever committed a batch (``ViewStore.process``
   in this process) calls :meth:`Notifier.notify` with the run ids that changed; batches
   committed by *other* instances arrive as notifications on the store's channel
-  (:class:`StoreWakeups`, where the backend has one).
+  (:class:`~services.delivery.store_wakeups.StoreWakeups`, where the backend has one).
 * A :class:`RunFeed` exists per run while at least one client follows it live. A woken
   feed is due; the hub's one reader reads the new frames of every due feed together
   (``ViewStore.read_feeds``: one transaction in a worker thread, however many runs the
@@ -32,18 +32,16 @@ version, then wait only while it is unchanged)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from imprint.delivery.frames import Frame
 from imprint.runtime import tracecontext
 from services.common.observability import get_logger
-from services.common.wakeups import ChannelListener
 
 log = get_logger(__name__)
 
@@ -373,44 +371,3 @@ class Notifier:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class StoreWakeups:
-    """Wakes this process's feeds for the runs another instance's poll changed, heard on the
-    view tables' channel (:class:`services.common.wakeups.ChannelListener`; the poll's
-    transaction announces them, so a notification never precedes the frames it names).
-    After a (re)connect every feed is woken: a notification sent while nobody listened is
-    otherwise lost."""
-
-    def __init__(self, listener: ChannelListener, origin: str, hub: Notifier) -> None:
-        self.listener = listener
-        self.origin = origin
-        self.hub = hub
-        self.received = 0
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.listener.start(loop, self.heard, self.own)
-
-    def stop(self) -> None:
-        self.listener.stop()
-
-    def own(self, payload: str) -> bool:
-        """This process's own poll (its consumer already woke the feeds): dropped unheard."""
-        try:
-            return bool(json.loads(payload).get("origin") == self.origin)
-        except (ValueError, AttributeError):
-            return True  # not ours to read
-
-    def heard(self, payload: str | None) -> None:
-        if payload is None:
-            self.hub.wake_all()
-            return
-        try:
-            note: dict[str, Any] = json.loads(payload)
-        except ValueError:
-            return
-        if not isinstance(note, dict) or note.get("origin") == self.origin:
-            return
-        runs = [r for r in note.get("runs", ()) if isinstance(r, str)]
-        self.received += 1
-        self.hub.notify(runs)

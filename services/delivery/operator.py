@@ -23,16 +23,16 @@ route. Nothing here writes."""
 # No "from __future__ import annotations": FastAPI must see the local Annotated dependencies.
 import asyncio
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import jwt
 from fastapi import APIRouter, Depends, HTTPException, Path as PathParam, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import Response
 
 from services.common.observability import get_logger
 from services.common.settings import Settings
 from services.delivery.auth import ALGORITHM, ISSUER, bearer, verify_token
+from services.delivery.routes.ops import page
 from services.delivery.view_store import ViewStore
 from services.publication.application import open_log
 from services.recovery.cli import assemble_timeline, observe_run
@@ -41,10 +41,7 @@ from services.recovery.log_reader import read_ledger
 
 log = get_logger(__name__)
 
-STATIC = Path(__file__).resolve().parent / "static"
 OPERATOR_CLAIM = "operator"
-PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 RunId = Annotated[str, PathParam(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
 
 
@@ -83,8 +80,7 @@ def operator_router(settings: Settings, store: ViewStore) -> APIRouter:
 
     @router.get("/operator", include_in_schema=False)
     async def inspector_page() -> Response:
-        return FileResponse(STATIC / "inspector.html", headers={"Content-Security-Policy": PAGE_CSP,
-                                                                "Cache-Control": "no-cache"})
+        return page("inspector.html")
 
     @router.get("/v1/operator/runs/{run_id}/timeline")
     async def run_timeline(run_id: RunId, account: Operator) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from services.common.settings import Settings
 from services.delivery import consumer
 from imprint.contracts.registry import topic_of
 from services.delivery.app import create_app
-from services.delivery.notifier import Notifier, StoreWakeups
+from services.delivery.notifier import Notifier
+from services.delivery.store_wakeups import StoreWakeups
 from services.delivery.view_store import ViewStore
 
 log = get_logger(__name__)

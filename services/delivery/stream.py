@@ -37,15 +37,16 @@ from typing import Any, Protocol
 
 from starlette.responses import Response
 
-from imprint.delivery.frames import DONE, RESET, Frame
-from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, encode, notice_part, reset_part
+from imprint.delivery.frames import DONE, Frame
 from services.common.observability import get_logger
 from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import FeedSource, Notifier
+from services.delivery.stream_formats import (  # the forms stay importable from here too
+    RETRY_MS, SSEFrames, StreamFormat, UIMessageParts, UINoticeParts,
+)
 
 log = get_logger(__name__)
 
-RETRY_MS = 2000
 MAX_BODY_BYTES = 256 * 1024
 """The most one write to a client carries: a backlog goes out in writes of this size."""
 
@@ -126,67 +127,6 @@ class FrameSource(FeedSource, Protocol):
     def run(self, key: str) -> Head | None:
         """Where the feed stands (``None``: there is no such feed)."""
         ...
-
-
-class StreamFormat(Protocol):
-    headers: list[tuple[bytes, bytes]]
-
-    def opening(self) -> bytes: ...
-
-    def frame(self, frame: Frame) -> bytes: ...
-
-    def closing(self, terminal: bool) -> bytes: ...
-
-
-class SSEFrames:
-    """imprint's own SSE: ``id`` / ``event`` / ``data`` per frame (D1/D2)."""
-
-    headers: list[tuple[bytes, bytes]] = []
-
-    def opening(self) -> bytes:
-        return f"retry: {RETRY_MS}\n\n".encode()
-
-    def frame(self, frame: Frame) -> bytes:
-        return frame.sse()
-
-    def closing(self, terminal: bool) -> bytes:
-        return b""
-
-
-class UIMessageParts:
-    """The AI SDK UI message stream (:mod:`imprint.delivery.ui_message_stream`)."""
-
-    headers = [(HEADER[0].encode(), HEADER[1].encode())]
-
-    def __init__(self, mapping: UIMessageStream) -> None:
-        self.mapping = mapping
-
-    def opening(self) -> bytes:
-        return b"".join(encode(part) for part in self.mapping.start())
-
-    def frame(self, frame: Frame) -> bytes:
-        return b"".join(encode(part) for part in self.mapping.parts(frame))
-
-    def closing(self, terminal: bool) -> bytes:
-        return DONE_EVENT if terminal else b""
-
-
-class UINoticeParts:
-    """A conversation's notices as AI SDK parts (D7, :func:`imprint.delivery.ui_message_stream.notice_part`),
-    each with its SSE ``id`` (the SDK's parser ignores it; a client that resumes sends it back)."""
-
-    headers = [(HEADER[0].encode(), HEADER[1].encode())]
-
-    def opening(self) -> bytes:
-        return b""
-
-    def frame(self, frame: Frame) -> bytes:
-        data = frame.data if isinstance(frame.data, dict) else {}
-        part = reset_part(data) if frame.event == RESET else notice_part(data)
-        return f"id: {frame.id}\n".encode() + encode(part)
-
-    def closing(self, terminal: bool) -> bytes:
-        return b""
 
 
 class _Watch:

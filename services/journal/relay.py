@@ -17,7 +17,7 @@ from imprint.contracts.registry import topic_of
 from imprint.contracts.topics import Topic
 from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
-from services.common.lifecycle import run_until_stopped
+from services.common.lifecycle import run_relay_until_stopped
 from services.common.handoff import Handoff
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
@@ -67,9 +67,4 @@ def journal_relay(settings: Settings, journal: RuntimeJournal, *, inline: bool) 
 
 async def serve(settings: Settings) -> None:
     journal = open_journal(settings)
-    relay = journal_relay(settings, journal, inline=False)
-    try:
-        await run_until_stopped("journal-relay", None, relay.run())
-    finally:
-        relay.stop()
-        journal.close()
+    await run_relay_until_stopped("journal-relay", journal_relay(settings, journal, inline=False), journal)

@@ -15,7 +15,7 @@ from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
 from imprint.publication import announce
 from imprint.publication.announcements import ANNOUNCED_TOPICS
-from services.common.lifecycle import run_until_stopped
+from services.common.lifecycle import run_relay_until_stopped
 from services.common.handoff import Handoff
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
@@ -43,9 +43,4 @@ def publication_relay(settings: Settings, app: PublicationLog, *, inline: bool) 
 
 async def serve(settings: Settings) -> None:
     app = open_log(settings)
-    relay = publication_relay(settings, app, inline=False)
-    try:
-        await run_until_stopped("publication-relay", None, relay.run())
-    finally:
-        relay.stop()
-        app.close()
+    await run_relay_until_stopped("publication-relay", publication_relay(settings, app, inline=False), app)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -36,10 +36,15 @@ class Message(Model):
     event_id: uuid.UUID = Field(default_factory=new_event_id)
     occurred_at: AwareDatetime = Field(default_factory=utcnow)
 
+    key_field: ClassVar[str | None] = None
+    """The field whose value is the message's Kafka key (``run_id``, ``source_id``…)."""
+
     @property
     def key(self) -> str:
         """The Kafka key: what orders this message with the others about the same thing."""
-        raise NotImplementedError(f"{type(self).__name__} names no key")
+        if self.key_field is None:
+            raise NotImplementedError(f"{type(self).__name__} names no key")
+        return getattr(self, self.key_field)
 
     def trace_ids(self) -> dict[str, Any]:
         """The ids a span about this message carries: its type and event id, and the run,
@@ -53,10 +58,7 @@ class RunMessage(Message):
     """A message about one run; Kafka key = ``run_id``."""
 
     run_id: Identifier
-
-    @property
-    def key(self) -> str:
-        return self.run_id
+    key_field: ClassVar[str | None] = "run_id"
 
 
 class AccountRunMessage(RunMessage):

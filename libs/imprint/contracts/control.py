@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
@@ -29,10 +29,7 @@ class ConversationDeleteRequested(Message):
     conversation_id: Identifier
     account_id: Identifier
     reason: Literal["user", "retention"] = "user"
-
-    @property
-    def key(self) -> str:
-        return self.conversation_id
+    key_field: ClassVar[str | None] = "conversation_id"
 
 
 ControlMessage = Annotated[Union[RunCancelRequested, RunLeaseLapsed, ConversationDeleteRequested], Field(discriminator="type")]

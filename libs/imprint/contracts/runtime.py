@@ -98,7 +98,8 @@ class TableContent(Model):
 
 
 class BlockDraft(Model):
-    """One block a ``send_answer_part`` call proposes. Either ``markdown`` or ``table``."""
+    """One block a ``send_answer_part`` call proposes. Either ``markdown`` or ``table``. A call's
+    arguments give one inline (these fields at their top level) or several as ``blocks``."""
 
     markdown: str | None = None
     table: TableContent | None = None
@@ -106,21 +107,6 @@ class BlockDraft(Model):
     role: str | None = None
     depends_on: list[str] = []
     display: dict[str, Any] | None = None
-
-
-class AnswerPartArguments(Model):
-    """The arguments of the ``send_answer_part`` tool. A single block may be given
-    inline (``markdown``/``replaces``) or several as ``blocks``."""
-
-    model_config = Model.model_config | {"extra": "ignore"}
-
-    markdown: str | None = None
-    replaces: str | None = None
-    table: TableContent | None = None
-    role: str | None = None
-    depends_on: list[str] = []
-    display: dict[str, Any] | None = None
-    blocks: list[BlockDraft] | None = None
 
 
 class AnswerPart(RunMessage):

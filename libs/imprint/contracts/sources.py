@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
@@ -12,10 +12,7 @@ from imprint.contracts.runtime import Scope
 
 class SourceMessage(Message):
     source_id: Identifier
-
-    @property
-    def key(self) -> str:
-        return self.source_id
+    key_field: ClassVar[str | None] = "source_id"
 
 
 class SourceRegistered(SourceMessage):

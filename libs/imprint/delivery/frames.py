@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field
-from pydantic_core import to_json
 
 from imprint.contracts.publication import (
     AnswerPreview,
@@ -51,103 +50,10 @@ from imprint.contracts.publication import (
 from imprint.contracts.runs import TERMINAL_STATES, ConversationDeleted, RunClosed, RunProgress, RunTransitioned
 from imprint.delivery import merge
 from imprint.delivery.notices import Notice, withdrawn_after_end
-from imprint.delivery.reset import RESET_EVENT, RESET_ID, Reset
-from imprint.delivery.summary import DONE_DATA, DONE_EVENT, SUMMARY_EVENT, payload_sha256, summarize
-
-CONTENT_CHUNK = 28
-
-PROGRESS = "progress"
-PREVIEW = "answer-preview"
-PUBLICATION = "answer-publication"
-WITHDRAWN = "answer-withdrawn"
-REJECTED = "answer-rejected"
-RUN_STATUS = "run-status"
-CONTENT = "content"
-EVIDENCE = "evidence-summary"
-ERROR = "error"
-SUMMARY = SUMMARY_EVENT
-DONE = DONE_EVENT
-FRAME_KINDS = (PROGRESS, PREVIEW, PUBLICATION, WITHDRAWN, REJECTED, RUN_STATUS, CONTENT, EVIDENCE, ERROR,
-               SUMMARY, DONE)
-"""The kinds of a run's frames (what the store holds)."""
-RESET = RESET_EVENT
-"""Not a frame of the run: the opening of a stream that starts over (D8)."""
-
-
-@dataclass(frozen=True)
-class FrameDraft:
-    """A frame before the store gives it its per-run id."""
-
-    event: str
-    data: Any
-    """A JSON object (``"[DONE]"`` for ``done``)."""
-    body_sha256: str
-    key: str | None = None
-    """Supersession key: a newer frame with the same key makes this one a skeleton."""
-
-
-@dataclass(frozen=True)
-class Frame:
-    """A stored frame of one run."""
-
-    run_id: str
-    id: int
-    event: str
-    data: Any
-    body_sha256: str
-    text: str | None = field(default=None, compare=False, repr=False)
-    """The data's JSON as the store holds it, for a frame read back: sent as it is."""
-    trace: str | None = field(default=None, compare=False, repr=False)
-    """The ``traceparent`` of the span that appended it, kept beside it when tracing is on
-    (X9: an id, never text): its sending continues that trace."""
-
-    def sse(self) -> bytes:
-        """This frame as one SSE event (``id``, ``event``, ``data``, blank line). The data
-        line is the frame's compact JSON, in the order it was built (how the store keeps
-        it, so a frame read back is sent without being encoded again)."""
-        if isinstance(self.data, str):
-            payload = self.data
-        else:
-            payload = self.text if self.text is not None else to_json(self.data).decode()
-        lines = [f"id: {self.id}", f"event: {self.event}"]
-        lines += [f"data: {line}" for line in payload.split("\n")]
-        return ("\n".join(lines) + "\n\n").encode("utf-8")
-
-
-def reset_frame(run_id: str, reset: Reset) -> Frame:
-    """The ``reset`` frame of a stream that starts over (D8): id 0, no body hash (it is
-    no semantic frame of the run)."""
-    return Frame(run_id, RESET_ID, RESET, reset.payload(), "")
-
-
-def draft(event: str, payload: dict[str, Any], *, key: str | None = None,
-          body_sha256: str | None = None) -> FrameDraft:
-    """A draft whose data carries its own ``body_sha256`` (fixed now, forever)."""
-    sha = body_sha256 if body_sha256 is not None else payload_sha256(payload)
-    return FrameDraft(event=event, data={**payload, "body_sha256": sha}, body_sha256=sha, key=key)
-
-
-def skeleton(event: str, data: Any, body_sha256: str, *, reason: str = "superseded") -> Any:
-    """What remains of a frame whose body a newer frame replaced, a withdrawal hid or a
-    deletion purged: its identity and hash (so the D3 digest still checks), no body."""
-    if not isinstance(data, dict):
-        return data
-    kept = {k: data[k] for k in ("block_id", "revision", "seq") if k in data}
-    return {**kept, reason: True, "body_sha256": body_sha256}
-
-
-def chunk_text(text: str, size: int = CONTENT_CHUNK) -> list[str]:
-    """Split into chunks of at most ``size`` characters (code points), nothing lost."""
-    return [text[i:i + size] for i in range(0, len(text), size)]
-
-
-def terminal_drafts(semantic: list[tuple[int, str]]) -> list[FrameDraft]:
-    """``stream-summary`` over every semantic frame of the run, then ``done``."""
-    return [
-        FrameDraft(event=SUMMARY, data=summarize(semantic), body_sha256=""),
-        FrameDraft(event=DONE, data=DONE_DATA, body_sha256=""),
-    ]
-
+from imprint.delivery.frame import (  # a frame's kinds and values stay importable from here too
+    CONTENT, CONTENT_CHUNK, DONE, ERROR, EVIDENCE, FRAME_KINDS, PREVIEW, PROGRESS, PUBLICATION, REJECTED, RESET,
+    RUN_STATUS, SUMMARY, WITHDRAWN, Frame, FrameDraft, chunk_text, draft, reset_frame, skeleton, terminal_drafts,
+)
 
 class RunProjection(merge.Mutable):
     """Delivery's view of one run: identity, lifecycle, closed record, answer state."""

@@ -79,17 +79,10 @@ def _admitted(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) ->
 
 def _transitioned(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
     run_id = _run_id(domain_event)
-    return RunTransitioned(
-        **common,
-        run_id=run_id,
-        account_id=domain_event.account_id,
-        conversation_id=domain_event.conversation_id,
-        state=domain_event.state,
-        previous=domain_event.previous,
-        sequence=domain_event.sequence,
-        reason=(domain_event.reason if domain_event.reason in JOURNAL_REASONS
-                else _open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason)),
-    )
+    reason = (domain_event.reason if domain_event.reason in JOURNAL_REASONS
+              else _open(sealer, domain_event.conversation_id, run_id, F_REASON, domain_event.reason))
+    return RunTransitioned(**common, **_run_named(domain_event), state=domain_event.state,
+                           previous=domain_event.previous, sequence=domain_event.sequence, reason=reason)
 
 
 def _stage_reported(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
@@ -105,14 +98,8 @@ def _stage_reported(domain_event: Any, sealer: FieldSealer, common: dict[str, An
 
 def _closed(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
     run_id = _run_id(domain_event)
-    closed: dict[str, Any] = dict(
-        **common,
-        run_id=run_id,
-        account_id=domain_event.account_id,
-        conversation_id=domain_event.conversation_id,
-        message_id=domain_event.message_id,
-        state=domain_event.state,
-    )
+    closed: dict[str, Any] = dict(**common, **_run_named(domain_event), message_id=domain_event.message_id,
+                                  state=domain_event.state)
     if domain_event.record is None:
         return RunClosed(**closed)
     record = CompletionRecord.from_dict(domain_event.record)
@@ -137,22 +124,11 @@ def _closed(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> R
 
 
 def _erased(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> RunsMessage:
-    return ConversationDeleted(
-        **common,
-        run_id=_run_id(domain_event),
-        account_id=domain_event.account_id,
-        conversation_id=domain_event.conversation_id,
-    )
+    return ConversationDeleted(**common, **_run_named(domain_event))
 
 
 def _lease_lapsed(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
-    return RunLeaseLapsed(
-        **common,
-        run_id=_run_id(domain_event),
-        account_id=domain_event.account_id,
-        conversation_id=domain_event.conversation_id,
-        reason=domain_event.reason,
-    )
+    return RunLeaseLapsed(**common, **_run_named(domain_event), reason=domain_event.reason)
 
 
 _ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], Message]] = {
@@ -178,3 +154,10 @@ def _open(sealer: FieldSealer, conversation_id: str, run_id: str, field: str, se
 
 def _run_id(domain_event: Any) -> str:
     return str(domain_event.run_id)
+
+
+def _run_named(domain_event: Any) -> dict[str, Any]:
+    """What a run's message names: the run, its account and its conversation (what every
+    :class:`~imprint.journal.execution.RunEvent` and ``Closed`` carry)."""
+    return {"run_id": _run_id(domain_event), "account_id": domain_event.account_id,
+            "conversation_id": domain_event.conversation_id}

@@ -26,14 +26,21 @@ Id: ``uuid5(JOURNAL_NAMESPACE, "run:" + run_id)`` (:func:`imprint.journal.ids.ex
   follows carries the reason ``stop_requested``.
 
 Private fields are stored only as sealed strings (:mod:`imprint.shredding`);
-this module never sees plaintext.
+this module never sees plaintext. Its records (request, completion, one value per fact) are
+:mod:`imprint.journal.records`.
+
+One file, though long: the aggregate, its nested events and the commands that trigger them
+are one consistency boundary — eventsourcing stores each event under its aggregate's qualified
+name (``imprint.journal.execution:AnswerExecution.<Event>``, the topic in every stored log), so
+the events cannot move, and each command is the one place its event is triggered from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
@@ -41,212 +48,42 @@ from imprint.journal import ids
 from imprint.journal.diagnostics import DiagnosticRefused, DiagnosticTrace
 from imprint.journal.events import MessageEvent
 from imprint.journal.lifecycle import LIVE, STOP_REQUESTED, State, check_live_fact, check_transition
+from imprint.journal.records import (  # the records' names stay importable from here too
+    COMPLETION_SCHEMA, F_ANSWER, F_CONDITIONS, F_NORMALIZED, F_QUESTION, F_REASON, F_STAGE_DETAIL, REQUEST_SCHEMA,
+    AnswerExecutionRequest, CompletionRecord, EffectKind, EffectRecord, FrozenItem, GrantRecord, ReceiptRecord,
+    RefusalRecord, StageRecord, TransitionRecord, excerpt_field, grant_title_field, title_field,
+)
 from imprint.journal.refusals import Refusal, RefusalCode
 from imprint.journal.stopping import check_stop_request
 
-REQUEST_SCHEMA = "answer_execution_request/v1"
-COMPLETION_SCHEMA = "answer_execution_completion/v1"
-
-# Field names used as associated data when sealing (see shredding.associated_data).
-F_QUESTION = "request.question"
-F_NORMALIZED = "request.normalized_question"
-F_CONDITIONS = "request.qcs.conditions"
-F_ANSWER = "completion.answer_text"
-F_REASON = "transition.reason"
-F_STAGE_DETAIL = "stage.detail"
+__all__ = [
+    "COMPLETION_SCHEMA", "F_ANSWER", "F_CONDITIONS", "F_NORMALIZED", "F_QUESTION", "F_REASON",
+    "F_STAGE_DETAIL", "REQUEST_SCHEMA", "AnswerExecution", "AnswerExecutionRequest", "CompletionRecord",
+    "EffectKind", "EffectRecord", "FrozenItem", "GrantRecord", "ReceiptRecord", "RefusalRecord",
+    "RunEvent", "StageRecord", "TransitionRecord", "excerpt_field", "grant_title_field", "title_field",
+]
 
 
-def excerpt_field(index: int) -> str:
-    return f"completion.evidence.{index}.excerpt"
-
-
-def title_field(index: int) -> str:
-    return f"completion.evidence.{index}.title"
-
-
-def grant_title_field(event_id: str) -> str:
-    return f"grant.{event_id}.title"
-
-
-@dataclass(frozen=True)
-class AnswerExecutionRequest:
-    """X1: the private ``answer_execution_request/v1`` record. Sealed fields are ``esv1.`` strings."""
+class RunEvent(MessageEvent):
+    """A fact about an admitted run that names the run, its account and its conversation — what
+    its announcement carries (:mod:`imprint.journal.announcements`). The aggregate fills the
+    three in (:meth:`AnswerExecution._trigger_run_event`); a base, never stored itself."""
 
     run_id: str
     account_id: str
     conversation_id: str
-    message_id: str
-    question: str
-    normalized_question: str
-    qcs_id: str
-    inherits_from: str | None
-    conditions: str
-    condition_count: int
-    condition_sources: dict[str, int]
-    admission_event_id: str
-    requested_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": REQUEST_SCHEMA,
-            "run_id": self.run_id,
-            "account_id": self.account_id,
-            "conversation_id": self.conversation_id,
-            "message_id": self.message_id,
-            "question": self.question,
-            "normalized_question": self.normalized_question,
-            "qcs": {
-                "qcs_id": self.qcs_id,
-                "inherits_from": self.inherits_from,
-                "conditions": self.conditions,
-                "condition_count": self.condition_count,
-                "condition_sources": dict(self.condition_sources),
-            },
-            "admission_event_id": self.admission_event_id,
-            "requested_at": self.requested_at,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AnswerExecutionRequest:
-        q = d["qcs"]
-        return cls(
-            run_id=d["run_id"],
-            account_id=d["account_id"],
-            conversation_id=d["conversation_id"],
-            message_id=d["message_id"],
-            question=d["question"],
-            normalized_question=d["normalized_question"],
-            qcs_id=q["qcs_id"],
-            inherits_from=q["inherits_from"],
-            conditions=q["conditions"],
-            condition_count=q["condition_count"],
-            condition_sources=dict(q["condition_sources"]),
-            admission_event_id=d["admission_event_id"],
-            requested_at=d["requested_at"],
-        )
-
-
-@dataclass(frozen=True)
-class FrozenItem:
-    source_id: str
-    title: str | None
-    """Sealed title (a private source's title can be as telling as its excerpt), or ``None``."""
-    excerpt: str | None
-    """Sealed excerpt, or ``None`` when the runtime gave none."""
-
-
-@dataclass(frozen=True)
-class CompletionRecord:
-    """X4: the frozen completion. ``answer_text`` and excerpts are sealed;
-    ``fingerprint`` is a keyed MAC of the plaintext record (equal records ⇔ equal fingerprints)."""
-
-    outcome: str
-    answer_text: str | None
-    items: tuple[FrozenItem, ...]
-    snapshot_id: str | None
-    knowledge_version: str | None
-    fingerprint: str
-    event_id: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": COMPLETION_SCHEMA,
-            "outcome": self.outcome,
-            "answer_text": self.answer_text,
-            "items": [{"source_id": i.source_id, "title": i.title, "excerpt": i.excerpt} for i in self.items],
-            "snapshot_id": self.snapshot_id,
-            "knowledge_version": self.knowledge_version,
-            "fingerprint": self.fingerprint,
-            "event_id": self.event_id,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CompletionRecord:
-        return cls(
-            outcome=d["outcome"],
-            answer_text=d["answer_text"],
-            items=tuple(FrozenItem(i["source_id"], i["title"], i["excerpt"]) for i in d["items"]),
-            snapshot_id=d["snapshot_id"],
-            knowledge_version=d["knowledge_version"],
-            fingerprint=d["fingerprint"],
-            event_id=d["event_id"],
-        )
-
-    @property
-    def source_ids(self) -> list[str]:
-        return [i.source_id for i in self.items]
-
-
-@dataclass(frozen=True)
-class RefusalRecord:
-    event_id: str
-    message_type: str
-    code: str
-    detail: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class TransitionRecord:
-    state: State
-    previous: State | None
-    sequence: int
-    event_id: str
-    reason: str | None
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ReceiptRecord:
-    """P19: the runtime's tool receipt — its own fact, settled apart from the publication effect."""
-
-    tool_call_id: str
-    status: str
-    event_id: str
-    at: datetime
-
-
-EffectKind = Literal["published", "unchanged"]
-
-
-@dataclass(frozen=True)
-class EffectRecord:
-    """P19/P20: a publication effect observed on ``imprint.publication.v1`` — not a receipt."""
-
-    kind: EffectKind
-    candidate_id: str
-    block_id: str
-    revision: int
-    body_sha256: str | None
-    receipt_id: str
-    log_position: int
-    event_id: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class GrantRecord:
-    source_id: str
-    scope: str
-    owner_account_id: str
-    title: str | None
-    """Sealed."""
-
-
-@dataclass
-class _Stage:
-    stage: str
-    detail: str | None
-    at: datetime
-    event_id: str
 
 
 class AnswerExecution(Aggregate):
     class_version = 1
 
-    id_for = create_id = staticmethod(ids.execution_id)
-    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`); as
-    ``create_id``, the library's id of ``AnswerExecution(run_id)``."""
+    id_for = staticmethod(ids.execution_id)
+    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
+
+    @staticmethod
+    def create_id(run_id: str) -> UUID:
+        """The library's id of ``AnswerExecution(run_id)`` (it passes the argument by name)."""
+        return ids.execution_id(run_id)
 
     class Opened(Aggregate.Created):
         class_version = 1
@@ -260,14 +97,11 @@ class AnswerExecution(Aggregate):
             x.request = AnswerExecutionRequest.from_dict(self.request)
             x._enter(State.ADMITTED, self.event_id, None, self.timestamp)
 
-    class Transitioned(MessageEvent):
+    class Transitioned(RunEvent):
         class_version = 1
-        run_id: str
         state: str
         previous: str
         sequence: int
-        account_id: str
-        conversation_id: str
         outcome: str | None
         reason: str | None
 
@@ -296,16 +130,13 @@ class AnswerExecution(Aggregate):
                 x.record = CompletionRecord.from_dict(self.record)
             x._trace("closed", self.state)
 
-    class StageReported(MessageEvent):
+    class StageReported(RunEvent):
         class_version = 1
-        run_id: str
-        account_id: str
-        conversation_id: str
         stage: str
         detail: str | None
 
         def change(self, x: AnswerExecution) -> None:
-            x.stages.append(_Stage(self.stage, self.detail, self.timestamp, self.event_id))
+            x.stages.append(StageRecord(self.stage, self.detail, self.timestamp, self.event_id))
             x._trace("stage", self.stage)
 
     class EvidenceGranted(MessageEvent):
@@ -342,19 +173,9 @@ class AnswerExecution(Aggregate):
         log_position: int
 
         def change(self, x: AnswerExecution) -> None:
-            x.effects.append(
-                EffectRecord(
-                    self.kind,  # type: ignore[arg-type]
-                    self.candidate_id,
-                    self.block_id,
-                    self.revision,
-                    self.body_sha256,
-                    self.receipt_id,
-                    self.log_position,
-                    self.event_id,
-                    self.timestamp,
-                )
-            )
+            x.effects.append(EffectRecord(self.kind, self.candidate_id, self.block_id, self.revision,  # type: ignore[arg-type]
+                                          self.body_sha256, self.receipt_id, self.log_position, self.event_id,
+                                          self.timestamp))
             x._trace(f"effect.{self.kind}", self.block_id)
 
     class Refused(MessageEvent):
@@ -376,26 +197,19 @@ class AnswerExecution(Aggregate):
             x.redacted_sources[self.source_id] = self.timestamp
             x._trace("evidence.redacted", self.source_id)
 
-    class Erased(MessageEvent):
+    class Erased(RunEvent):
         class_version = 1
-        run_id: str
         reason: str
-        account_id: str
-        conversation_id: str
 
         def change(self, x: AnswerExecution) -> None:
             x.erased_at = self.timestamp
             x.erasure_reason = self.reason
             x._trace("erased", self.reason)
 
-    class LeaseLapsed(MessageEvent):
+    class LeaseLapsed(RunEvent):
         """X10: no runtime message of the open run reached the Journal for ``lease_seconds``;
         the closing (``failed``, ``reason``) follows in the same transaction."""
         class_version = 1
-
-        run_id: str
-        account_id: str
-        conversation_id: str
         reason: str
         lease_seconds: float
 
@@ -403,14 +217,10 @@ class AnswerExecution(Aggregate):
             x.lapsed = self.reason
             x._trace("lease.lapsed", None)
 
-    class StopRequested(MessageEvent):
+    class StopRequested(RunEvent):
         """X11: the run's user asked it to stop (``run.cancel_requested``) while it was open.
         A request, not a transition: the run stays as it is until its runtime ends it."""
         class_version = 1
-
-        run_id: str
-        account_id: str
-        conversation_id: str
 
         def change(self, x: AnswerExecution) -> None:
             x.stop_requested_at = self.timestamp
@@ -429,7 +239,7 @@ class AnswerExecution(Aggregate):
         self.transitions: list[TransitionRecord] = []
         self.processed: set[str] = set()
         self.refusals: list[RefusalRecord] = []
-        self.stages: list[_Stage] = []
+        self.stages: list[StageRecord] = []
         self.grants: list[GrantRecord] = []
         self.receipts: list[ReceiptRecord] = []
         self.effects: list[EffectRecord] = []
@@ -486,30 +296,21 @@ class AnswerExecution(Aggregate):
         self.trigger_event(self.Refused, event_id=event_id, message_type=message_type, code=refusal.code.value, detail=refusal.detail)
 
     def admit(self, event_id: str, request: AnswerExecutionRequest) -> bool:
-        if event_id in self.processed:
-            return False
-        try:
-            self._check_not_erased()
+        def check() -> None:
             check_transition(self.state, State.ADMITTED)
             if request.run_id != self.run_id:
                 raise Refusal(RefusalCode.ILLEGAL_TRANSITION, "request bound to another run")
-        except Refusal as r:
-            self.refuse(event_id, "run.admitted", r)
+
+        if not self._accepts(event_id, "run.admitted", check):
             return False
         self.trigger_event(self.Admitted, event_id=event_id, request=request.to_dict())
         return True
 
     def transition(self, event_id: str, message_type: str, target: State, reason: str | None = None) -> bool:
         """A non-completing transition (queued, running, stopped, failed, throttled, rejected)."""
-        if event_id in self.processed:
-            return False
         if target is State.COMPLETED:
             raise ValueError("use complete() for completions")
-        try:
-            self._check_not_erased()
-            check_transition(self.state, target)
-        except Refusal as r:
-            self.refuse(event_id, message_type, r)
+        if not self._accepts(event_id, message_type, lambda: check_transition(self.state, target)):
             return False
         if target is State.STOPPED and reason is None and self.stop_requested_at is not None:
             reason = STOP_REQUESTED  # X11: the runtime stopped the run its user asked to stop
@@ -521,17 +322,14 @@ class AnswerExecution(Aggregate):
     def complete(self, event_id: str, record: CompletionRecord, tombstoned: frozenset[str] = frozenset()) -> bool:
         """Freeze the completion record (X4). ``tombstoned``: sources of the record already tombstoned —
         they are redacted *before* the record closes, so even the closing announcement knows (X7)."""
-        if event_id in self.processed:
-            return False
-        try:
-            self._check_not_erased()
+        def check() -> None:
             if self.state is State.COMPLETED and self.record is not None:
                 if self.record.fingerprint == record.fingerprint:
                     raise Refusal(RefusalCode.DUPLICATE_COMPLETION, f"already completed by {self.record.event_id}")
                 raise Refusal(RefusalCode.CONTRADICTORY_COMPLETION, f"frozen by {self.record.event_id}; outcome {self.record.outcome} vs {record.outcome}")
             check_transition(self.state, State.COMPLETED, record.outcome)
-        except Refusal as r:
-            self.refuse(event_id, "run.completed", r)
+
+        if not self._accepts(event_id, "run.completed", check):
             return False
         self._trigger_transition(event_id, State.COMPLETED, record.outcome, None)
         for source_id in dict.fromkeys(record.source_ids):
@@ -545,10 +343,7 @@ class AnswerExecution(Aggregate):
         Journal code, unsealed). Only an open run lapses; anything else changes nothing."""
         if event_id in self.processed or self.erased or self.state not in LIVE:
             return False
-        assert self.request is not None
-        self.trigger_event(self.LeaseLapsed, run_id=self.run_id, event_id=event_id,
-                           account_id=self.request.account_id, conversation_id=self.request.conversation_id,
-                           reason=reason, lease_seconds=lease_seconds)
+        self._trigger_run_event(self.LeaseLapsed, event_id, reason=reason, lease_seconds=lease_seconds)
         self._trigger_transition(event_id, State.FAILED, None, reason)
         self._trigger_closed(event_id, State.FAILED, None)
         return True
@@ -557,75 +352,37 @@ class AnswerExecution(Aggregate):
         """X11: the user asked the run to stop. Recorded once, while the run is open; a request
         for a run that already ended (or was asked already) changes nothing; one naming another
         account, or a run never admitted, is refused and recorded."""
-        if event_id in self.processed:
+        if not self._accepts(event_id, "run.cancel_requested", lambda: check_stop_request(
+                self.state, self.account_id, account_id, self.stop_requested_at is not None)):
             return False
-        try:
-            self._check_not_erased()
-            if not check_stop_request(self.state, self.account_id, account_id, self.stop_requested_at is not None):
-                return False
-        except Refusal as r:
-            self.refuse(event_id, "run.cancel_requested", r)
-            return False
-        assert self.request is not None
-        self.trigger_event(self.StopRequested, run_id=self.run_id, event_id=event_id,
-                           account_id=self.request.account_id, conversation_id=self.request.conversation_id)
+        self._trigger_run_event(self.StopRequested, event_id)
         return True
 
     def beat(self, event_id: str) -> bool:
         """X10: a heartbeat renews the lease outside the log, so an open run records nothing;
         one for a run that is not open (never admitted, closed, erased) is refused and recorded."""
-        if event_id in self.processed:
-            return False
-        try:
-            self._check_not_erased()
-            check_live_fact(self.state, "run.heartbeat")
-        except Refusal as r:
-            self.refuse(event_id, "run.heartbeat", r)
+        self._accepts(event_id, "run.heartbeat", lambda: check_live_fact(self.state, "run.heartbeat"))
         return False  # a heartbeat never changes the run
 
     def report_stage(self, event_id: str, stage: str, detail: str | None) -> bool:
-        if event_id in self.processed:
+        if not self._accepts(event_id, "run.stage", lambda: check_live_fact(self.state, "run.stage")):
             return False
-        try:
-            self._check_not_erased()
-            check_live_fact(self.state, "run.stage")
-        except Refusal as r:
-            self.refuse(event_id, "run.stage", r)
-            return False
-        assert self.request is not None
-        self.trigger_event(
-            self.StageReported,
-            run_id=self.run_id,
-            event_id=event_id,
-            account_id=self.request.account_id,
-            conversation_id=self.request.conversation_id,
-            stage=stage,
-            detail=detail,
-        )
+        self._trigger_run_event(self.StageReported, event_id, stage=stage, detail=detail)
         return True
 
     def grant(self, event_id: str, source_id: str, scope: str, owner_account_id: str, title: str | None) -> bool:
-        if event_id in self.processed:
-            return False
-        try:
-            self._check_not_erased()
-            check_live_fact(self.state, "evidence.granted")
-        except Refusal as r:
-            self.refuse(event_id, "evidence.granted", r)
+        if not self._accepts(event_id, "evidence.granted", lambda: check_live_fact(self.state, "evidence.granted")):
             return False
         self.trigger_event(self.EvidenceGranted, event_id=event_id, source_id=source_id, scope=scope, owner_account_id=owner_account_id, title=title)
         return True
 
     def record_receipt(self, event_id: str, tool_call_id: str, status: str) -> bool:
         """P19: a receipt may settle after the run ended, but not before admission."""
-        if event_id in self.processed:
-            return False
-        try:
-            self._check_not_erased()
+        def check() -> None:
             if self.state is None:
                 raise Refusal(RefusalCode.NOT_ADMITTED, "tool.receipt before admission")
-        except Refusal as r:
-            self.refuse(event_id, "tool.receipt", r)
+
+        if not self._accepts(event_id, "tool.receipt", check):
             return False
         self.trigger_event(self.ToolReceiptRecorded, event_id=event_id, tool_call_id=tool_call_id, status=status)
         return True
@@ -646,17 +403,8 @@ class AnswerExecution(Aggregate):
         a failure; either way it is a fact about Publication, not about the run's success."""
         if event_id in self.processed:
             return False
-        self.trigger_event(
-            self.EffectObserved,
-            event_id=event_id,
-            kind=kind,
-            candidate_id=candidate_id,
-            block_id=block_id,
-            revision=revision,
-            body_sha256=body_sha256,
-            receipt_id=receipt_id,
-            log_position=log_position,
-        )
+        self.trigger_event(self.EffectObserved, event_id=event_id, kind=kind, candidate_id=candidate_id, block_id=block_id,
+                           revision=revision, body_sha256=body_sha256, receipt_id=receipt_id, log_position=log_position)
         return True
 
     def redact(self, source_id: str, cause: str = "source_tombstoned") -> bool:
@@ -670,50 +418,42 @@ class AnswerExecution(Aggregate):
         """X8: the conversation was deleted; the sealed fields are now unreadable (key destroyed)."""
         if self.erased or event_id in self.processed or self.request is None:
             return False
-        self.trigger_event(
-            self.Erased,
-            run_id=self.run_id,
-            event_id=event_id,
-            reason=reason,
-            account_id=self.request.account_id,
-            conversation_id=self.request.conversation_id,
-        )
+        self._trigger_run_event(self.Erased, event_id, reason=reason)
         return True
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _check_not_erased(self) -> None:
-        if self.erased:
-            raise Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted")
+    def _accepts(self, event_id: str, message_type: str, check: Callable[[], bool | None]) -> bool:
+        """Whether the message may change the run: not seen before (X2), the run not erased (X8),
+        and ``check`` passing. A :class:`Refusal` either raises is recorded as ``Refused``; a
+        ``check`` that returns ``False`` means the message changes nothing and is no refusal."""
+        if event_id in self.processed:
+            return False
+        try:
+            if self.erased:
+                raise Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted")
+            return check() is not False
+        except Refusal as r:
+            self.refuse(event_id, message_type, r)
+            return False
+
+    def _trigger_run_event(self, event: type[RunEvent], event_id: str, **fields: Any) -> None:
+        """Append a :class:`RunEvent`, naming the run, its account and its conversation."""
+        assert self.request is not None
+        self.trigger_event(event, run_id=self.run_id, event_id=event_id, account_id=self.request.account_id,
+                           conversation_id=self.request.conversation_id, **fields)
 
     def _trigger_transition(self, event_id: str, target: State, outcome: str | None, reason: str | None) -> None:
-        assert self.request is not None and self.state is not None
-        self.trigger_event(
-            self.Transitioned,
-            run_id=self.run_id,
-            event_id=event_id,
-            state=target.value,
-            previous=self.state.value,
-            sequence=self.sequence + 1,
-            account_id=self.request.account_id,
-            conversation_id=self.request.conversation_id,
-            outcome=outcome,
-            reason=reason,
-        )
+        assert self.state is not None
+        self._trigger_run_event(self.Transitioned, event_id, state=target.value, previous=self.state.value,
+                                sequence=self.sequence + 1, outcome=outcome, reason=reason)
 
     def _trigger_closed(self, event_id: str, state: State, record: CompletionRecord | None) -> None:
         assert self.request is not None
-        self.trigger_event(
-            self.Closed,
-            run_id=self.run_id,
-            event_id=event_id,
-            state=state.value,
-            account_id=self.request.account_id,
-            conversation_id=self.request.conversation_id,
-            message_id=self.request.message_id,
-            record=record.to_dict() if record else None,
-            redacted=sorted(s for s in self.redacted_sources if record and s in record.source_ids),
-        )
+        self.trigger_event(self.Closed, run_id=self.run_id, event_id=event_id, state=state.value,
+                           account_id=self.request.account_id, conversation_id=self.request.conversation_id,
+                           message_id=self.request.message_id, record=record.to_dict() if record else None,
+                           redacted=sorted(s for s in self.redacted_sources if record and s in record.source_ids))
 
     def _enter(self, state: State, event_id: str, reason: str | None, at: datetime) -> None:
         previous = self.state

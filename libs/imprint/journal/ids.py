@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 from uuid import UUID, uuid5
 
@@ -10,32 +11,22 @@ from imprint.ids import remembered
 JOURNAL_NAMESPACE: Final = UUID("6f1d3c1e-2b7a-5e43-9a55-7d0c8e1f4a21")
 
 
-@remembered
-def execution_id(run_id: str) -> UUID:
-    """``AnswerExecution`` id: uuid5 of the run id."""
-    return uuid5(JOURNAL_NAMESPACE, f"run:{run_id}")
+def _named(kind: str, doc: str) -> Callable[[str | int], UUID]:
+    """The id function of one kind of journal aggregate: uuid5 of ``"<kind>:<natural key>"``."""
+    @remembered
+    def aggregate_id(key: str | int) -> UUID:
+        return uuid5(JOURNAL_NAMESPACE, f"{kind}:{key}")
+
+    aggregate_id.__doc__ = doc
+    return aggregate_id
 
 
-@remembered
-def conversation_id(conversation: str) -> UUID:
-    return uuid5(JOURNAL_NAMESPACE, f"conversation:{conversation}")
-
-
-@remembered
-def qcs_id(qcs: str) -> UUID:
-    return uuid5(JOURNAL_NAMESPACE, f"qcs:{qcs}")
-
-
-@remembered
-def source_id(source: str) -> UUID:
-    return uuid5(JOURNAL_NAMESPACE, f"source:{source}")
-
-
-@remembered
-def lease_shard_id(shard: int) -> UUID:
-    """``LeaseShard`` id: uuid5 of the runtime partition number (X10)."""
-    # "lease-lane:" is how logs spell this id since before the rename: changing it would lose their records.
-    return uuid5(JOURNAL_NAMESPACE, f"lease-lane:{shard}")
+execution_id = _named("run", "``AnswerExecution`` id: uuid5 of the run id.")
+conversation_id = _named("conversation", "``Conversation`` id: uuid5 of the conversation id.")
+qcs_id = _named("qcs", "``QcsIdentity`` id: uuid5 of the QCS id.")
+source_id = _named("source", "``SourceLinks`` id: uuid5 of the source id.")
+# "lease-lane" is how logs spell this id since before the shard was called a shard: changing it would lose their records.
+lease_shard_id = _named("lease-lane", "``LeaseShard`` id: uuid5 of the runtime partition number (X10).")
 
 
 def announcement_id(originator_id: UUID, version: int) -> UUID:

@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
-from uuid import uuid5
+from uuid import UUID, uuid5
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
@@ -82,7 +82,12 @@ class LeaseShard(Aggregate):
 
     class_version = 2
 
-    id_for = create_id = staticmethod(ids.lease_shard_id)  # create_id: the library's id of ``LeaseShard(shard)``
+    id_for = staticmethod(ids.lease_shard_id)
+
+    @staticmethod
+    def create_id(shard: int) -> UUID:
+        """The library's id of ``LeaseShard(shard)`` (it passes the argument by name)."""
+        return ids.lease_shard_id(shard)
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ One module per rule, so a reader finds each rule by file name:
 ``saving``          P15 what a commit that did not plainly succeed leaves
 ``proof``           R4 what a commit's proof covers
 ``handling``        the handler table: what one message does (pure)
+``aggregates``      the aggregates a handler reads and creates in a unit's workspace
+``outcomes``        how a settled candidate ended; receipt and reconciliation ids
 ``sources``         the source registry aggregate and its standing
 ``conversations``   which runs a conversation deletion reaches (X8; sealing in ``imprint.shredding``)
 ``announcements``   committed events → ``imprint.publication.v1`` messages (P14)

@@ -7,7 +7,7 @@ lazily, without copying the run's state on every settlement."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Generic, Iterator, Literal, Mapping, TypeVar
 
 Scope = Literal["public", "private"]
@@ -15,9 +15,17 @@ Scope = Literal["public", "private"]
 V = TypeVar("V")
 
 
+class FlatRecord:
+    """A record the run keeps as a flat dict of its fields, as they are (no container to copy)."""
+
+    __slots__ = ()
+
+    def to_state(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
 
 @dataclass(frozen=True, slots=True)
-class Grant:
+class Grant(FlatRecord):
     """``evidence.granted``: this run may cite ``source_id`` (P7)."""
 
     source_id: str
@@ -29,13 +37,9 @@ class Grant:
     def from_state(cls, state: Mapping[str, Any]) -> Grant:
         return cls(state["source_id"], state["scope"], state["owner_account_id"], state.get("title", ""))
 
-    def to_state(self) -> dict[str, Any]:
-        return {"source_id": self.source_id, "scope": self.scope,
-                "owner_account_id": self.owner_account_id, "title": self.title}
-
 
 @dataclass(frozen=True, slots=True)
-class NumericValue:
+class NumericValue(FlatRecord):
     """``numeric.issued`` at its latest version (P9). ``value`` is the decimal string."""
 
     handle_id: str
@@ -47,10 +51,6 @@ class NumericValue:
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> NumericValue:
         return cls(state["handle_id"], state["value"], state.get("unit", ""), state["version"], state.get("source_id"))
-
-    def to_state(self) -> dict[str, Any]:
-        return {"handle_id": self.handle_id, "value": self.value, "unit": self.unit,
-                "version": self.version, "source_id": self.source_id}
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,25 +15,35 @@ timestamp, ``receipt_id`` a uuid5 of (block_id, revision).
 
 A candidate's settlement is recorded under its identity, so an
 ``answer.save_unknown`` is resolved by reading the run back and asking
-:meth:`PublicationRun.settled` — never by assuming (P15, P19)."""
+:meth:`PublicationRun.settled` — never by assuming (P15, P19). The values it answers with,
+and the receipt and reconciliation ids, are :mod:`~imprint.publication.outcomes`.
+
+One file, though long: the aggregate, its nested events and the commands that trigger
+them are the one consistency boundary of P15 — eventsourcing stores each event under its
+aggregate's qualified name (``imprint.publication.run:PublicationRun.<Event>``, the topic in
+every stored log), so the events cannot move, and each command is the one place its events
+are triggered from; every rule it applies lives in its own module (``settlement`` and the
+modules it runs)."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
 from eventsourcing.domain import Aggregate
 
 from imprint.ids import remembered
 
-from imprint.contracts.publication import Receipt, WithdrawalCause
+from imprint.contracts.publication import WithdrawalCause
 from imprint.publication import settlement as decisions
 from imprint.publication.candidate import Candidate, IntakeRefusal
 from imprint.publication.dependencies import blocks_to_withdraw
 from imprint.publication.facts import BlockRecord, Grant, NumericValue, RunFacts, StateView
+from imprint.publication.outcomes import (  # the outcomes' names stay importable from here too
+    RECEIPT_NAMESPACE, BlockOutcome, CandidateOutcome, OutcomeKind, ReconciliationKind, receipt_id_for,
+    reconciliation_key,
+)
 from imprint.publication.policy import DEFAULT_POLICY, Policy
 from imprint.publication.quota import quota_key
 from imprint.publication.sources import (
@@ -46,56 +56,21 @@ from imprint.publication.sources import (
 )
 
 RUN_NAMESPACE = uuid.UUID("0c8e5a4d-2f1b-5c3a-8d7e-6b5a4c3d2e1f")
-RECEIPT_NAMESPACE = uuid.UUID("9d2c4b6a-8e1f-5a3b-9c7d-2e4f6a8b0c1d")
 MAX_ERROR_CHARS = 500
 
-OutcomeKind = Literal["committed", "unchanged", "rejected", "revision_rejected"]
-ReconciliationKind = Literal[
-    "effect_confirmed", "save_resolved", "save_not_committed", "preview_not_committed", "committed_unjournaled",
+__all__ = [
+    "MAX_ERROR_CHARS", "RECEIPT_NAMESPACE", "RUN_NAMESPACE", "BlockOutcome", "BlockSettled", "CandidateOutcome",
+    "OutcomeKind", "PublicationRun", "ReconciliationKind", "receipt_id_for", "reconciliation_key",
 ]
-"""R7: what ``imprint recover --apply`` may record. None of them settles a
-candidate, changes a block or promotes a preview."""
 
 
-def reconciliation_key(kind: str, candidate_id: str | None, block_id: str | None, revision: int | None) -> str:
-    return f"{kind}|{candidate_id or ''}|{block_id or ''}|{'' if revision is None else revision}"
+class BlockSettled(Aggregate.Event):
+    """How one block of a candidate was settled (committed, unchanged, rejected, or its
+    revision rejected): what every such event names. A base, never stored itself."""
 
-
-_RECEIPT_NAMESPACE_BYTES = RECEIPT_NAMESPACE.bytes
-
-
-def receipt_id_for(block_id: str, revision: int) -> str:
-    """``str(uuid.uuid5(RECEIPT_NAMESPACE, f"{block_id}:{revision}"))``, spelled out: the
-    ``UUID`` object it builds and formats was a tenth of a replayed view's cost."""
-    digest = bytearray(hashlib.sha1(_RECEIPT_NAMESPACE_BYTES + f"{block_id}:{revision}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-@dataclass(frozen=True, slots=True)
-class BlockOutcome:
-    """How one block of a settled candidate ended."""
-
-    block_index: int
-    kind: OutcomeKind
-    block_id: str | None = None
-    revision: int | None = None
-    reason: str | None = None
-    receipt: Receipt | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateOutcome:
-    """The read-back of a candidate identity (P15, P19)."""
-
+    run_id: str
     candidate_id: str
-    blocks: tuple[BlockOutcome, ...]
-
-    @property
-    def committed(self) -> tuple[BlockOutcome, ...]:
-        return tuple(b for b in self.blocks if b.kind in ("committed", "unchanged"))
+    block_index: int
 
 
 class PublicationRun(Aggregate):
@@ -183,10 +158,7 @@ class PublicationRun(Aggregate):
         title: str
 
         def apply(self, run: PublicationRun) -> None:
-            run.grants[self.source_id] = {
-                "source_id": self.source_id, "scope": self.scope,
-                "owner_account_id": self.owner_account_id, "title": self.title,
-            }
+            run.grants[self.source_id] = Grant(self.source_id, self.scope, self.owner_account_id, self.title).to_state()  # type: ignore[arg-type]
 
     class NumericIssued(Aggregate.Event):
         class_version = 1
@@ -197,10 +169,8 @@ class PublicationRun(Aggregate):
         source_id: str | None
 
         def apply(self, run: PublicationRun) -> None:
-            run.numerics[self.handle_id] = {
-                "handle_id": self.handle_id, "value": self.value, "unit": self.unit,
-                "version": self.version, "source_id": self.source_id,
-            }
+            run.numerics[self.handle_id] = NumericValue(self.handle_id, self.value, self.unit, self.version,
+                                                        self.source_id).to_state()
 
     class CandidateRefused(Aggregate.Event):
         """P2: a message that never became a candidate, and why."""
@@ -226,11 +196,8 @@ class PublicationRun(Aggregate):
         def apply(self, run: PublicationRun) -> None:
             run._consume(self.quota_key, self.block_id)
 
-    class BlockRevisionCommitted(Aggregate.Event):
+    class BlockRevisionCommitted(BlockSettled):
         class_version = 1
-        run_id: str
-        candidate_id: str
-        block_index: int
         block: dict[str, Any]
         """The settled :class:`BlockView`, JSON-shaped (no receipt: the event is the receipt)."""
         receipt_id: str
@@ -277,13 +244,10 @@ class PublicationRun(Aggregate):
             run._note(self.candidate_id, self.block_index, "committed", block_id,
                       revision=block["revision"], receipt=self.receipt())
 
-    class CandidateUnchanged(Aggregate.Event):
+    class CandidateUnchanged(BlockSettled):
         """P11: an exact duplicate; the original receipt is reused."""
 
         class_version = 1
-        run_id: str
-        candidate_id: str
-        block_index: int
         block_id: str
         revision: int
         receipt: dict[str, Any]
@@ -292,11 +256,8 @@ class PublicationRun(Aggregate):
             run._note(self.candidate_id, self.block_index, "unchanged", self.block_id,
                       revision=self.revision, receipt=self.receipt)
 
-    class BlockRejected(Aggregate.Event):
+    class BlockRejected(BlockSettled):
         class_version = 1
-        run_id: str
-        candidate_id: str
-        block_index: int
         reason: str
         detail: str
         """Internal only: may name a private source."""
@@ -305,11 +266,8 @@ class PublicationRun(Aggregate):
         def apply(self, run: PublicationRun) -> None:
             run._note(self.candidate_id, self.block_index, "rejected", self.block_id, reason=self.reason)
 
-    class RevisionRejected(Aggregate.Event):
+    class RevisionRejected(BlockSettled):
         class_version = 1
-        run_id: str
-        candidate_id: str
-        block_index: int
         target_block_id: str
         reason: str
         detail: str
@@ -461,15 +419,7 @@ class PublicationRun(Aggregate):
     def settled(self, candidate_id: str) -> CandidateOutcome | None:
         """How a candidate was settled, or ``None`` if no settlement was committed."""
         outcomes = self.candidates.get(candidate_id)
-        if outcomes is None:
-            return None
-        return CandidateOutcome(candidate_id, tuple(
-            BlockOutcome(
-                block_index=o["block_index"], kind=o["kind"], block_id=o["block_id"], revision=o["revision"],
-                reason=o["reason"], receipt=None if o["receipt"] is None else Receipt.model_validate(o["receipt"]),
-            )
-            for o in outcomes
-        ))
+        return None if outcomes is None else CandidateOutcome.from_state(candidate_id, outcomes)
 
     def relied_on(self) -> dict[str, None]:
         """Every source a committed block of this run has ever stood on (never shrinks):
@@ -518,9 +468,7 @@ class PublicationRun(Aggregate):
 
     def grant_evidence(self, source_id: str, scope: str, owner_account_id: str, title: str = "") -> bool:
         """``evidence.granted`` (P7). Idempotent."""
-        current = self.grants.get(source_id)
-        wanted = {"source_id": source_id, "scope": scope, "owner_account_id": owner_account_id, "title": title}
-        if current == wanted:
+        if self.grants.get(source_id) == Grant(source_id, scope, owner_account_id, title).to_state():  # type: ignore[arg-type]
             return False
         self.trigger_event(self.EvidenceGranted, scope=scope, source_id=source_id,
                            owner_account_id=owner_account_id, title=title)
@@ -582,32 +530,24 @@ class PublicationRun(Aggregate):
             self._record(candidate_id, decision)
 
     def _record(self, candidate_id: str, decision: decisions.BlockDecision) -> None:
+        settled = {"run_id": self.run_id, "candidate_id": candidate_id, "block_index": decision.block_index}
         if isinstance(decision, decisions.Commit):
             block = decision.block
             self.trigger_event(
-                self.BlockRevisionCommitted, run_id=self.run_id, candidate_id=candidate_id,
-                block_index=decision.block_index, block=dict(decision.state),
+                self.BlockRevisionCommitted, **settled, block=dict(decision.state),
                 receipt_id=receipt_id_for(block.block_id, block.revision),
                 is_modification=decision.is_modification, target=decision.target, quota_key=decision.quota_key,
                 fingerprint=decision.fingerprint, labels=list(decision.labels),
             )
         elif isinstance(decision, decisions.Unchanged):
-            self.trigger_event(
-                self.CandidateUnchanged, run_id=self.run_id, candidate_id=candidate_id,
-                block_index=decision.block_index, block_id=decision.block_id, revision=decision.revision,
-                receipt=decision.receipt.model_dump(mode="json"),
-            )
+            self.trigger_event(self.CandidateUnchanged, **settled, block_id=decision.block_id, revision=decision.revision,
+                               receipt=decision.receipt.model_dump(mode="json"))
         elif isinstance(decision, decisions.Rejected):
-            self.trigger_event(
-                self.BlockRejected, run_id=self.run_id, candidate_id=candidate_id, block_index=decision.block_index,
-                reason=decision.reason, detail=decision.detail, block_id=decision.block_id,
-            )
+            self.trigger_event(self.BlockRejected, **settled, reason=decision.reason, detail=decision.detail,
+                               block_id=decision.block_id)
         else:
-            self.trigger_event(
-                self.RevisionRejected, run_id=self.run_id, candidate_id=candidate_id,
-                block_index=decision.block_index, target_block_id=decision.target, reason=decision.reason,
-                detail=decision.detail,
-            )
+            self.trigger_event(self.RevisionRejected, **settled, target_block_id=decision.target,
+                               reason=decision.reason, detail=decision.detail)
 
     def withdraw_for_source(
         self, source_id: str, cause: WithdrawalCause = "source_revoked", account_id: str | None = None

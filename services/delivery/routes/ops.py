@@ -15,6 +15,13 @@ STATIC = Path(__file__).resolve().parent.parent / "static"
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+"""What a page Delivery serves may load and do: its own scripts, styles and API, nothing else."""
+
+
+def page(name: str) -> FileResponse:
+    """One of Delivery's pages (the reference client, the operator's inspector), under :data:`CSP`,
+    revalidated on every load."""
+    return FileResponse(STATIC / name, headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"})
 
 
 def router(ctx: Shared) -> APIRouter:
@@ -44,7 +51,6 @@ def router(ctx: Shared) -> APIRouter:
 
     @api.get("/", include_in_schema=False)
     async def index() -> Response:
-        return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": CSP,
-                                                            "Cache-Control": "no-cache"})
+        return page("index.html")
 
     return api

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from imprint.delivery.frames import Frame
-from services.delivery.notifier import Notifier, SharedFrame, StoreWakeups
+from services.delivery.notifier import Notifier, SharedFrame
+from services.delivery.store_wakeups import StoreWakeups
 from services.delivery.view_store import FeedRead
 
 RUN = "run-feed"

@@ -1,0 +1,74 @@
+"""The three forms a stream writes its frames in (:class:`~services.delivery.stream.EventStream`
+writes whichever it is given): imprint's own SSE (D1/D2), the AI SDK UI message stream, and a
+conversation's notices as AI SDK parts (D7). Each says its headers, its opening, each frame's
+bytes and its closing."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from imprint.delivery.frames import RESET, Frame
+from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, encode, notice_part, reset_part
+
+RETRY_MS = 2000
+
+
+class StreamFormat(Protocol):
+    headers: list[tuple[bytes, bytes]]
+
+    def opening(self) -> bytes: ...
+
+    def frame(self, frame: Frame) -> bytes: ...
+
+    def closing(self, terminal: bool) -> bytes: ...
+
+
+class SSEFrames:
+    """imprint's own SSE: ``id`` / ``event`` / ``data`` per frame (D1/D2)."""
+
+    headers: list[tuple[bytes, bytes]] = []
+
+    def opening(self) -> bytes:
+        return f"retry: {RETRY_MS}\n\n".encode()
+
+    def frame(self, frame: Frame) -> bytes:
+        return frame.sse()
+
+    def closing(self, terminal: bool) -> bytes:
+        return b""
+
+
+class UIMessageParts:
+    """The AI SDK UI message stream (:mod:`imprint.delivery.ui_message_stream`)."""
+
+    headers = [(HEADER[0].encode(), HEADER[1].encode())]
+
+    def __init__(self, mapping: UIMessageStream) -> None:
+        self.mapping = mapping
+
+    def opening(self) -> bytes:
+        return b"".join(encode(part) for part in self.mapping.start())
+
+    def frame(self, frame: Frame) -> bytes:
+        return b"".join(encode(part) for part in self.mapping.parts(frame))
+
+    def closing(self, terminal: bool) -> bytes:
+        return DONE_EVENT if terminal else b""
+
+
+class UINoticeParts:
+    """A conversation's notices as AI SDK parts (D7, :func:`imprint.delivery.ui_message_stream.notice_part`),
+    each with its SSE ``id`` (the SDK's parser ignores it; a client that resumes sends it back)."""
+
+    headers = [(HEADER[0].encode(), HEADER[1].encode())]
+
+    def opening(self) -> bytes:
+        return b""
+
+    def frame(self, frame: Frame) -> bytes:
+        data = frame.data if isinstance(frame.data, dict) else {}
+        part = reset_part(data) if frame.event == RESET else notice_part(data)
+        return f"id: {frame.id}\n".encode() + encode(part)
+
+    def closing(self, terminal: bool) -> bytes:
+        return b""
