@@ -489,7 +489,7 @@ class Polls:
       fetcher reads both settings each time it builds a fetch request; they are set
       just before it does.
 
-    ``fetches`` and ``long_polls`` count the fetch requests sent, for the bench and tests."""
+    ``fetches`` and ``long_polls`` count the fetch requests sent, for tests."""
 
     def __init__(self, max_records: int, *, busy_wait_ms: int, busy_min_bytes: int = 1, gathers: bool = False,
                  long_poll_ms: int = LONG_POLL_MS) -> None:
@@ -501,6 +501,8 @@ class Polls:
         self._polled_at = -QUIET_SECONDS
         self.fetches = 0
         self.long_polls = 0
+        self.long_polling = False
+        """The last fetch sent was a long poll (it is in flight until records or the wait end it)."""
 
     async def get_msg(self, consumer: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
         if consumer is not self._consumer:
@@ -521,9 +523,10 @@ class Polls:
                 not self._gathers or time.monotonic() - self._polled_at >= QUIET_SECONDS)
             fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes = self._long if quiet else self._busy
             planned = plan(assignment)
-            self.fetches += len(planned[0])
-            if quiet:
-                self.long_polls += len(planned[0])
+            if planned[0]:
+                self.fetches += len(planned[0])
+                self.long_polls += len(planned[0]) if quiet else 0
+                self.long_polling = quiet
             return planned
 
         fetcher._get_actions_per_node = actions
