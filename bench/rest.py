@@ -123,17 +123,21 @@ def sample(settings: Any, parts: dict[str, int], seconds: float) -> dict[str, An
     return out
 
 
-def floor(settings: Any, seconds: float) -> dict[str, float]:
+def floor(settings: Any, seconds: float) -> dict[str, Any]:
     """The broker's and PostgreSQL's CPU with no part running (their own idle work, and
-    whatever else uses a shared server meanwhile), in % of one core."""
-    return sample(settings, {}, seconds)["percent_of_core"]
+    whatever else uses a shared server meanwhile), in % of one core, and the transactions
+    committed meanwhile in the stack's database."""
+    alone = sample(settings, {}, seconds)
+    return {**alone["percent_of_core"], "transactions_per_s": alone.get("transactions_per_s")}
 
 
 def measure(settings: Any, stack: Any, seconds: float, say: Callable[[str], None],
-            settle: float = 5.0) -> dict[str, Any]:
-    """Floor first (before ``stack`` starts, or with it stopped), then the ready stack at rest."""
-    say(f"rest: the broker and PostgreSQL alone for {seconds:.0f} s (their floor)")
-    base = floor(settings, seconds)
+            settle: float = 5.0, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The floor first (``base``: measured already, before ``stack`` started), then the
+    ready stack at rest."""
+    if base is None:
+        say(f"rest: the broker and PostgreSQL alone for {seconds:.0f} s (their floor)")
+        base = floor(settings, seconds)
     if not stack.pids():
         stack.start()
     stack.wait_ready()
@@ -155,10 +159,48 @@ def measure(settings: Any, stack: Any, seconds: float, say: Callable[[str], None
     return result
 
 
+PROBE_GAP_SECONDS = 2.5
+"""Quiet before each probe proposal: past a consumer's long poll and its quiet spell
+(``services.common.kafka.LONG_POLL_MS``, ``QUIET_SECONDS``), so each one meets a stack at rest."""
+
+
+async def probe(driver: Any, proposals: int, say: Callable[[str], None], gap: float = PROBE_GAP_SECONDS
+                ) -> dict[str, Any]:
+    """``proposals`` single proposals into one run with one SSE client, each after ``gap`` seconds
+    of quiet: produce → ``answer.preview`` and → ``answer.published`` seen on Kafka, and → the
+    SSE frame, in ms (the first proposal's too: nothing warms the stack for it)."""
+    import asyncio
+
+    from bench.stats import latency_summary
+    from bench.workload import Sources, typical_part
+
+    run = "run-rest-probe"
+    await driver.admit([run], Sources(), clients=True)
+    hops: dict[str, list[float]] = {"preview": [], "published": [], "sse": [], "preview_to_published_sent": []}
+    for index in range(proposals):
+        await asyncio.sleep(gap)
+        call = f"rest-probe-{index:03d}"
+        sent = time.perf_counter()
+        await driver.send([typical_part(run, call, Sources())])
+        if not await driver.completed([call], 30) or not await driver.streamed([call], 30):
+            raise RuntimeError(f"probe proposal {call} was not published and streamed within 30 s")
+        hops["preview"].append((driver.arrivals.done(call, "preview") - sent) * 1000)
+        hops["published"].append((driver.arrivals.done(call) - sent) * 1000)
+        hops["sse"].append((driver.streamed_at(call) - sent) * 1000)
+        preview, published = driver.arrivals.stamped(call, "preview"), driver.arrivals.stamped(call)
+        if preview is not None and published is not None:  # Publication's commit and its relay
+            hops["preview_to_published_sent"].append(float(published - preview))
+    out = {"proposals": proposals, "gap_s": gap, **{hop: latency_summary(values) for hop, values in hops.items()}}
+    say(f"  one proposal into a stack at rest (×{proposals}): produce → preview {out['preview']}, → published "
+        f"{out['published']}, → SSE {out['sse']}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rest", description=__doc__)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds between ready and the window")
+    parser.add_argument("--probe", type=int, default=0, help="then this many single proposals, each after a quiet spell")
     args = parser.parse_args(argv)
 
     import asyncio
@@ -176,13 +218,29 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(create_topics(settings, int(os.environ.get("KAFKA_TOPIC_PARTITIONS", "3"))))
     stack = Stack(settings, PARTS)
     try:
-        print(json.dumps(measure(settings, stack, args.seconds, say, args.settle), indent=1))
+        out = {"rest": measure(settings, stack, args.seconds, say, args.settle)}
+        if args.probe:
+            out["probe"] = asyncio.run(_probe(settings, stack, args.probe))
+        print(json.dumps(out, indent=1))
     finally:
         stack.stop()
         asyncio.run(delete_topics(settings))
         drop_schema(settings)
         shutil.rmtree(settings.state_dir, ignore_errors=True)
     return 0
+
+
+async def _probe(settings: Any, stack: Any, proposals: int) -> dict[str, Any]:
+    from bench.__main__ import mint_token, say
+    from bench.e2e import Driver
+
+    driver = Driver(settings, stack, say)
+    driver.token = mint_token(settings)
+    await driver.start()
+    try:
+        return await probe(driver, proposals, say)
+    finally:
+        await driver.stop()
 
 
 if __name__ == "__main__":
