@@ -47,7 +47,6 @@ async def until(condition, what: str, timeout: float = 30.0) -> None:  # type: i
     raise AssertionError(f"never: {what}")
 
 
-@pytest.mark.rule("R1")
 def test_a_quiet_relay_reads_its_log_only_when_told_and_relays_the_next_commit_at_once(isolated: Settings) -> None:
     journal = RuntimeJournal.from_settings(isolated)
     relay = journal_relay(isolated, journal, inline=True)
