@@ -29,8 +29,8 @@ RESULTS = ROOT / "bench" / "results"
 PARTS = ("publication", "journal", "delivery")
 """What ``imprint up`` runs (``services.common.launcher.PARTS``): Publication relays its own log."""
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
-E2E_PHASES = ("cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs", "overload",
-              "peer")
+E2E_PHASES = ("rest", "cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs",
+              "overload", "peer")
 """The end-to-end phases (``bench.phases.RUNNERS``), in the order they run."""
 CONSUMER_FLOOR_TOPICS = ("bench.floor.in", "bench.floor.out")
 """The consumer floor's topics: as many partitions as imprint's own."""
@@ -58,6 +58,9 @@ class Plan:
     age_proposals: int = 1000
     stack_cpu_proposals: int = 2000
     """The whole stack's CPU burst (runs of 25, one SSE client per run)."""
+    rest_seconds: float = 30
+    """The stack at rest (``bench.rest``): the broker's and PostgreSQL's floor, then the stack, this long each."""
+    rest_probes: int = 10
     latency_loads: tuple[float, ...] = (0.05, 0.3)
     latency_seconds: float = 30
     latency_runs: int = 100
@@ -86,7 +89,7 @@ class Plan:
     replay_timeout: float = 400
 
 
-QUICK = Plan(rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2,
+QUICK = Plan(rest_seconds=10, rest_probes=3, rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2,
              naive_sizes=(25,), naive_proposals=250, run_size_proposals=400, earlier_runs=300, age_proposals=300,
              stack_cpu_proposals=500, latency_seconds=6, latency_runs=50, ladder=(0.4, 0.8), step_seconds=3,
              many_runs=(20, 500), many_runs_per_run=2, many_runs_rounds=1, overload_seconds=10,
@@ -263,12 +266,22 @@ async def run_e2e(settings: Any, stack: Any, plan: Plan, results: dict[str, Any]
     from bench import phases
     from bench.e2e import Driver
 
+    from bench import rest
+
+    at_rest = "rest" in selected
+    if at_rest:  # before any client of the bench connects
+        results["e2e"]["rest"] = await asyncio.to_thread(rest.measure, settings, stack, plan.rest_seconds, say,
+                                                         base=results["e2e"].pop("rest_floor", None))
+        checkpoint()
     driver = Driver(settings, stack, say)
     driver.token = mint_token(settings)
     await driver.start()
     try:
-        await phases.run(phases.Context(settings, stack, plan, driver, results, samples, say, profile_dir),
-                         selected, errors, checkpoint)
+        if at_rest:
+            results["e2e"]["rest"]["probe"] = await rest.probe(driver, plan.rest_probes, say)
+        if any(phase != "rest" for phase in selected):
+            await phases.run(phases.Context(settings, stack, plan, driver, results, samples, say, profile_dir),
+                             tuple(phase for phase in selected if phase != "rest"), errors, checkpoint)
     finally:
         await driver.stop()
 
@@ -361,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint()
         if selected:
             phase = time.monotonic()
+            if "rest" in selected:  # the broker's and PostgreSQL's own idle work, before the stack starts
+                from bench.rest import floor
+
+                say(f"rest: the broker and PostgreSQL alone for {plan.rest_seconds:.0f} s (their floor)")
+                results["e2e"]["rest_floor"] = floor(settings, plan.rest_seconds)
             stack = Stack(settings, PARTS)
             say(f"starting {', '.join(PARTS)} (schema {settings.database_schema}, prefix {settings.topic_prefix})")
             stack.start()

@@ -109,6 +109,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"key": key, "target": name, "value": value, "bound": bound, "better": better, "unit": unit,
                      "status": status})
 
+    add("rest_stack_percent", "Rest: the stack's CPU with no traffic and no client (its parts, and the broker and "
+        "PostgreSQL above their own floor), % of one core", _get(e2e, "rest", "stack_percent"), 2.0, "lower", "%")
     burst = _get(e2e, "saturation", "per_s")
     stack = _get(e2e, "stack_cpu", "machine_cpu_ms_per_proposal")
     add("cpu_vs_naive_peer", "Floor: machine CPU per proposal, whole stack to the SSE frame ÷ the in-process naive "

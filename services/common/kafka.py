@@ -22,8 +22,10 @@ import dataclasses
 import hashlib
 import logging
 import sqlite3
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 import psycopg
@@ -291,22 +293,36 @@ async def _handle_isolating_poison(
 BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
 
 IDLE_POLL_MS = 10
-"""How long one poll waits for records. FastStream's batch subscriber, after a poll that
-found nothing, also *sleeps* this long before polling again, so it bounds the delay a
-record arriving on a quiet partition (one user's run, between two of its proposals)
-waits before its preview is even looked at. An idle consumer pays for it in empty
-in-memory polls (the fetcher's requests to the broker do not depend on it)."""
+"""The bench's bare consumer floor polls with this timeout (``bench.floors``). A tracked
+consumer's poll does not time out to poll again (:class:`Polls`): it waits for records."""
 
 
 FETCH_WAIT_MS = 20
 """The longest the broker holds a fetch of a consumer on the latency path (Publication,
-Delivery) before answering it empty. aiokafka keeps one fetch in flight per broker and
-leaves out of it every partition whose fetched records are still unconsumed; once a poll
-takes longer than its prefetch backoff (100 ms), the next fetch can hold only quiet
-partitions (the sources and control topics), and the broker kept it for Kafka's default
-500 ms while records waited on the busy ones: under load, a stall of up to half a second
-after every long poll, and a longer poll after it. An idle consumer pays for this bound in
-empty fetches."""
+Delivery) while some of its partitions are left out of that fetch. aiokafka keeps one
+fetch in flight per broker and leaves out of it every partition whose fetched records are
+still unconsumed; once a poll takes longer than its prefetch backoff (100 ms), the next
+fetch can hold only quiet partitions (the sources and control topics), and the broker kept
+it for Kafka's default 500 ms while records waited on the busy ones: under load, a stall of
+up to half a second after every long poll, and a longer poll after it. A fetch that
+carries every partition is a long poll instead (:data:`LONG_POLL_MS`)."""
+
+
+LONG_POLL_MS = 1000
+"""How long the broker holds a fetch that carries every partition of a consumer with
+nothing left to consume (Kafka's ``fetch.max.wait.ms``, with a ``fetch.min.bytes`` of 1):
+a record arriving on any of them answers it at once, so the wait costs no latency, and a
+consumer with nothing to do sends one request per this long instead of one per
+:data:`FETCH_WAIT_MS`. Not longer: the broker answers one request of a connection at a
+time, so a metadata request, and the fetch that re-reads a rewound (nacked) batch, wait
+behind the long poll; a rewound batch waits its retry pause (a second) anyway."""
+
+
+QUIET_SECONDS = 1.0
+"""A gathering consumer (``gather_ms``) that has polled no record for this long long-polls
+(:data:`LONG_POLL_MS`, answered by the first record) instead of gathering: the first
+record after a quiet spell is not held for a gathering window, and a quiet consumer does
+not send an empty fetch every ``gather_ms``. A busy one, even at a paced load, gathers."""
 
 
 GATHER_BYTES = 1024 * 1024
@@ -451,6 +467,71 @@ async def _tolerant_parser(records: Any, original: Callable[[Any], Awaitable[Any
         return await original(safe if isinstance(records, tuple) else safe[0])
 
 
+POLL_WAIT_MS = 60_000
+"""How long one poll of a tracked consumer waits for records before it polls again: it
+returns as soon as a fetch brought any, so this only bounds an idle loop's turns."""
+
+
+class Polls:
+    """How a tracked consumer waits for records, decided in one place for every poll and
+    every fetch.
+
+    * A poll waits until records arrive (:data:`POLL_WAIT_MS`). FastStream's batch
+      subscriber polls with its ``batch_timeout_ms`` and, after an empty poll, *sleeps*
+      that long before the next: a bound short enough not to delay the first record
+      woke every quiet consumer a hundred times a second. It is this subscriber's
+      ``get_msg`` (the one call its consume loop makes per poll).
+    * A fetch that carries every partition — nothing fetched is left to consume, and a
+      gathering consumer has been quiet for :data:`QUIET_SECONDS` — is a long poll
+      (:data:`LONG_POLL_MS`, ``fetch.min.bytes`` 1): the broker answers it with the
+      first record. Any other fetch keeps the busy bounds (``busy_wait_ms`` and
+      ``busy_min_bytes``: :data:`FETCH_WAIT_MS`, or a gathering window). aiokafka's
+      fetcher reads both settings each time it builds a fetch request; they are set
+      just before it does.
+
+    ``fetches`` and ``long_polls`` count the fetch requests sent, for tests."""
+
+    def __init__(self, max_records: int, *, busy_wait_ms: int, busy_min_bytes: int = 1, gathers: bool = False,
+                 long_poll_ms: int = LONG_POLL_MS) -> None:
+        self._max_records = max_records
+        self._busy = (busy_wait_ms, busy_min_bytes)
+        self._gathers = gathers
+        self._long = (long_poll_ms, 1)
+        self._consumer: Any = None
+        self._polled_at = -QUIET_SECONDS
+        self.fetches = 0
+        self.long_polls = 0
+        self.long_polling = False
+        """The last fetch sent was a long poll (it is in flight until records or the wait end it)."""
+
+    async def get_msg(self, consumer: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
+        if consumer is not self._consumer:
+            self._plan_fetches(consumer)
+        polled = await consumer.getmany(timeout_ms=POLL_WAIT_MS, max_records=self._max_records)
+        if not polled:
+            return ()
+        self._polled_at = time.monotonic()
+        return tuple(chain.from_iterable(polled.values()))
+
+    def _plan_fetches(self, consumer: Any) -> None:
+        self._consumer = consumer
+        fetcher = consumer._fetcher  # built by the consumer's start, before its first poll
+        plan = fetcher._get_actions_per_node
+
+        def actions(assignment: Any) -> Any:
+            quiet = not fetcher._records and (
+                not self._gathers or time.monotonic() - self._polled_at >= QUIET_SECONDS)
+            fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes = self._long if quiet else self._busy
+            planned = plan(assignment)
+            if planned[0]:
+                self.fetches += len(planned[0])
+                self.long_polls += len(planned[0]) if quiet else 0
+                self.long_polling = quiet
+            return planned
+
+        fetcher._get_actions_per_node = actions
+
+
 def subscribe_tracked(
     broker: KafkaBroker,
     settings: Settings,
@@ -466,7 +547,8 @@ def subscribe_tracked(
     gather_ms: int = 0,
     on_assigned: Callable[[list[str]], Awaitable[None]] | None = None,
     observe: Callable[[Sequence[ConsumerRecord[Any, Any]]], None] | None = None,
-) -> None:
+    long_poll_ms: int = LONG_POLL_MS,
+) -> Polls:
     """Register ``handle`` for batches from ``topics`` with manual acknowledgement.
 
     ``handle`` must commit its effects together with each message's tracking record
@@ -488,13 +570,16 @@ def subscribe_tracked(
     fetch returns as soon as any one record arrived, so at a steady load a consumer of many
     partitions turns a fetch round trip (encoded, sent and parsed in Python) for every few
     records. For a consumer nobody waits on per message, ``gather_ms`` of delay buys
-    fetches and polls several times larger; an idle one answers one empty fetch per
-    ``gather_ms``.
+    fetches and polls several times larger; a quiet one long-polls (:class:`Polls`).
+
+    Returns the consumer's :class:`Polls` (how it waits; its fetch counts).
     """
 
     commits = OffsetCommits(consumer, settings.offset_commit_seconds)
+    polls = Polls(max_records, busy_wait_ms=gather_ms or FETCH_WAIT_MS,
+                  busy_min_bytes=GATHER_BYTES if gather_ms else 1, gathers=bool(gather_ms), long_poll_ms=long_poll_ms)
 
-    @broker.subscriber(
+    subscriber = broker.subscriber(
         *(settings.topic(t) for t in topics),
         group_id=f"{settings.group_prefix}.{consumer}",
         batch=True,
@@ -508,6 +593,9 @@ def subscribe_tracked(
         decoder=_the_poll,
         parser=_tolerant_parser,
     )
+    subscriber.get_msg = polls.get_msg  # type: ignore[method-assign]  # FastStream's loop calls it per poll
+
+    @subscriber
     async def on_batch(msg: KafkaMessage) -> None:
         msg.clear_cache()  # see _the_poll: the poll is no longer its own decoded body
         records = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
@@ -533,3 +621,5 @@ def subscribe_tracked(
         # this batch's offsets, never the consumer's position (FastStream's ``ack`` commits
         # the position, which is right only when nothing polls meanwhile).
         commits.applied(msg.consumer, records)
+
+    return polls

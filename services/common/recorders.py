@@ -27,6 +27,7 @@ environment it builds (``PROCESS_RECORDER_TOPIC``, ``TRACKING_RECORDER_TOPIC``),
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -182,6 +183,10 @@ class PostgresPollRecorder(PostgresTrackings, PostgresTrackedInserts, PollRecord
             raise ProgrammingError("POSTGRES_ENABLE_DB_FUNCTIONS is not supported by imprint's poll recorder: "
                                    "its inserts would not record the polls' tracking records")
         binary_inserts(self)
+        # The log's channel names its schema: the library's (the table's name) is one channel for
+        # every deployment in a database, and each relay read its log for every other's commits.
+        digest = hashlib.sha256(f"{self.datastore.schema}.{self.events_table_name}".encode()).hexdigest()[:20]
+        self.channel_name = f"imprint_{self.events_table_name}_{digest}"[:63]
         # The statements every recorded poll runs, rendered once.
         self.lock_table_statements = [_rendered(statement) for statement in self.lock_table_statements]
         self.insert_tracking_statement = _rendered(self.insert_tracking_statement)

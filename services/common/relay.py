@@ -32,8 +32,9 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   them without reading the log back, decoding it or opening its seals again. It still
   reads the log, from its position, whenever the next position was not handed off: a
   commit of another process (its NOTIFY carries another committer's mark), a gap, a
-  commit whose outcome was unknown, a relay that just took over, and every second of
-  quiet as a safety net.
+  commit whose outcome was unknown, a relay that just took over, and after a quiet spell
+  as a safety net (:data:`NOTIFIED_CHECK_SECONDS`; without NOTIFY, a poll that slows to
+  :data:`HANDED_CHECK_SECONDS` while nothing is found).
 * A crash between the broker's acknowledgement and the tracking record re-sends the
   last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
   ``event_id``. Nothing committed is skipped.
@@ -84,7 +85,18 @@ RECORD_SECONDS = 0.25
 """How long a produced batch's position may wait for its record (a crash re-sends at most
 that long's batches)."""
 LEADERSHIP_CHECK_SECONDS = 1.0
-"""How long a relay trusts its lock session between two checks of it."""
+"""How long a relay trusts its lock session between two checks of it (checked before a
+batch is read: a quiet relay reads nothing and checks nothing)."""
+NOTIFIED_CHECK_SECONDS = 30.0
+"""With NOTIFY (PostgreSQL): how long a quiet relay trusts the notifications before it
+reads the log itself. Every commit notifies and every reconnect of the listener makes the
+relay read, so this read is only a safety net: a relay reading every second was two
+statements a second per log with nothing to say."""
+HANDED_CHECK_SECONDS = 1.0
+"""With a hand-off but no NOTIFY (SQLite, one writer per store): the longest a quiet relay
+goes without reading its log. The writer's own commits are handed to it at once; a commit
+of another process (a tool) is read by this poll, which starts at ``idle_seconds`` after
+anything was relayed and doubles while nothing is found, up to this."""
 
 
 class Publisher(Protocol):
@@ -193,6 +205,21 @@ class Relay:
             return asyncio.ensure_future(asyncio.to_thread(self._read, after, handed_checked=True))
         return asyncio.ensure_future(asyncio.to_thread(self._read, after))
 
+    def _first_quiet_wait(self) -> float:
+        """How long the relay waits, once the log has nothing more, before it reads the log
+        itself: the commits it is woken for (NOTIFY, the hand-off) need no read of their own."""
+        if self._wakeups is not None:
+            return NOTIFIED_CHECK_SECONDS
+        return self._idle_seconds
+
+    def _next_quiet_wait(self, waited: float) -> float:
+        """After a wait that ended with nothing: a relay handed its writer's commits polls
+        for other writers less and less often (up to :data:`HANDED_CHECK_SECONDS`); one
+        with no other wake-up keeps polling every ``idle_seconds``."""
+        if self._wakeups is None and self._handoff is not None:
+            return min(max(waited * 2, self._idle_seconds), HANDED_CHECK_SECONDS)
+        return waited
+
     def _heard(self, committer: str | None) -> None:
         """A commit to the log (its committer's mark; ``None``: commits may have been missed)."""
         if committer is None or not self._handed_off(committer):
@@ -236,7 +263,7 @@ class Relay:
         self.position = recorded = await asyncio.to_thread(self.recorded_position)
         log.info("relay active", relay=self.name, position=self.position, notified=self._wakeups is not None)
         loop = asyncio.get_running_loop()
-        idle = 1.0 if self._wakeups is not None else self._idle_seconds  # NOTIFY wakes it; the timeout is a safety net
+        idle = self._first_quiet_wait()
         if self._handoff is not None:
             wake = self._wake
             self._handoff.open(lambda: loop.call_soon_threadsafe(wake.set))
@@ -274,9 +301,11 @@ class Relay:
                             await record(self.position)
                         elif wait >= idle:
                             self._log_unread = True  # quiet for a while: look at the log itself
+                            idle = self._next_quiet_wait(idle)
                     self._wake.clear()
                     pending = self._next(self.position)
                     continue
+                idle = self._first_quiet_wait()
                 self._wake.clear()
                 pending = self._next(batch[-1][0])
                 last = await self._send(batch)

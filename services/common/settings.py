@@ -86,8 +86,9 @@ class Settings(BaseSettings):
     """X10: a run none of whose runtime messages reached the Journal for this long is closed
     ``failed`` (``runtime_lost``). The runtime SDK heartbeats well within it (every 30 s by default)."""
     run_lease_sweep_seconds: float = Field(default=5.0, gt=0)
-    """How often the Journal looks for lapsed leases (at most a quarter of the lease): a lost
-    run is closed at most this long after its lease lapsed."""
+    """How often at most the Journal looks for lapsed leases (at most a quarter of the lease);
+    it looks when the earliest lease it keeps lapses. A lost run is closed at most this long
+    after its lease lapsed."""
 
     @field_validator("log_level", mode="before")
     @classmethod

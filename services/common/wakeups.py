@@ -23,6 +23,8 @@ wake-up from the library's NOTIFY.
 from __future__ import annotations
 
 import asyncio
+import os
+import selectors
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -34,14 +36,25 @@ from services.common.observability import get_logger
 log = get_logger(__name__)
 
 
+LISTEN_CHECK_SECONDS = 60.0
+"""How long the listening thread sleeps on its socket before it looks again whether it
+should stop, when nothing arrives and nobody stops it (a stop wakes it at once)."""
+
+
 class ChannelListener:
-    """``LISTEN`` on one channel of a PostgreSQL datastore, in a thread of its own."""
+    """``LISTEN`` on one channel of a PostgreSQL datastore, in a thread of its own.
+
+    The thread sleeps on the connection's socket and on a pipe of its own (written by
+    :meth:`stop`) until either is readable, then reads what arrived: psycopg's own wait
+    for notifications wakes every tenth of a second to look for signals, ten wake-ups a
+    second per listener in a stack with nothing to do."""
 
     def __init__(self, datastore: Any, channel: str) -> None:
         self._datastore = datastore
         self._channel = channel
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stop_reader, self._stop_writer = os.pipe()
 
     def start(self, loop: asyncio.AbstractEventLoop, heard: Callable[[str | None], None],
               known: Callable[[str], bool] = lambda committer: False) -> None:
@@ -54,25 +67,36 @@ class ChannelListener:
         def listen() -> None:
             while not self._stopping.is_set():
                 try:
-                    with self._datastore.get_connection() as connection:
+                    with self._datastore.get_connection() as connection, selectors.DefaultSelector() as ready:
                         connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                        ready.register(connection.fileno(), selectors.EVENT_READ)
+                        ready.register(self._stop_reader, selectors.EVENT_READ)
                         try:
                             loop.call_soon_threadsafe(heard, None)  # anything committed while we were away
                             while not self._stopping.is_set():
-                                for notify in connection.notifies(timeout=1.0, stop_after=1):
+                                for notify in connection.notifies(timeout=0):  # what arrived, unwaited
                                     if not known(notify.payload):
                                         loop.call_soon_threadsafe(heard, notify.payload)
+                                ready.select(LISTEN_CHECK_SECONDS)
                         finally:
-                            connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
+                            if not connection.closed:
+                                connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
                 except Exception as error:  # noqa: BLE001 — PersistenceError, OSError…: reconnect, poll meanwhile
                     if self._stopping.is_set():
                         break
                     log.warning("notifications interrupted; reconnecting", channel=self._channel,
                                 error=type(error).__name__)
                     self._stopping.wait(1.0)
+            os.close(self._stop_reader)
 
         self._thread = threading.Thread(target=listen, name=f"wakeups:{self._channel}", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        if self._stopping.is_set():
+            return
         self._stopping.set()
+        os.write(self._stop_writer, b"\0")
+        os.close(self._stop_writer)
+        if self._thread is None:  # never started: nobody else closes the reading end
+            os.close(self._stop_reader)

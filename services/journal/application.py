@@ -271,6 +271,11 @@ class RuntimeJournal(HotCacheApplication):
         with self.processing_lock, self._leases_lock:
             self.leases.drop(shards)
 
+    def next_lapse(self) -> float | None:
+        """When (on :attr:`clock`) the earliest lease this instance keeps lapses; ``None``: none."""
+        with self._leases_lock:
+            return self.leases.next_deadline()
+
     def lapse_due(self) -> list[Lapse]:
         """Close every run whose lease lapsed (``failed``, ``runtime_lost``) between the
         consumer's polls; a run no longer open is only released. Returns what was recorded.

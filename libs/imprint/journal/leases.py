@@ -266,6 +266,14 @@ class LeaseBook:
         held = self._renewed.get(run_id)
         return None if held is None else held[1] + self.lease_seconds
 
+    def next_deadline(self) -> float | None:
+        """When the earliest lease lapses (``None``: none is kept). Every lease has the same
+        length, so a lease held or renewed later never lapses sooner than ``now`` plus a
+        lease: whoever waits for this deadline need not be woken by a new one."""
+        for _, renewed in self._renewed.values():
+            return renewed + self.lease_seconds
+        return None
+
     def is_due(self, run_id: str, now: float) -> bool:
         deadline = self.deadline(run_id)
         return deadline is not None and deadline <= now

@@ -27,7 +27,9 @@ from imprint.journal.lifecycle import State
 from imprint.journal.refusals import RefusalCode
 from imprint.shredding import InMemoryKeyring
 from imprint.workspace import MemoryWorkspace
+from services.common.settings import Settings
 from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
+from services.journal.leases import next_sweep_in
 from tests.support.backends import memory_environment
 
 LEASE = 10.0
@@ -292,3 +294,51 @@ def test_runs_that_lapse_together_are_each_closed_and_announced_once(leased: Run
     assert len(leased.leases) == 0 and leased.lapse_due() == []
     leased.drop_shards([0])
     assert leased.take_shards([0]) == 0, "every lapse released its run from the shard"
+
+
+# ------------------------------------------------------------------ the sweeper: when it looks
+
+
+def sweep_settings(sweep_seconds: float = 1.0) -> Settings:
+    return Settings(run_lease_seconds=LEASE, run_lease_sweep_seconds=sweep_seconds)
+
+
+@pytest.mark.rule("X10")
+def test_a_sweeper_with_no_lease_to_keep_sleeps_a_lease_and_a_lease_taken_meanwhile_lapses_no_sooner(
+        leased: RuntimeJournal, clock: Clock) -> None:
+    settings = sweep_settings()
+    asleep = next_sweep_in(leased, settings, swept_at=clock.now)
+    assert asleep == LEASE, "nothing is due: it does not look every sweep interval"
+    woken_at = clock.now + asleep
+    clock.now += 3.0
+    Feeder(leased)(*to_running("r1"))  # a run opened while the sweeper sleeps
+    assert leased.next_lapse() is not None and leased.next_lapse() >= woken_at, \
+        "every lease lasts as long: one taken meanwhile never lapses before the sweeper wakes"
+
+
+@pytest.mark.rule("X10")
+def test_a_sweeper_sleeps_until_the_earliest_lease_lapses_and_a_renewal_pushes_it_back(
+        leased: RuntimeJournal, clock: Clock) -> None:
+    settings = sweep_settings()
+    feed = Feeder(leased)
+    feed(*to_running("r1"))
+    clock.now += 4.0
+    feed(*to_running("r2", message_id="m-r2"))
+    swept_at = clock.now
+    asleep = next_sweep_in(leased, settings, swept_at)
+    assert LEASE - 4.0 <= asleep < LEASE - 4.0 + 0.1, "it wakes when r1's lease lapses"
+    clock.now += 1.0
+    leased.renew(["r1"])
+    asleep = next_sweep_in(leased, settings, swept_at)
+    assert LEASE - 1.0 <= asleep < LEASE - 1.0 + 0.1, "r1 renewed: r2 lapses first, later"
+    clock.now += asleep
+    assert leased.lapse_due() == [Lapse("r2", closed=True)], "woken at r2's deadline, r2 is due, r1 is not"
+
+
+@pytest.mark.rule("X10")
+def test_lapses_due_at_once_are_swept_at_most_once_per_sweep_interval(leased: RuntimeJournal, clock: Clock) -> None:
+    settings = sweep_settings(sweep_seconds=2.0)
+    Feeder(leased)(*to_running("r1"))
+    clock.now += LEASE + 30  # overdue (a lapse that failed stays due): no sweep right after the last one
+    assert next_sweep_in(leased, settings, swept_at=clock.now) == 2.0
+    assert next_sweep_in(leased, settings, swept_at=clock.now - 5.0) == 0.0, "a sweep interval passed: at once"
