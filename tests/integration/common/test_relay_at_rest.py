@@ -89,7 +89,7 @@ def test_a_quiet_relay_reads_its_log_only_when_told_and_relays_the_next_commit_a
     assert quiet <= most, f"{quiet} log reads in {WINDOW_SECONDS} s of quiet (at most {most})"
 
 
-@pytest.mark.backends("postgres")  # NOTIFY channels: one namespace per database
+@pytest.mark.backends("postgres", reason="NOTIFY channels: one namespace per PostgreSQL database")
 def test_deployments_sharing_a_database_notify_on_channels_of_their_own(isolated: Settings) -> None:
     """Each schema's log notifies a channel of its own: a relay is not woken to read its log by
     every commit of every other deployment (or test) in the same database."""
