@@ -19,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_core import from_json
-
 from imprint.delivery.frames import Frame
 from imprint.delivery.notices import NOTICE_EVENT
 from services.delivery.notifier import FeedRead
@@ -91,5 +89,4 @@ def _conversation(feed: str) -> str:
 def _frame(feed: str, row: Any) -> Frame:
     """A notice as the frame a stream sends: ``id`` its id in the conversation, ``event:
     notice``, its data as stored (sent without being encoded again)."""
-    text = row["data"]
-    return Frame(feed, int(row["notice_id"]), NOTICE_EVENT, from_json(text), "", text=text)
+    return Frame.read_back(feed, int(row["notice_id"]), NOTICE_EVENT, row["data"], "")

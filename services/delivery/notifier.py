@@ -8,8 +8,8 @@ client of that run, on every Delivery instance.
 * A :class:`RunFeed` exists per run while at least one client follows it live. A woken
   feed is due; the hub's one reader reads the new frames of every due feed together
   (``ViewStore.read_feeds``: one transaction in a worker thread, however many runs the
-  batch touched), encodes each frame's SSE bytes once, and hands them to every
-  :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
+  batch touched), each with its SSE bytes made once when read back, and hands them to
+  every :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
   more read.
 * The store stays the single source of frames: a client reads its backlog (a resume,
   a new client replaying from 1, a gap, a subscription that overflowed) from the store,
@@ -68,21 +68,6 @@ class FeedSource(Protocol):
     def heads(self, keys: Sequence[str]) -> dict[str, tuple[int, bool]]:
         """``{key: (last frame id, deleted)}``: the fallback check when no wake-up arrived."""
         ...
-
-
-@dataclass(frozen=True)
-class SharedFrame(Frame):
-    """A frame read once for every client of its run, with its SSE bytes encoded once."""
-
-    encoded: bytes = b""
-
-    @classmethod
-    def of(cls, frame: Frame) -> SharedFrame:
-        return cls(frame.run_id, frame.id, frame.event, frame.data, frame.body_sha256, text=frame.text,
-                   trace=frame.trace, encoded=frame.sse())
-
-    def sse(self) -> bytes:
-        return self.encoded
 
 
 class Subscription:
@@ -171,7 +156,7 @@ class RunFeed:
         """Hand one read's frames to every subscription; a full page makes the feed due again."""
         self.reads += 1
         if read.frames:
-            frames: list[Frame] = [SharedFrame.of(f) for f in read.frames]
+            frames = read.frames  # one object per frame for every client, its SSE event made once
             self.cursor = frames[-1].id
             subscriptions = list(self.subscriptions)
             sending = [] if self.hub.tracer is None else self.hub.sending(frames, len(subscriptions))

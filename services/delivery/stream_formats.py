@@ -32,7 +32,7 @@ class SSEFrames:
         return f"retry: {RETRY_MS}\n\n".encode()
 
     def frame(self, frame: Frame) -> bytes:
-        return frame.sse()
+        return frame.sse  # made with the frame, once for every client
 
     def closing(self, terminal: bool) -> bytes:
         return b""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from imprint.delivery.frames import Frame
-from services.delivery.notifier import Notifier, SharedFrame
+from services.delivery.notifier import Notifier
 from services.delivery.store_wakeups import StoreWakeups
 from services.delivery.view_store import FeedRead
 
@@ -77,8 +77,8 @@ async def test_clients_of_a_run_share_each_read_and_each_encoding() -> None:
     hub.notify([RUN])
     a, b = await first.next(), await second.next()
     assert [f.id for f in a] == [1, 2, 3] and a == b
-    assert all(x is y and isinstance(x, SharedFrame) for x, y in zip(a, b, strict=True)), "one object per frame"
-    assert a[0].sse() == Frame(RUN, 1, "progress", {"stage": "s1"}, "h1").sse()
+    assert all(x is y and x.sse for x, y in zip(a, b, strict=True)), "one object per frame, its SSE event made once"
+    assert a[0].sse == Frame(RUN, 1, "progress", {"stage": "s1"}, "h1").sse
     assert store.reads == 2, "one read for both clients"
     first.close()
     second.close()

@@ -44,7 +44,7 @@ def test_resume_continues_every_frame_id_of_the_run_and_resets_any_other(
 @pytest.mark.rule("D8")
 def test_the_reset_frame_has_id_0_and_no_body_hash() -> None:
     frame = reset_frame(RUN, Reset(last_event_id=12, last_frame_id=5))
-    assert frame.sse() == (b'id: 0\nevent: reset\n'
+    assert frame.sse == (b'id: 0\nevent: reset\n'
                            b'data: {"reason":"beyond_last_frame","last_event_id":12,"last_id":5}\n\n')
 
 
