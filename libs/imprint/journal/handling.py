@@ -111,11 +111,9 @@ def _with_sealed(ws: Workspace, m: Any, field: str, text: str | None, keys: Jour
     redelivery changes nothing (X2); the text is sealed as ``field`` when there is one
     and the execution may hold it (a refusal to seal is recorded instead, and ends
     here); then ``record(execution, event_id, sealed text or None)``."""
-    eid = str(m.event_id)
-    ex = execution_of(ws, m.run_id)
-    assert ex is not None
-    if ex.has_seen(eid):
+    if (fresh := _unseen(ws, m)) is None:
         return
+    ex, eid = fresh
     sealed = None
     if text and _ready(ex, m.type) is None:
         try:
@@ -124,6 +122,15 @@ def _with_sealed(ws: Workspace, m: Any, field: str, text: str | None, keys: Jour
             ex.refuse(eid, m.type, r)
             return
     record(ex, eid, sealed)
+
+
+def _unseen(ws: Workspace, m: Any) -> tuple[AnswerExecution, str] | None:
+    """The execution run message ``m`` names, with the message's id — or ``None`` when the
+    execution has seen that id already: an exact redelivery changes nothing (X2)."""
+    eid = str(m.event_id)
+    ex = execution_of(ws, m.run_id)
+    assert ex is not None
+    return None if ex.has_seen(eid) else (ex, eid)
 
 
 def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
@@ -139,11 +146,9 @@ def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
 
 def admit(ws: Workspace, m: RunAdmitted, context: Context) -> Effects:
     keys = context.keys
-    eid = str(m.event_id)
-    ex = execution_of(ws, m.run_id)
-    assert ex is not None
-    if ex.has_seen(eid):
+    if (fresh := _unseen(ws, m)) is None:
         return NOTHING
+    ex, eid = fresh
     if ex.erased:
         ex.refuse(eid, m.type, Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted"))
         return NOTHING
@@ -217,11 +222,9 @@ def transition(ws: Workspace, m: Any, context: Context) -> Effects:
 
 def complete(ws: Workspace, m: RunCompleted, context: Context) -> Effects:
     keys = context.keys
-    eid = str(m.event_id)
-    ex = execution_of(ws, m.run_id)
-    assert ex is not None
-    if ex.has_seen(eid):
+    if (fresh := _unseen(ws, m)) is None:
         return NOTHING
+    ex, eid = fresh
     if (r := _ready(ex, m.type)) is not None:
         ex.refuse(eid, m.type, r)
         return NOTHING
