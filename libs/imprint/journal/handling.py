@@ -124,13 +124,30 @@ def _with_sealed(ws: Workspace, m: Any, field: str, text: str | None, keys: Jour
     record(ex, eid, sealed)
 
 
-def _unseen(ws: Workspace, m: Any) -> tuple[AnswerExecution, str] | None:
+def _unseen(ws: Workspace, m: Any,
+            refused: Callable[[AnswerExecution, str], Refusal | None] | None = None,
+            ) -> tuple[AnswerExecution, str] | None:
     """The execution run message ``m`` names, with the message's id — or ``None`` when the
-    execution has seen that id already: an exact redelivery changes nothing (X2)."""
+    execution has seen that id already (an exact redelivery changes nothing, X2), or when
+    ``refused`` names a refusal that applies before anything else (it is recorded)."""
     eid = str(m.event_id)
     ex = execution_of(ws, m.run_id)
     assert ex is not None
-    return None if ex.has_seen(eid) else (ex, eid)
+    if ex.has_seen(eid):
+        return None
+    if refused is not None and (r := refused(ex, m.type)) is not None:
+        ex.refuse(eid, m.type, r)
+        return None
+    return ex, eid
+
+
+def _admitted_already(ex: AnswerExecution, message_type: str) -> Refusal | None:
+    """The refusal of a second admission (X1), or of one into a deleted conversation (X8)."""
+    if ex.erased:
+        return Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted")
+    if ex.state is not None:
+        return Refusal(RefusalCode.DUPLICATE_ADMISSION, f"already {ex.state.value}")
+    return None
 
 
 def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
@@ -145,16 +162,10 @@ def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
 # -- X1 / X3: admission ---------------------------------------------------------------------
 
 def admit(ws: Workspace, m: RunAdmitted, context: Context) -> Effects:
-    keys = context.keys
-    if (fresh := _unseen(ws, m)) is None:
+    if (fresh := _unseen(ws, m, _admitted_already)) is None:
         return NOTHING
     ex, eid = fresh
-    if ex.erased:
-        ex.refuse(eid, m.type, Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted"))
-        return NOTHING
-    if ex.state is not None:
-        ex.refuse(eid, m.type, Refusal(RefusalCode.DUPLICATE_ADMISSION, f"already {ex.state.value}"))
-        return NOTHING
+    keys = context.keys
     conv = ws.get(Conversation, ids.conversation_id(m.conversation_id))
     existing = ws.get(QcsIdentity, ids.qcs_id(m.qcs.qcs_id))
     parent = ws.get(QcsIdentity, ids.qcs_id(m.qcs.inherits_from)) if m.qcs.inherits_from else None
@@ -221,14 +232,11 @@ def transition(ws: Workspace, m: Any, context: Context) -> Effects:
 # -- X4 / X7: completion ----------------------------------------------------------------------
 
 def complete(ws: Workspace, m: RunCompleted, context: Context) -> Effects:
-    keys = context.keys
-    if (fresh := _unseen(ws, m)) is None:
+    if (fresh := _unseen(ws, m, _ready)) is None:
         return NOTHING
     ex, eid = fresh
-    if (r := _ready(ex, m.type)) is not None:
-        ex.refuse(eid, m.type, r)
-        return NOTHING
     assert ex.request is not None
+    keys = context.keys
     try:
         items = tuple(
             FrozenItem(

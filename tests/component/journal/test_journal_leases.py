@@ -27,7 +27,8 @@ from imprint.journal.lifecycle import State
 from imprint.journal.refusals import RefusalCode
 from imprint.shredding import InMemoryKeyring
 from imprint.workspace import MemoryWorkspace
-from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
+from services.journal.application import RuntimeJournal
+from services.journal.run_leases import LAPSES_PER_UNIT
 from tests.support.backends import memory_environment
 
 LEASE = 10.0
