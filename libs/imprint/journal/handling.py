@@ -124,15 +124,13 @@ def _with_sealed(ws: Workspace, m: Any, field: str, text: str | None, keys: Jour
     record(ex, eid, sealed)
 
 
-def _unseen(ws: Workspace, m: Any,
-            refused: Callable[[AnswerExecution, str], Refusal | None] | None = None,
+def _unseen(ws: Workspace, m: Any, refused: Callable[[AnswerExecution, str], Refusal | None] | None = None
             ) -> tuple[AnswerExecution, str] | None:
     """The execution run message ``m`` names, with the message's id — or ``None`` when the
     execution has seen that id already (an exact redelivery changes nothing, X2), or when
     ``refused`` names a refusal that applies before anything else (it is recorded)."""
     eid = str(m.event_id)
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     if ex.has_seen(eid):
         return None
     if refused is not None and (r := refused(ex, m.type)) is not None:
@@ -302,20 +300,17 @@ def grant(ws: Workspace, m: EvidenceGranted, context: Context) -> Effects:
 
 def receipt(ws: Workspace, m: ToolReceipt, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.record_receipt(str(m.event_id), m.tool_call_id, m.status)
     return NOTHING
 
 def published(ws: Workspace, m: AnswerPublished, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     b = m.block
     ex.observe_effect(str(m.event_id), "published", b.candidate_id, b.block_id, b.revision, b.body_sha256, b.receipt.receipt_id, b.receipt.log_position)
     return NOTHING
 
 def unchanged(ws: Workspace, m: AnswerUnchanged, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.observe_effect(str(m.event_id), "unchanged", m.candidate_id, m.block_id, m.revision, None, m.receipt.receipt_id, m.receipt.log_position)
     return NOTHING
 
@@ -323,7 +318,6 @@ def unchanged(ws: Workspace, m: AnswerUnchanged, context: Context) -> Effects:
 
 def heartbeat(ws: Workspace, m: RunHeartbeat, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.beat(str(m.event_id))
     return NOTHING
 
@@ -331,7 +325,6 @@ def heartbeat(ws: Workspace, m: RunHeartbeat, context: Context) -> Effects:
 
 def cancel_requested(ws: Workspace, m: RunCancelRequested, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.request_stop(str(m.event_id), m.account_id)
     return NOTHING
 
