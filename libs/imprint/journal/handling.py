@@ -46,17 +46,15 @@ from typing import Any
 from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
 from imprint.contracts.runtime import (
+    LIFECYCLE_MESSAGES,
     EvidenceGranted,
     RunAdmitted,
     RunCompleted,
     RunFailed,
     RunHeartbeat,
-    RunQueued,
     RunRejected,
     RunStage,
-    RunStarted,
     RunStopped,
-    RunThrottled,
     ToolReceipt,
 )
 from imprint.contracts.sources import SourceTombstoned
@@ -366,13 +364,8 @@ def held(handler: Handler) -> Handler:
 
 
 HANDLERS: dict[type, Handler] = {
+    **{lifecycle: held(transition) for lifecycle in LIFECYCLE_MESSAGES},  # admission, completion: below
     RunAdmitted: held(admit),
-    RunQueued: held(transition),
-    RunStarted: held(transition),
-    RunStopped: held(transition),
-    RunFailed: held(transition),
-    RunThrottled: held(transition),
-    RunRejected: held(transition),
     RunCompleted: held(complete),
     RunStage: stage,
     EvidenceGranted: grant,
