@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.common.launcher import Launcher, child_pids
+from services.common.launcher import Launcher
+from services.common.processes import child_pids
 from services.common.settings import Settings
 
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -69,6 +69,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common.processes import child_pids, parent_of
 from services.common.settings import Settings
 
 PARTS = ("publication", "journal", "delivery")
@@ -129,7 +130,7 @@ class Child:
         A part's CPU and RSS are read here."""
         if not self.wrapped:
             return self.pid
-        if self._target is None or _parent(self._target) != self.pid:
+        if self._target is None or parent_of(self._target) != self.pid:
             started = child_pids(self.pid)
             self._target = started[0] if started else None
         return self._target
@@ -171,37 +172,6 @@ class Child:
                 os.kill(self.pid if wrapper else (self.target_pid or self.pid), number)
             except ProcessLookupError:  # the wrapper's child ended meanwhile
                 pass
-
-
-def child_pids(pid: int) -> list[int]:
-    """The processes ``pid`` started and that still exist: its threads' ``children`` lists
-    in /proc, or, on a kernel without them, every process whose parent it is."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    started: list[int] = []
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                started.extend(int(found) for found in handle.read().split())
-        except FileNotFoundError:
-            return [p for p in _all_pids() if _parent(p) == pid]
-        except OSError:
-            continue
-    return started
-
-
-def _all_pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return int(handle.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def answers_ready(base_url: str) -> bool:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
@@ -49,7 +49,7 @@ from eventsourcing.utils import get_topic
 from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
-from imprint.journal import handling, ids, leases
+from imprint.journal import handling, ids
 from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
@@ -57,7 +57,7 @@ from imprint.journal.deletion import delete_conversation, retention_event_id
 from imprint.journal.effects import Context, Effects
 from imprint.journal.history import InMemoryMessageIndex, MessageIndex
 from imprint.journal.keys import JournalKeys
-from imprint.journal.leases import Lapse, LeaseBook, LeaseChange, LeaseShard
+from imprint.journal.leases import LeaseBook, LeaseShard
 from imprint.journal.lifecycle import TERMINAL
 from imprint.shredding import BulkKeyring
 from services.common.backends import backend_for
@@ -69,6 +69,7 @@ from services.common.observability import get_logger
 from services.common.handoff import Handoff
 from services.common.unit_of_work import ConflictsExhausted, Recorded, Redelivered, TrackedUnitOfWork, Unconfirmed
 from services.journal.message_index import StoreMessageIndex
+from services.journal.run_leases import DEFAULT_LEASE_SECONDS, RunLeases
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -76,9 +77,6 @@ A = TypeVar("A", bound=Aggregate)
 JournalConflict = ConflictsExhausted
 """A unit of work kept losing optimistic-concurrency races; the batch is not acknowledged."""
 
-DEFAULT_LEASE_SECONDS = 120.0
-LAPSES_PER_UNIT = 100
-"""Lapsed runs a lease sweep closes in one unit of work (:meth:`RuntimeJournal.lapse_due`)."""
 RETENTION_SWEEP = "journal.retention"
 """The retention sweep's position in the Journal's own log is tracked like a partition's."""
 RETENTION_TRACKING = f"{RETENTION_SWEEP}#0"
@@ -88,7 +86,7 @@ RETENTION_PAGE = 200
 log = get_logger(__name__)
 
 
-class RuntimeJournal(HotCacheApplication):
+class RuntimeJournal(RunLeases, HotCacheApplication):
     """Executions and conversations stay in memory between messages, changed in place by the
     units of work (no re-read of a conversation's whole history per message)."""
 
@@ -236,99 +234,6 @@ class RuntimeJournal(HotCacheApplication):
             if intent.kind == "drop":
                 self.message_index.drop_conversation(intent.conversation_id)
                 self.sink.forget()  # the cache must not keep what the destroyed key sealed
-
-    # -- run leases (X10) ------------------------------------------------------------------------
-
-    def renew(self, run_ids: Iterable[str]) -> None:
-        """Runtime records of these runs arrived: their leases run from now (those this instance keeps)."""
-        now = self.clock()
-        with self._leases_lock:
-            for run_id in run_ids:
-                self.leases.renew(run_id, now)
-
-    def _lease_changed(self, change: LeaseChange) -> None:
-        with self._leases_lock:
-            if change.kind == "held":
-                self.leases.hold(change.run_id, change.shard, self.clock())
-            else:
-                self.leases.release(change.run_id)
-
-    def take_shards(self, shards: Iterable[int]) -> int:
-        """This instance now consumes these runtime partitions: the open runs their shards record
-        get a full lease from now. Returns how many runs it keeps the lease of."""
-        with self.processing_lock:
-            for shard in shards:
-                recorded = self._get(LeaseShard, LeaseShard.id_for(shard))
-                if recorded is not None:
-                    now = self.clock()
-                    with self._leases_lock:
-                        self.leases.take(shard, recorded.runs, now)
-            with self._leases_lock:
-                return len(self.leases)
-
-    def drop_shards(self, shards: Iterable[int]) -> None:
-        """These runtime partitions went to another instance, and their leases with them."""
-        with self.processing_lock, self._leases_lock:
-            self.leases.drop(shards)
-
-    def next_lapse(self) -> float | None:
-        """When (on :attr:`clock`) the earliest lease this instance keeps lapses; ``None``: none."""
-        with self._leases_lock:
-            return self.leases.next_deadline()
-
-    def lapse_due(self) -> list[Lapse]:
-        """Close every run whose lease lapsed (``failed``, ``runtime_lost``) between the
-        consumer's polls; a run no longer open is only released. Returns what was recorded.
-
-        Runs whose runtimes went away together (a runtime host lost, sessions left at once)
-        lapse together: they are closed :data:`LAPSES_PER_UNIT` to a unit of work (one
-        transaction, their shard's record saved once) rather than one transaction each, and the
-        consumer waits for one unit at a time. A unit that fails is taken again one run at
-        a time: a run whose lapse cannot be recorded (a record of it no longer reads, its
-        unit kept losing races) is logged and left due for the next sweep, and never keeps
-        the others open."""
-        with self._leases_lock:
-            due = self.leases.due(self.clock())
-        done: list[Lapse] = []
-        for start in range(0, len(due), LAPSES_PER_UNIT):
-            runs = due[start:start + LAPSES_PER_UNIT]
-            try:
-                done.extend(self._lapse(runs))
-            except Exception:  # noqa: BLE001 — find the run that fails
-                log.warning("a unit of lease lapses failed; lapsing its runs one at a time", runs=len(runs))
-                for run in runs:
-                    try:
-                        done.extend(self._lapse([run]))
-                    except Exception:  # noqa: BLE001 — the next sweep tries it again
-                        log.exception("lease lapse failed; the next sweep retries", run_id=run[0])
-        return done
-
-    def _lapse(self, runs: Sequence[tuple[str, int]]) -> list[Lapse]:
-        """One unit of work closing those of ``runs`` still due when it runs (a redone unit
-        decides again); a due run with nothing to record is only released from the book."""
-        lapsed: list[Lapse] = []
-        untouched: list[LeaseChange] = []
-
-        def work(ws: StoredWorkspace) -> Effects | None:
-            lapsed.clear()
-            untouched.clear()
-            with self._leases_lock:  # renewed meanwhile, or its shard went to another instance
-                still = [(run_id, shard) for run_id, shard in runs if self.leases.is_due(run_id, self.clock())]
-            changes: list[LeaseChange] = []
-            for run_id, shard in still:
-                outcome = leases.lapse(ws, run_id, shard, self.leases.lease_seconds)
-                if outcome is None:
-                    untouched.append(LeaseChange("released", run_id, shard))  # nothing of it was open
-                else:
-                    lapsed.append(outcome)
-                    changes.append(LeaseChange("released", run_id, shard))
-            return Effects(leases=tuple(changes)) if changes else None
-
-        with self.processing_lock:
-            self._untracked(work)
-            for change in untouched:
-                self._lease_changed(change)
-        return list(lapsed)
 
     # -- deletion and retention (X8) ------------------------------------------------------------
 

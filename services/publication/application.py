@@ -37,7 +37,8 @@ from services.common.recorders import PollRecorder, binary_inserts
 from services.common.handoff import Handoff
 from services.common.settings import Settings
 from services.common.unit_of_work import Conflict, Recorded, Refused, TrackedUnitOfWork, Unconfirmed
-from services.publication.sealing import RecentKeys, SealingMapper
+from services.publication.keys import RecentKeys
+from services.publication.sealing import SealingMapper
 from services.publication.spans import DECIDE, PollSpans, poll_spans
 
 if TYPE_CHECKING:  # the recovery tools open this log too, and never touch Kafka

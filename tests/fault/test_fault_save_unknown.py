@@ -110,7 +110,7 @@ def test_a_connection_lost_while_reading_a_key_is_retried_not_dead_lettered(isol
     s, run = isolated, "run-unknown-key"
     with warmed_up_through_proxy(s, run) as (proxy, stack):
         proxy.cut_statements("data_key", times=1)
-        time.sleep(1.5)  # past the one-second key cache (sealing.RecentKeys): the key is read from the table
+        time.sleep(1.5)  # past the one-second key cache (keys.RecentKeys): the key is read from the table
         send(s, part(run, "k-1", "Needs the conversation key."), part(run, "k-2", "Marker behind it."))
         values = wait_run(s, run, has_published("Marker behind it."), timeout=20)
         publication_log = stack.log("publication")

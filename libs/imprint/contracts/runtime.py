@@ -214,7 +214,8 @@ RuntimeMessage = Annotated[
 ]
 runtime_messages: TypeAdapter[RuntimeMessage] = TypeAdapter(RuntimeMessage)
 
-LIFECYCLE_TYPES = frozenset(
-    {"run.admitted", "run.queued", "run.started", "run.completed", "run.stopped", "run.failed", "run.throttled", "run.rejected"}
-)
+LIFECYCLE_MESSAGES = (RunAdmitted, RunQueued, RunStarted, RunCompleted, RunStopped, RunFailed, RunThrottled, RunRejected)
+"""The messages that move a run through its lifecycle (X2): the Journal's table gives each one
+its lease row (X10)."""
+LIFECYCLE_TYPES = frozenset(message_class.model_fields["type"].default for message_class in LIFECYCLE_MESSAGES)
 NON_ANSWER_TYPES = frozenset({"model.frame", "model.reasoning", "router.result"})

@@ -6,7 +6,7 @@ starts from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, overload
 
 from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
@@ -49,7 +49,12 @@ class Context:
     """The runtime topic's partition the message came on: which lease record holds its run (X10)."""
 
 
+@overload
+def execution_of(ws: Workspace, run_id: str, create: Literal[True] = True) -> AnswerExecution: ...
+@overload
+def execution_of(ws: Workspace, run_id: str, create: bool) -> AnswerExecution | None: ...
 def execution_of(ws: Workspace, run_id: str, create: bool = True) -> AnswerExecution | None:
+    """The run's execution; one is opened on first sight unless ``create`` is false."""
     ex = ws.get(AnswerExecution, ids.execution_id(run_id))
     if ex is None and create:
         ex = AnswerExecution.open(run_id)

@@ -46,17 +46,15 @@ from typing import Any
 from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
 from imprint.contracts.runtime import (
+    LIFECYCLE_MESSAGES,
     EvidenceGranted,
     RunAdmitted,
     RunCompleted,
     RunFailed,
     RunHeartbeat,
-    RunQueued,
     RunRejected,
     RunStage,
-    RunStarted,
     RunStopped,
-    RunThrottled,
     ToolReceipt,
 )
 from imprint.contracts.sources import SourceTombstoned
@@ -111,11 +109,9 @@ def _with_sealed(ws: Workspace, m: Any, field: str, text: str | None, keys: Jour
     redelivery changes nothing (X2); the text is sealed as ``field`` when there is one
     and the execution may hold it (a refusal to seal is recorded instead, and ends
     here); then ``record(execution, event_id, sealed text or None)``."""
-    eid = str(m.event_id)
-    ex = execution_of(ws, m.run_id)
-    assert ex is not None
-    if ex.has_seen(eid):
+    if (fresh := _unseen(ws, m)) is None:
         return
+    ex, eid = fresh
     sealed = None
     if text and _ready(ex, m.type) is None:
         try:
@@ -124,6 +120,30 @@ def _with_sealed(ws: Workspace, m: Any, field: str, text: str | None, keys: Jour
             ex.refuse(eid, m.type, r)
             return
     record(ex, eid, sealed)
+
+
+def _unseen(ws: Workspace, m: Any, refused: Callable[[AnswerExecution, str], Refusal | None] | None = None
+            ) -> tuple[AnswerExecution, str] | None:
+    """The execution run message ``m`` names, with the message's id — or ``None`` when the
+    execution has seen that id already (an exact redelivery changes nothing, X2), or when
+    ``refused`` names a refusal that applies before anything else (it is recorded)."""
+    eid = str(m.event_id)
+    ex = execution_of(ws, m.run_id)
+    if ex.has_seen(eid):
+        return None
+    if refused is not None and (r := refused(ex, m.type)) is not None:
+        ex.refuse(eid, m.type, r)
+        return None
+    return ex, eid
+
+
+def _admitted_already(ex: AnswerExecution, message_type: str) -> Refusal | None:
+    """The refusal of a second admission (X1), or of one into a deleted conversation (X8)."""
+    if ex.erased:
+        return Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted")
+    if ex.state is not None:
+        return Refusal(RefusalCode.DUPLICATE_ADMISSION, f"already {ex.state.value}")
+    return None
 
 
 def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
@@ -138,18 +158,10 @@ def _ready(ex: AnswerExecution, message_type: str) -> Refusal | None:
 # -- X1 / X3: admission ---------------------------------------------------------------------
 
 def admit(ws: Workspace, m: RunAdmitted, context: Context) -> Effects:
+    if (fresh := _unseen(ws, m, _admitted_already)) is None:
+        return NOTHING
+    ex, eid = fresh
     keys = context.keys
-    eid = str(m.event_id)
-    ex = execution_of(ws, m.run_id)
-    assert ex is not None
-    if ex.has_seen(eid):
-        return NOTHING
-    if ex.erased:
-        ex.refuse(eid, m.type, Refusal(RefusalCode.EXECUTION_ERASED, "conversation deleted"))
-        return NOTHING
-    if ex.state is not None:
-        ex.refuse(eid, m.type, Refusal(RefusalCode.DUPLICATE_ADMISSION, f"already {ex.state.value}"))
-        return NOTHING
     conv = ws.get(Conversation, ids.conversation_id(m.conversation_id))
     existing = ws.get(QcsIdentity, ids.qcs_id(m.qcs.qcs_id))
     parent = ws.get(QcsIdentity, ids.qcs_id(m.qcs.inherits_from)) if m.qcs.inherits_from else None
@@ -216,16 +228,11 @@ def transition(ws: Workspace, m: Any, context: Context) -> Effects:
 # -- X4 / X7: completion ----------------------------------------------------------------------
 
 def complete(ws: Workspace, m: RunCompleted, context: Context) -> Effects:
-    keys = context.keys
-    eid = str(m.event_id)
-    ex = execution_of(ws, m.run_id)
-    assert ex is not None
-    if ex.has_seen(eid):
+    if (fresh := _unseen(ws, m, _ready)) is None:
         return NOTHING
-    if (r := _ready(ex, m.type)) is not None:
-        ex.refuse(eid, m.type, r)
-        return NOTHING
+    ex, eid = fresh
     assert ex.request is not None
+    keys = context.keys
     try:
         items = tuple(
             FrozenItem(
@@ -291,20 +298,17 @@ def grant(ws: Workspace, m: EvidenceGranted, context: Context) -> Effects:
 
 def receipt(ws: Workspace, m: ToolReceipt, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.record_receipt(str(m.event_id), m.tool_call_id, m.status)
     return NOTHING
 
 def published(ws: Workspace, m: AnswerPublished, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     b = m.block
     ex.observe_effect(str(m.event_id), "published", b.candidate_id, b.block_id, b.revision, b.body_sha256, b.receipt.receipt_id, b.receipt.log_position)
     return NOTHING
 
 def unchanged(ws: Workspace, m: AnswerUnchanged, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.observe_effect(str(m.event_id), "unchanged", m.candidate_id, m.block_id, m.revision, None, m.receipt.receipt_id, m.receipt.log_position)
     return NOTHING
 
@@ -312,7 +316,6 @@ def unchanged(ws: Workspace, m: AnswerUnchanged, context: Context) -> Effects:
 
 def heartbeat(ws: Workspace, m: RunHeartbeat, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.beat(str(m.event_id))
     return NOTHING
 
@@ -320,7 +323,6 @@ def heartbeat(ws: Workspace, m: RunHeartbeat, context: Context) -> Effects:
 
 def cancel_requested(ws: Workspace, m: RunCancelRequested, context: Context) -> Effects:
     ex = execution_of(ws, m.run_id)
-    assert ex is not None
     ex.request_stop(str(m.event_id), m.account_id)
     return NOTHING
 
@@ -362,13 +364,8 @@ def held(handler: Handler) -> Handler:
 
 
 HANDLERS: dict[type, Handler] = {
+    **{lifecycle: held(transition) for lifecycle in LIFECYCLE_MESSAGES},  # admission, completion: below
     RunAdmitted: held(admit),
-    RunQueued: held(transition),
-    RunStarted: held(transition),
-    RunStopped: held(transition),
-    RunFailed: held(transition),
-    RunThrottled: held(transition),
-    RunRejected: held(transition),
     RunCompleted: held(complete),
     RunStage: stage,
     EvidenceGranted: grant,

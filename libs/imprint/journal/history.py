@@ -39,6 +39,7 @@ from imprint.journal.execution import (
     title_field,
 )
 from imprint.journal.lifecycle import LIVE, State
+from imprint.journal.records import EvidenceItem
 from imprint.journal.redaction import redact_items
 from imprint.shredding import FieldSealer, Revealed, Shredded, Withheld
 from imprint.journal.views import (
@@ -152,11 +153,8 @@ def resolve_execution(
 # -- the frozen record, revealed ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RevealedItem:
-    source_id: str
-    title: Revealed | None
-    excerpt: Revealed | None
+RevealedItem = EvidenceItem[Revealed]
+"""An evidence item of the frozen record with its title and excerpt opened (or withheld)."""
 
 
 @dataclass(frozen=True)

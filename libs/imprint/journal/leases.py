@@ -59,6 +59,7 @@ from imprint.contracts.runtime import LIFECYCLE_TYPES
 from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.lifecycle import LIVE, RUNTIME_LOST
+from imprint.renames import lane_is_shard
 from imprint.workspace import Workspace
 
 
@@ -89,9 +90,7 @@ class LeaseShard(Aggregate):
         """The library's id of ``LeaseShard(shard)`` (it passes the argument by name)."""
         return ids.lease_shard_id(shard)
 
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state["shard"] = state.pop("lane")
+    upcast_v1_v2 = staticmethod(lane_is_shard)
 
     class Started(Aggregate.Created):
         """v2: ``lane`` is ``shard``."""
@@ -99,9 +98,7 @@ class LeaseShard(Aggregate):
         class_version = 2
         shard: int
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["shard"] = state.pop("lane")
+        upcast_v1_v2 = staticmethod(lane_is_shard)
 
     class Held(Aggregate.Event):
         class_version = 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from imprint.journal.lifecycle import State
 
@@ -93,13 +93,23 @@ class AnswerExecutionRequest:
         )
 
 
+Text = TypeVar("Text")
+
+
 @dataclass(frozen=True)
-class FrozenItem:
+class EvidenceItem(Generic[Text]):
+    """One evidence item of a completion: its source, title and excerpt — sealed, as the record
+    keeps them (:data:`FrozenItem`), or opened for a reader (``imprint.journal.history.RevealedItem``)."""
+
     source_id: str
-    title: str | None
-    """Sealed title (a private source's title can be as telling as its excerpt), or ``None``."""
-    excerpt: str | None
-    """Sealed excerpt, or ``None`` when the runtime gave none."""
+    title: Text | None
+    """The title (a private source's title can be as telling as its excerpt), or ``None``."""
+    excerpt: Text | None
+    """The excerpt, or ``None`` when the runtime gave none."""
+
+
+FrozenItem = EvidenceItem[str]
+"""An evidence item as the frozen record keeps it: title and excerpt are sealed strings."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
 from imprint.ids import remembered
+from imprint.renames import lane_is_shard
 
 Scope = Literal["public", "private"]
 
@@ -182,9 +183,7 @@ class SourceRecord(Aggregate):
         class_version = 2
         shard: str
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["shard"] = state.pop("lane")
+        upcast_v1_v2 = staticmethod(lane_is_shard)
 
         def apply(self, record: SourceRecord) -> None:
             record.shards.append(self.shard)
@@ -251,9 +250,7 @@ class SourceDependents(Aggregate):
     class_version = 2
     """v2: the snapshot state's ``lane`` is ``shard``."""
 
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state["shard"] = state.pop("lane")
+    upcast_v1_v2 = staticmethod(lane_is_shard)
 
     @staticmethod
     @remembered
@@ -276,9 +273,7 @@ class SourceDependents(Aggregate):
         source_id: str
         shard: str
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["shard"] = state.pop("lane")
+        upcast_v1_v2 = staticmethod(lane_is_shard)
 
     class RelianceRecorded(RelianceEvent):
         """A run of this shard relies on the source."""

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.launcher import LaunchError, Launcher, child_pids
+from services.common.launcher import LaunchError, Launcher
+from services.common.processes import child_pids
 from services.common.settings import Settings
 
 CHILD = "tests.component.common.launcher_child"

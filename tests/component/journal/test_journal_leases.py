@@ -28,8 +28,9 @@ from imprint.journal.refusals import RefusalCode
 from imprint.shredding import InMemoryKeyring
 from imprint.workspace import MemoryWorkspace
 from services.common.settings import Settings
-from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
+from services.journal.application import RuntimeJournal
 from services.journal.leases import next_sweep_in
+from services.journal.run_leases import LAPSES_PER_UNIT
 from tests.support.backends import memory_environment
 
 LEASE = 10.0

@@ -1,4 +1,4 @@
-"""Publication's key cache (``sealing.RecentKeys``): a destroyed key is never used past
+"""Publication's key cache (``keys.RecentKeys``): a destroyed key is never used past
 ``max_age`` (X8), and expired keys of busy conversations are read again together, one
 query per ``max_age``, not one per conversation."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from imprint.shredding import KeyDestroyed
 from imprint.shredding import InMemoryKeyring
-from services.publication import sealing
-from services.publication.sealing import RecentKeys
+from services.publication import keys as publication_keys
+from services.publication.keys import RecentKeys
 
 
 class CountingKeyring(InMemoryKeyring):
@@ -32,7 +32,7 @@ class CountingKeyring(InMemoryKeyring):
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [100.0]
-    monkeypatch.setattr(sealing.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(publication_keys.time, "monotonic", lambda: now[0])
     return now
 
 

@@ -17,7 +17,8 @@ from imprint.journal.lifecycle import State
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
-from services.journal.application import LAPSES_PER_UNIT, RuntimeJournal
+from services.journal.application import RuntimeJournal
+from services.journal.run_leases import LAPSES_PER_UNIT
 
 pytestmark = pytest.mark.integration
 
