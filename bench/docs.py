@@ -31,13 +31,13 @@ DOCS = (ROOT / "README.md", ROOT / "docs" / "scaling.md")
 REGION = re.compile(r"(<!-- bench:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.DOTALL)
 
 SETTINGS = (
-    ("services/common/kafka.py", "POLL_WAIT_MS", "ms a tracked consumer's poll waits for records (it returns with the "
+    ("services/common/subscription.py", "POLL_WAIT_MS", "ms a tracked consumer's poll waits for records (it returns with the "
      "first fetch that brought any)"),
-    ("services/common/kafka.py", "LONG_POLL_MS", "ms the broker may hold a fetch that carries every partition "
+    ("services/common/subscription.py", "LONG_POLL_MS", "ms the broker may hold a fetch that carries every partition "
      "(a quiet consumer's long poll)"),
-    ("services/common/kafka.py", "QUIET_SECONDS", "s without records after which a gathering consumer long-polls"),
-    ("services/common/kafka.py", "max_records", "records one poll takes at most (every consumer)"),
-    ("services/common/kafka.py", "FETCH_WAIT_MS", "ms the broker may hold any other fetch (the latency path)"),
+    ("services/common/subscription.py", "QUIET_SECONDS", "s without records after which a gathering consumer long-polls"),
+    ("services/common/subscription.py", "max_records", "records one poll takes at most (every consumer)"),
+    ("services/common/subscription.py", "FETCH_WAIT_MS", "ms the broker may hold any other fetch (the latency path)"),
     ("services/journal/consumer.py", "GATHER_MS", "ms the Journal's fetches gather records"),
     ("services/delivery/consumer.py", "GATHER_MS", "ms Delivery's fetches gather records"),
     ("services/common/settings.py", "offset_commit_seconds", "s between Kafka offset commits "

@@ -33,14 +33,14 @@ from psycopg import sql
 from bench.procs import machine_cpu_seconds
 from bench.stats import latency_summary
 from bench.workload import proposal_bytes
-from services.common.kafka import FETCH_WAIT_MS, IDLE_POLL_MS
+from services.common.subscription import FETCH_WAIT_MS, IDLE_POLL_MS
 from services.common.launcher import Launcher
 from services.common.settings import Settings
 
 
 READER_FETCH_WAIT_MS = FETCH_WAIT_MS
 """The broker's longest hold of a fetch by every reader that times arrivals (here and in
-``bench.e2e``): the parts' own bound (``services.common.kafka.FETCH_WAIT_MS``). With
+``bench.e2e``): the parts' own bound (``services.common.subscription.FETCH_WAIT_MS``). With
 aiokafka's default of 500 ms, a reader that fell behind by one poll could find its next
 fetch holding only quiet partitions, and an arrival then waited up to half a second on
 the instrument, not on the system measured."""

@@ -15,7 +15,8 @@ from faststream.kafka import KafkaBroker
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.common.inbound import Inbound
-from services.common.kafka import Outbox, subscribe_tracked
+from services.common.kafka import Outbox
+from services.common.subscription import subscribe_tracked
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
 

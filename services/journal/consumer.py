@@ -18,7 +18,8 @@ from imprint.contracts.topics import Topic
 from imprint.journal.handling import APPLIED_TYPES
 from services.common.settings import Settings
 from services.common.inbound import Inbound
-from services.common.kafka import Outbox, subscribe_tracked
+from services.common.kafka import Outbox
+from services.common.subscription import subscribe_tracked
 from services.journal.application import RuntimeJournal
 
 JOURNAL_TOPICS = (Topic.RUNTIME, Topic.PUBLICATION, Topic.SOURCES, Topic.CONTROL)

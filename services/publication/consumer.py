@@ -14,7 +14,8 @@ from faststream.kafka import KafkaBroker
 
 from imprint.contracts.topics import Topic
 from services.common.inbound import Inbound
-from services.common.kafka import Outbox, Outgoing, confirmed, subscribe_tracked
+from services.common.kafka import Outbox, Outgoing, confirmed
+from services.common.subscription import subscribe_tracked
 from services.common.settings import Settings
 from services.publication.application import PublicationLog
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from services.common.kafka import OffsetCommits
+from services.common.subscription import OffsetCommits
 
 TOPIC = "imprint.runtime.v1"
 

@@ -9,7 +9,7 @@ import pytest
 from eventsourcing.persistence import OperationalError
 
 from services.common.inbound import Inbound
-from services.common.kafka import _handle_isolating_poison
+from services.common.subscription import _handle_isolating_poison
 
 
 def batch(n: int) -> list[Inbound]:

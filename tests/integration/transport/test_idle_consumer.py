@@ -15,7 +15,8 @@ import pytest
 from imprint.contracts.runtime import RunQueued
 from imprint.contracts.topics import Topic
 from services.common.inbound import Inbound
-from services.common.kafka import FETCH_WAIT_MS, LONG_POLL_MS, Outbox, Polls, make_broker, subscribe_tracked
+from services.common.kafka import Outbox, make_broker
+from services.common.subscription import FETCH_WAIT_MS, LONG_POLL_MS, Polls, subscribe_tracked
 from services.common.settings import Settings
 from tests.support.kafka import produce
 

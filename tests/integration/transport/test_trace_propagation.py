@@ -24,7 +24,8 @@ from imprint.runtime import RunWriter
 from imprint.runtime.kafka import KafkaTransport
 from services.common import tracing
 from services.common.inbound import Inbound
-from services.common.kafka import Outbox, make_broker, subscribe_tracked
+from services.common.kafka import Outbox, make_broker
+from services.common.subscription import subscribe_tracked
 from services.common.settings import Settings
 from tests.support.otel import Collector, ReceivedSpan
 

@@ -22,7 +22,8 @@ from imprint.contracts.registry import encode
 from imprint.contracts.runtime import RunQueued
 from imprint.contracts.topics import Topic
 from services.common.inbound import Inbound
-from services.common.kafka import Outbox, make_broker, subscribe_tracked
+from services.common.kafka import Outbox, make_broker
+from services.common.subscription import subscribe_tracked
 from services.common.settings import Settings
 from tests.support.kafka import produce
 
