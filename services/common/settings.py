@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     own commits in memory; ``imprint serve publication-relay`` processes may stand by
     beside it. ``separate``: only those processes relay, reading every commit back."""
 
-    hot_state_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    hot_state_bytes: int = Field(default=268_435_456, ge=0)  # 256 MiB
     """The bytes a part may keep of its hot state (per process): Publication's and the
     Journal's hot aggregates (:mod:`services.common.hot_cache`), Delivery's hot runs
     (:mod:`services.delivery.hot_runs`), least recently used out first past it. Weighed,
