@@ -11,8 +11,16 @@ import uuid
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
-from services.common.hot_cache import HotAggregates, bytes_loaded, start_load
+from services.common.hot_cache import HotAggregates, WeighingMapper, bytes_loaded, start_load
+
+
+class Stub:
+    """An application's mapper, as far as the weighing one delegates to it."""
+
+    def to_domain_event(self, stored: StoredEvent) -> str:
+        return "event"
 
 
 class Held:
@@ -39,8 +47,8 @@ def test_an_aggregate_read_from_the_log_weighs_the_stored_bytes_read_to_build_it
     a, b = ids(2)
     start_load()
     assert bytes_loaded() == 0
-    from services.common import hot_cache
-    hot_cache._read.stored_bytes += 600  # what a WeighingMapper counts as it decodes
+    WeighingMapper(Stub()).to_domain_event(  # type: ignore[arg-type]
+        StoredEvent(uuid.uuid4(), 1, "topic", b"x" * 600))
     cache.put(a, Held(blocks=6))  # the repository's put, after its read
     assert cache.weight(a) == 1800 and cache.held == 1800
     start_load()
