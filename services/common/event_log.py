@@ -29,7 +29,8 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import EventStore, Recording, Tracking
 
 from imprint.workspace import MemoryWorkspace
-from services.common.hot_cache import HOT_CACHE, HOT_STATE_BYTES, HotAggregates, WeighingMapper, start_load
+from services.common.hot_cache import (HOT_CACHE, HOT_STATE_BYTES, IN_MEMORY_OVERHEAD, HotAggregates, WeighingMapper,
+                                      start_load)
 from services.common.recorders import PollRecorder
 from services.common.settings import Settings
 
@@ -79,6 +80,9 @@ class HotCacheApplication(Application[UUID]):
     replaced)."""
 
     env = dict(HOT_CACHE)
+    in_memory_overhead: float = IN_MEMORY_OVERHEAD
+    """Bytes in memory per stored byte of this application's aggregates (see
+    :data:`~services.common.hot_cache.IN_MEMORY_OVERHEAD`)."""
     kept_after_done: float = 0.0
     """Seconds an aggregate that is done stays in the hot cache (see :class:`HotAggregates`)."""
 
@@ -93,7 +97,8 @@ class HotCacheApplication(Application[UUID]):
         repository.cache = made.cache
         if isinstance(repository.cache, LRUCache):
             repository.cache = HotAggregates(repository.cache.maxsize, hot_state_bytes(self.env),
-                                             self.stays_hot, self.kept_after_done, self.cache_clock)
+                                             self.stays_hot, self.kept_after_done, self.cache_clock,
+                                             overhead=self.in_memory_overhead)
         return repository
 
     def stays_hot(self, aggregate: Any) -> bool:

@@ -43,11 +43,13 @@ absent, the setting's default applies."""
 
 IN_MEMORY_OVERHEAD = 3.0
 """What an aggregate's decoded objects take in memory per byte of its stored events and
-snapshot. Stored state is compact JSON; decoded, each value is a Python object with its
-header, each mapping a hash table, each string its own allocation. Calibrated by
+snapshot, unless its application says otherwise (``HotCacheApplication.in_memory_overhead``:
+Publication's events carry sealed bodies its runs do not keep, so its factor is lower).
+Stored state is compact JSON; decoded, each value is a Python object with its header,
+each mapping a hash table, each string its own allocation. Calibrated by
 ``tests/component/common/test_hot_cache_calibration.py``, which measures (tracemalloc) the
 memory of typical Publication runs and Journal executions read back from the log against
-the bytes read to build them: the factor must cover that measure and not exceed it
+the bytes read to build them: each factor must cover that measure and not exceed it
 several times over. Stored events that replace earlier state (a revision, a withdrawal)
 are counted in full, so a long-lived aggregate is over-weighed rather than under-weighed
 until it is next read from its snapshot."""

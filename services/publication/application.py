@@ -60,6 +60,10 @@ class PublicationLog(HotCacheApplication):
     name = "publication"
     is_snapshotting_enabled = True
     snapshotting_intervals = {PublicationRun: 100, SourceRecord: 200, SourceDependents: 200}
+    in_memory_overhead = 2.2
+    """A run's events carry its sealed bodies and views, which the run does not keep (only
+    their digests): it takes less memory per stored byte than the Journal's aggregates.
+    Calibrated with them (``tests/component/common/test_hot_cache_calibration.py``)."""
 
     def __init__(self, keyring: Keyring, env: dict[str, str] | None = None, policy: Policy | None = None) -> None:
         self.keyring = RecentKeys(keyring)
