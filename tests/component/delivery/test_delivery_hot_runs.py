@@ -5,6 +5,9 @@ not kept."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 from imprint.delivery.frames import RunProjection
 from services.delivery.hot_runs import ROW_OVERHEAD, RUN_OVERHEAD, BlockRow, HotRuns, RunRows, weigh
 
@@ -17,6 +20,20 @@ def run_rows(run_id: str, blocks: int, text: int = 1000, version: int = 1) -> Ru
 
 def test_a_run_weighs_its_rows_text_and_the_fixed_costs_of_a_run_and_its_rows() -> None:
     assert weigh(run_rows("r", blocks=3)) == RUN_OVERHEAD + 3 * (ROW_OVERHEAD + 1000 + 100) + 50
+
+
+def test_a_run_weighs_at_least_what_it_takes_in_memory_and_not_several_times_more() -> None:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [run_rows(f"run-{r:06d}", blocks=8, text=950) for r in range(500)]
+        gc.collect()
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    weighed = sum(weigh(run) for run in kept)
+    assert taken <= weighed <= 3 * taken, (taken, weighed)
 
 
 def test_the_hot_runs_stay_within_their_byte_budget_least_recently_used_out_first() -> None:
