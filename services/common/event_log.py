@@ -7,8 +7,8 @@ in ONE transaction (eventsourcing ``ProcessingEvent`` on the backend's poll reco
 
 Hot aggregates stay in the application's repository cache, changed in place
 (``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see
-:mod:`services.common.hot_cache`, which bounds them in bytes), so a message costs what it changes, not what its run or source
-has accumulated. The cache is trustworthy because every way it can go stale is
+:mod:`services.common.hot_cache`, which bounds them in bytes), so a message costs what
+it changes, not what its run or source has accumulated. The cache is trustworthy because every way it can go stale is
 caught: a unit that fails is evicted; a write based on a stale copy loses on its
 aggregate version and is evicted and redone; a revoked partition is evicted
 (:meth:`EventLog.forget_partitions`)."""
