@@ -29,7 +29,7 @@ RESULTS = ROOT / "bench" / "results"
 PARTS = ("publication", "journal", "delivery")
 """What ``imprint up`` runs (``services.common.launcher.PARTS``): Publication relays its own log."""
 DEFAULT_DATABASE_URL = "postgresql://imprint:imprint@127.0.0.1:5432/imprint"
-E2E_PHASES = ("rest", "cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs",
+E2E_PHASES = ("rest", "cost", "instances", "cpu", "age", "fanout", "latency", "sustained", "many_runs", "memory",
               "overload", "peer")
 """The end-to-end phases (``bench.phases.RUNNERS``), in the order they run."""
 CONSUMER_FLOOR_TOPICS = ("bench.floor.in", "bench.floor.out")
@@ -75,6 +75,10 @@ class Plan:
     many_runs_load: float = 0.5
     many_runs_rounds: int = 2
     """Rounds of the many-runs shapes, interleaved (2: the 5,000 runs' admission and drain are long)."""
+    memory_runs: int = 20_000
+    """Runs in flight of the memory phase (``bench.memory``), each of ``memory_per_run`` proposals."""
+    memory_per_run: int = 4
+    memory_load: float = 0.5
     overload_load: float = 1.2
     overload_seconds: float = 60
     drain_timeout: float = 300
@@ -92,7 +96,7 @@ class Plan:
 QUICK = Plan(rest_seconds=10, rest_probes=3, rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2,
              naive_sizes=(25,), naive_proposals=250, run_size_proposals=400, earlier_runs=300, age_proposals=300,
              stack_cpu_proposals=500, latency_seconds=6, latency_runs=50, ladder=(0.4, 0.8), step_seconds=3,
-             many_runs=(20, 500), many_runs_per_run=2, many_runs_rounds=1, overload_seconds=10,
+             many_runs=(20, 500), many_runs_per_run=2, many_runs_rounds=1, memory_runs=2000, overload_seconds=10,
              drain_timeout=120, fanout_clients=300, fanout_rate=3, fanout_seconds=4, profile_seconds=6,
              replay_sizes=(10_000, 40_000), replay_rss_limit_mb=6000, replay_timeout=120)
 

@@ -45,12 +45,14 @@ SETTINGS = (
     ("services/common/relay.py", "RECORD_SECONDS", "s between a relay's position records"),
     ("services/common/relay.py", "UNRECORDED_SPAN", "positions a relay may pass without recording when it "
      "announces nothing"),
-    ("services/common/event_log.py", "DEFAULT_HOT_ENTRIES", "entries the hot aggregates may hold together, per "
-     "instance (`AGGREGATE_CACHE_MAXENTRIES`)"),
-    ("services/common/event_log.py", "AGGREGATE_CACHE_MAXSIZE", "hot aggregates per instance, by count"),
+    ("services/common/settings.py", "hot_state_bytes", "bytes each part's hot state may weigh, per process "
+     "(`IMPRINT_HOT_STATE_BYTES`: hot aggregates, Delivery's hot runs)"),
+    ("services/common/hot_cache.py", "IN_MEMORY_OVERHEAD", "bytes in memory a hot aggregate is weighed at per "
+     "stored byte of its snapshot and events"),
+    ("services/common/hot_cache.py", "AGGREGATE_CACHE_MAXSIZE", "hot aggregates per instance, by count (a backstop)"),
     ("services/journal/application.py", "kept_after_done", "s a closed execution stays hot"),
     ("services/publication/application.py", "snapshotting_intervals", "events between snapshots, per aggregate"),
-    ("services/delivery/hot_runs.py", "HOT_BLOCKS", "block states Delivery keeps of its runs in flight"),
+    ("services/delivery/hot_runs.py", "RUN_OVERHEAD", "bytes a hot run of Delivery weighs beyond its rows' text"),
     ("services/recovery/log_reader.py", "RUNS_PER_READ", "runs `imprint replay` reads and hands a worker at once"),
     ("services/common/lifecycle.py", "GC_THRESHOLD", "the cyclic collector's thresholds once a part runs"),
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import floors, profile, report
+from bench.memory import memory
 from bench.e2e import Driver
 from bench.peer.runner import peer
 from bench.stats import median_of_rounds
@@ -340,7 +341,7 @@ async def profiles(ctx: Context) -> None:
 
 
 RUNNERS = {"cost": cost, "instances": instances, "cpu": cpu, "age": age, "fanout": fanout, "latency": latency,
-           "sustained": sustained, "many_runs": many_runs, "overload": overload, "peer": peer}
+           "sustained": sustained, "many_runs": many_runs, "memory": memory, "overload": overload, "peer": peer}
 
 
 async def run(ctx: Context, selected: tuple[str, ...], errors: dict[str, str],

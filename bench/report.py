@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench import memory
 from bench.peer import compare
 
 
@@ -134,6 +135,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     add("many_runs_cpu_ratio", f"Many runs: machine CPU per proposal, {int(most):,} ÷ {int(fewest):,} runs in flight",
         _ratio(_get(shapes, most, "machine_cpu_ms_per_proposal"), _get(shapes, fewest, "machine_cpu_ms_per_proposal")),
         1.2, "lower")
+
+    for target in memory.targets(e2e, plan):  # the hot-state budget under many runs in flight
+        add(target.key, target.name, target.value, target.bound, target.better, target.unit)
 
     over = e2e.get("overload") or {}
     offered = (f"offered {float(over.get('load') or plan.get('overload_load') or 1.2):g}× the burst for "

@@ -7,8 +7,8 @@ in ONE transaction (eventsourcing ``ProcessingEvent`` on the backend's poll reco
 
 Hot aggregates stay in the application's repository cache, changed in place
 (``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see
-:data:`HOT_CACHE`), so a message costs what it changes, not what its run or source
-has accumulated. The cache is trustworthy because every way it can go stale is
+:mod:`services.common.hot_cache`, which bounds them in bytes), so a message costs what
+it changes, not what its run or source has accumulated. The cache is trustworthy because every way it can go stale is
 caught: a unit that fails is evicted; a write based on a stale copy loses on its
 aggregate version and is evicted and redone; a revoked partition is evicted
 (:meth:`EventLog.forget_partitions`)."""
@@ -16,151 +16,25 @@ aggregate version and is evicted and redone; a revoked partition is evicted
 from __future__ import annotations
 
 import sys
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import (AggregateNotFoundError, Application, Cache, LRUCache, ProcessingEvent, Repository,
+from eventsourcing.application import (AggregateNotFoundError, Application, LRUCache, ProcessingEvent, Repository,
                                       project_aggregate)
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import Recording, Tracking
+from eventsourcing.persistence import EventStore, Recording, Tracking
 
 from imprint.workspace import MemoryWorkspace
+from services.common.hot_cache import (HOT_CACHE, HOT_STATE_BYTES, IN_MEMORY_OVERHEAD, HotAggregates, WeighingMapper,
+                                      start_load)
 from services.common.recorders import PollRecorder
+from services.common.settings import Settings
 
 A = TypeVar("A", bound=Aggregate)
-
-HOT_CACHE = {
-    # Every run in flight on one instance must fit, however many there are: a run evicted
-    # between two of its proposals is read back from its snapshot and events at the next
-    # one, so a count bound below the runs in flight turns every proposal into a reload.
-    # What the cached aggregates hold is bounded by HOT_ENTRIES instead, which grows with
-    # what the runs hold, not with how many they are.
-    "AGGREGATE_CACHE_MAXSIZE": "100000",
-    "AGGREGATE_CACHE_FASTFORWARD": "n",
-    "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
-}
-"""eventsourcing settings of an application whose aggregates only its units of work change
-(with :class:`HotAggregates` as its repository's cache: :class:`HotCacheApplication`)."""
-
-HOT_ENTRIES = "AGGREGATE_CACHE_MAXENTRIES"
-"""The setting (environment, like the library's ``AGGREGATE_CACHE_MAXSIZE``) that bounds
-what the hot aggregates hold together, in :func:`entries`."""
-DEFAULT_HOT_ENTRIES = 1_000_000
-"""A Publication run holds about eight entries per proposal (its blocks, their fingerprints
-and modification counts, the candidate and what it consumed), so a run of 25 proposals
-holds about 200: this bound keeps some five thousand such runs in flight, or hundreds of
-runs of hundreds of proposals. Runs proposing in turn wider than the bound would each be
-pushed out before their next proposal (least recently used, round robin: every proposal a
-reload), so the bound is set by the runs in flight an instance must hold; the count bound
-alone would let long runs hold gigabytes."""
-
-
-def entries(aggregate: object) -> int:
-    """What an aggregate holds, for the cache's bound: one, plus the entries of every
-    collection among its attributes (a run's blocks, fingerprints, candidates…). Counted,
-    not measured: a length per attribute, each time the aggregate is put in the cache."""
-    held = 1
-    for value in getattr(aggregate, "__dict__", {}).values():
-        if isinstance(value, _COLLECTIONS):
-            held += len(value)
-    return held
-
-
-_COLLECTIONS = (dict, list, set)
-"""What :func:`entries` counts. A tuple, built once: ``dict | list | set`` written in the
-loop would build a union object for every attribute weighed."""
-
-
-class HotAggregates(Cache[UUID, Any]):
-    """The repository's cache of hot aggregates: least recently used out first, bounded by
-    count (``AGGREGATE_CACHE_MAXSIZE``, as the library's ``LRUCache``) *and* by what the
-    aggregates hold together (:data:`HOT_ENTRIES`): with a bound by count alone, the cached
-    runs' memory would grow with the length of the runs.
-    An aggregate is weighed when it is put: when the repository first reads it
-    and after each save of it (the library puts every saved aggregate back), so a run
-    growing in place is weighed again at its next commit. The aggregate put last is
-    never the one evicted, however much it holds: the unit of work using it keeps it.
-
-    An aggregate that ``stays_hot`` says is done (a run that ended) is kept
-    ``kept_after_done`` seconds more (``0``: not at all), for the messages that still trail
-    its end, and then leaves: a later message reads it back from the log. Without this the
-    cache held every run an instance had seen until the bounds pushed it out (tens of
-    thousands), and the cyclic collector walked them all at every full collection, in a
-    pause that grew with the history, not with the load. The done aggregates wait in the
-    order they were done; each put lets go of those whose time is up, so what is retired
-    costs the put nothing more than those few (an idle instance retires nothing, and holds
-    nothing new either)."""
-
-    def __init__(self, maxsize: int, max_entries: int, stays_hot: Callable[[Any], bool] = lambda _: True,
-                 kept_after_done: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self.cache: OrderedDict[UUID, Any] = OrderedDict()  # least recently used first
-        self.maxsize = maxsize
-        self.max_entries = max_entries
-        self.stays_hot = stays_hot
-        self.kept_after_done = kept_after_done
-        self._clock = clock
-        self.held = 0
-        """Entries held by the cached aggregates, as weighed when each was put."""
-        self._weights: dict[UUID, int] = {}
-        self._retiring: OrderedDict[UUID, float] = OrderedDict()
-        """Cached aggregates that are done → when they leave, soonest first."""
-        self._lock = threading.Lock()  # the units of work run in a worker thread, queries elsewhere
-
-    def get(self, key: UUID, *, evict: bool = False) -> Any:
-        with self._lock:
-            value = self.cache[key]  # KeyError: not cached (what the repository expects)
-            if evict:
-                self._drop(key)
-            else:
-                self.cache.move_to_end(key)
-            return value
-
-    def put(self, key: UUID, value: Any | None) -> None:
-        if value is None:
-            return
-        done = not self.stays_hot(value)
-        now = self._clock()
-        with self._lock:
-            self._retire(now)
-            if done and self.kept_after_done <= 0:
-                if key in self.cache:
-                    self._drop(key)
-                return
-        weight = entries(value)
-        with self._lock:
-            if key in self.cache:
-                self.cache.move_to_end(key)
-                self.held -= self._weights[key]
-            self.cache[key] = value
-            self._weights[key] = weight
-            self.held += weight
-            if done:
-                self._retiring.setdefault(key, now + self.kept_after_done)
-            while len(self.cache) > 1 and (len(self.cache) > self.maxsize or self.held > self.max_entries):
-                self._drop(next(iter(self.cache)))
-
-    def _retire(self, now: float) -> None:
-        while self._retiring:
-            key, until = next(iter(self._retiring.items()))
-            if until > now:
-                return
-            self._drop(key)
-
-    def _drop(self, key: UUID) -> None:
-        del self.cache[key]
-        self.held -= self._weights.pop(key)
-        self._retiring.pop(key, None)
-
-    def __bool__(self) -> bool:
-        return True  # the repository asks ``if self.cache``: an empty cache is still the cache
-
 
 def project_events(aggregate: Any, domain_events: Iterable[Any]) -> Any:
     """The library's ``project_aggregate`` (each event's ``mutate`` in turn) without its
@@ -180,8 +54,23 @@ class FoldingRepository(Repository[UUID]):
 
     def get(self, aggregate_id: UUID, *, version: int | None = None, projector_func: Any = project_events,
             fastforward_skipping: bool = False, deepcopy_from_cache: bool = True) -> Any:
+        if version is None:
+            start_load()  # a miss puts what it read in the cache, weighed at these bytes
         return super().get(aggregate_id, version=version, projector_func=projector_func,
                            fastforward_skipping=fastforward_skipping, deepcopy_from_cache=deepcopy_from_cache)
+
+
+def weighing(store: EventStore[UUID]) -> EventStore[UUID]:
+    """``store`` read through a :class:`WeighingMapper`: the repository's reads count the
+    stored bytes they decode (what a loaded aggregate weighs in the hot cache)."""
+    return EventStore(WeighingMapper(store.mapper), store.recorder)
+
+
+def hot_state_bytes(env: Mapping[str, str]) -> int:
+    """The byte budget of an application's hot aggregates: ``HOT_STATE_BYTES`` of its
+    environment, else the setting's default (``IMPRINT_HOT_STATE_BYTES``)."""
+    given = env.get(HOT_STATE_BYTES)
+    return int(given) if given else int(Settings.model_fields["hot_state_bytes"].default)
 
 
 class HotCacheApplication(Application[UUID]):
@@ -191,19 +80,25 @@ class HotCacheApplication(Application[UUID]):
     replaced)."""
 
     env = dict(HOT_CACHE)
+    in_memory_overhead: float = IN_MEMORY_OVERHEAD
+    """Bytes in memory per stored byte of this application's aggregates (see
+    :data:`~services.common.hot_cache.IN_MEMORY_OVERHEAD`)."""
     kept_after_done: float = 0.0
     """Seconds an aggregate that is done stays in the hot cache (see :class:`HotAggregates`)."""
 
     def construct_repository(self) -> Repository[UUID]:
         made = super().construct_repository()
-        repository = FoldingRepository(made.event_store, snapshot_store=made.snapshot_store,
-                                       fastforward=made.fastforward, fastforward_skipping=made.fastforward_skipping,
-                                       deepcopy_from_cache=made.deepcopy_from_cache)
+        snapshots = made.snapshot_store
+        repository = FoldingRepository(
+            weighing(made.event_store),
+            snapshot_store=weighing(snapshots) if snapshots is not None else None,
+            fastforward=made.fastforward, fastforward_skipping=made.fastforward_skipping,
+            deepcopy_from_cache=made.deepcopy_from_cache)
         repository.cache = made.cache
         if isinstance(repository.cache, LRUCache):
-            repository.cache = HotAggregates(repository.cache.maxsize,
-                                             int(self.env.get(HOT_ENTRIES) or DEFAULT_HOT_ENTRIES),
-                                             self.stays_hot, self.kept_after_done, self.cache_clock)
+            repository.cache = HotAggregates(repository.cache.maxsize, hot_state_bytes(self.env),
+                                             self.stays_hot, self.kept_after_done, self.cache_clock,
+                                             overhead=self.in_memory_overhead)
         return repository
 
     def stays_hot(self, aggregate: Any) -> bool:
@@ -235,8 +130,17 @@ class HotCacheApplication(Application[UUID]):
         recordings = self.put_events(processing)
         repository = self.repository
         if repository.cache and not repository.fastforward:
-            for aggregate_id, aggregate in processing.aggregates.items():
-                repository.cache.put(aggregate_id, aggregate)
+            cache = repository.cache
+            if isinstance(cache, HotAggregates):
+                recorded: dict[UUID, int] = {}
+                for recording in recordings:
+                    originator = recording.notification.originator_id
+                    recorded[originator] = recorded.get(originator, 0) + len(recording.notification.state)
+                for aggregate_id, aggregate in processing.aggregates.items():
+                    cache.put_recorded(aggregate_id, aggregate, recorded.get(aggregate_id, 0))
+            else:
+                for aggregate_id, aggregate in processing.aggregates.items():
+                    cache.put(aggregate_id, aggregate)
         self.take_snapshots(processing)
         self.committed(recordings)
         return recordings

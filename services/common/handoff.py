@@ -14,6 +14,7 @@ from opentelemetry.context import Context
 
 from imprint.contracts.base import Message
 from imprint.contracts.topics import Topic
+from services.common.hot_cache import IN_MEMORY_OVERHEAD
 from services.common.recorders import COMMITTER
 
 if TYPE_CHECKING:
@@ -23,6 +24,12 @@ Announce = Callable[[Any], Sequence[tuple[Topic, Message]]]
 Batch = list[tuple[int, Sequence["Outgoing"]]]
 TraceOf = Callable[[Any], Context | None]
 """A committed domain event → the trace context its announcements continue (``None``: none)."""
+
+
+HANDOFF_SHARE = 8
+"""The hand-off may weigh this fraction (1/8) of the part's hot-state budget
+(``IMPRINT_HOT_STATE_BYTES``) on top of it: past that the relay is far behind, and reading
+the log costs it less than the memory would."""
 
 
 class Handoff:
@@ -35,12 +42,19 @@ class Handoff:
     the log by whichever relay leads. The relay takes entries only as a run that
     continues its position exactly (:meth:`take`); anything else sends it to the log."""
 
-    def __init__(self, announce: Announce, topics: Collection[str] = (), *, limit: int = 50_000) -> None:
+    def __init__(self, announce: Announce, topics: Collection[str] = (), *, limit: int = 50_000,
+                 max_bytes: int | None = None) -> None:
         self._announce = announce
         self._topics = frozenset(topics) or None
         self._limit = limit
+        self._max_bytes = max_bytes
+        """What the waiting entries may weigh together (``None``: only ``limit`` bounds them):
+        each weighs its event's stored bytes times ``IN_MEMORY_OVERHEAD``, as a hot aggregate."""
         self._lock = threading.Lock()
         self._entries: deque[tuple[int, Sequence[Outgoing]]] = deque()
+        self._weights: deque[int] = deque()
+        self.held = 0
+        """Bytes the waiting entries weigh together."""
         self._wake: Callable[[], None] | None = None
         self._missed = False
         self.token = COMMITTER
@@ -53,14 +67,23 @@ class Handoff:
     def open(self, wake: Callable[[], None]) -> None:
         """The relay leads: hand it every commit from now on (``wake`` is called after each)."""
         with self._lock:
-            self._entries.clear()
+            self._clear()
             self._missed = False
             self._wake = wake
 
     def close(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._clear()
             self._wake = None
+
+    def _clear(self) -> None:
+        self._entries.clear()
+        self._weights.clear()
+        self.held = 0
+
+    def _pop(self) -> tuple[int, Sequence[Outgoing]]:
+        self.held -= self._weights.popleft()
+        return self._entries.popleft()
 
     def committed(self, recordings: Sequence[Recording[Any]], trace: TraceOf | None = None) -> None:
         """One transaction's events were recorded (the writer's thread, right after its commit).
@@ -73,6 +96,7 @@ class Handoff:
         entries = sorted((r.notification.id, announce(r.domain_event)
                           if topics is None or r.notification.topic in topics else ())
                          for r in recordings)
+        weights = {r.notification.id: int(len(r.notification.state) * IN_MEMORY_OVERHEAD) for r in recordings}
         if trace is not None:
             contexts = {r.notification.id: trace(r.domain_event) for r in recordings}
             entries = [(position, _traced(items, contexts[position])) for position, items in entries]
@@ -80,11 +104,15 @@ class Handoff:
             wake = self._wake
             if wake is None:
                 return
-            if len(self._entries) + len(entries) > self._limit:  # the relay is far behind: it reads the log
-                self._entries.clear()
+            weight = sum(weights.values())
+            if len(self._entries) + len(entries) > self._limit or \
+                    (self._max_bytes is not None and self.held + weight > self._max_bytes):
+                self._clear()  # the relay is far behind: it reads the log
                 self._missed = True
             else:
                 self._entries.extend(entries)
+                self._weights.extend(weights[position] for position, _ in entries)
+                self.held += weight
         wake()
 
     def missed(self) -> None:
@@ -105,15 +133,15 @@ class Handoff:
             if self._missed:
                 self._missed = False
                 while entries and entries[0][0] <= after:
-                    entries.popleft()
+                    self._pop()
                 return None
             while entries and entries[0][0] <= after:
-                entries.popleft()
+                self._pop()
             if not entries:
                 return []
             batch: Batch = []
             while entries and len(batch) < limit and entries[0][0] == after + 1 + len(batch):
-                batch.append(entries.popleft())
+                batch.append(self._pop())
             return batch or None
 
 

@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     own commits in memory; ``imprint serve publication-relay`` processes may stand by
     beside it. ``separate``: only those processes relay, reading every commit back."""
 
+    hot_state_bytes: int = Field(default=671_088_640, ge=0)  # 640 MiB
+    """The bytes a part may keep of its hot state (per process): Publication's and the
+    Journal's hot aggregates (:mod:`services.common.hot_cache`), Delivery's hot runs
+    (:mod:`services.delivery.hot_runs`), least recently used out first past it. Weighed,
+    not measured: stored bytes times a calibrated overhead (Publication, Journal), row
+    bytes (Delivery). A run pushed out is read back from the store at its next message.
+    The default is meant to hold 20,000 Publication runs of a few proposals in flight."""
+
     block_modification_quota: int = 2
     run_modification_quota: int = 8
     display_char_limit: int = 60_000

@@ -84,12 +84,12 @@ class ViewUnit:
 class ViewSink:
     """The view tables as the sink of Delivery's tracked unit of work."""
 
-    def __init__(self, views: ViewTables, origin: str, *, traced: bool = False) -> None:
+    def __init__(self, views: ViewTables, origin: str, *, hot_state_bytes: int, traced: bool = False) -> None:
         self.views = views
         self.origin = origin
         """Names this process in its notifications (its own consumer wakes its feeds)."""
         self.workspace = TracedWorkspace if traced else ViewWorkspace
-        self.hot = HotRuns()
+        self.hot = HotRuns(hot_state_bytes)
         self.listeners: list[ConflictListener] = []
 
     @contextmanager

@@ -73,7 +73,8 @@ class ViewStore:
         self.origin = uuid.uuid4().hex
         """Names this process in its own notifications (it wakes its feeds directly)."""
         self.tracer = tracer
-        self.sink = ViewSink(self.views, self.origin, traced=tracer is not None)
+        self.sink = ViewSink(self.views, self.origin, hot_state_bytes=settings.hot_state_bytes,
+                             traced=tracer is not None)
         self.applying = applying(tracer)
         """The poll's policy: the one loop over :mod:`imprint.delivery.handling`."""
         self.units = TrackedUnitOfWork()

@@ -65,6 +65,7 @@ from services.common.dispatch import Dispatch, Handled, Spans
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.event_log import EventLog, HotCacheApplication, StoredWorkspace, stored
+from services.common.hot_cache import HOT_STATE_BYTES
 from services.common.observability import get_logger
 from services.common.handoff import Handoff
 from services.common.unit_of_work import ConflictsExhausted, Recorded, Redelivered, TrackedUnitOfWork, Unconfirmed
@@ -151,7 +152,7 @@ class RuntimeJournal(RunLeases, HotCacheApplication):
         if keyring is None:
             keyring = backend.open(backend.keyring)
             owned.append(keyring)
-        env = backend.environment(name)
+        env = {**backend.environment(name), HOT_STATE_BYTES: str(settings.hot_state_bytes)}
         journal = backend.open(lambda: cls(env, keyring=keyring, message_index=index, name=name,
                                            lease_seconds=settings.run_lease_seconds))
         journal._owned = owned

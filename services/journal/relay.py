@@ -18,7 +18,7 @@ from imprint.contracts.topics import Topic
 from imprint.journal.announcements import ANNOUNCED_TOPICS, announce
 from imprint.shredding import FieldSealer, ScopedKeyring
 from services.common.lifecycle import run_relay_until_stopped
-from services.common.handoff import Handoff
+from services.common.handoff import HANDOFF_SHARE, Handoff
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
 from services.journal.application import RuntimeJournal, open_journal
@@ -59,7 +59,8 @@ def journal_relay(settings: Settings, journal: RuntimeJournal, *, inline: bool) 
     """The relay of ``journal``'s log. ``inline``: it runs in the process that writes the log,
     and ``journal`` hands it every commit (``RuntimeJournal.handoff``)."""
     batch = BatchAnnouncer(journal)
-    handoff = Handoff(batch.handed, ANNOUNCED_TOPICS) if inline else None
+    handoff = Handoff(batch.handed, ANNOUNCED_TOPICS,
+                      max_bytes=settings.hot_state_bytes // HANDOFF_SHARE) if inline else None
     journal.handoff = handoff
     return relay_for(settings, journal, batch, name=RELAY_NAME, to_events=batch.to_events, topics=ANNOUNCED_TOPICS,
                      handoff=handoff)

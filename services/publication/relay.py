@@ -16,7 +16,7 @@ from imprint.contracts.topics import Topic
 from imprint.publication import announce
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.lifecycle import run_relay_until_stopped
-from services.common.handoff import Handoff
+from services.common.handoff import HANDOFF_SHARE, Handoff
 from services.common.relay import Relay, relay_for
 from services.common.settings import Settings
 from services.publication.application import PublicationLog, open_log
@@ -34,7 +34,8 @@ def publication_relay(settings: Settings, app: PublicationLog, *, inline: bool) 
     """The relay of ``app``'s log. ``inline``: it runs in the process that writes the log,
     and ``app`` hands it every commit (``PublicationLog.handoff``), with the commit's trace
     when ``app`` traces (a relay on its own reads the log back: no trace is stored there)."""
-    handoff = Handoff(announce_publication, ANNOUNCED_TOPICS) if inline else None
+    handoff = Handoff(announce_publication, ANNOUNCED_TOPICS,
+                      max_bytes=settings.hot_state_bytes // HANDOFF_SHARE) if inline else None
     app.handoff = handoff
     return relay_for(settings, app, announce_publication, name=RELAY_NAME,
                      to_events=BatchOpener(app.mapper, app.keyring),  # a fresh key read per batch

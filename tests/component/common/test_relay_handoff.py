@@ -22,6 +22,7 @@ from imprint.journal.execution import AnswerExecution
 from imprint.publication.announcements import ANNOUNCED_TOPICS
 from services.common.inbound import Inbound
 from services.common.handoff import Handoff
+from services.common.hot_cache import IN_MEMORY_OVERHEAD
 from services.common.relay import Relay
 from services.common.settings import Settings
 from services.publication.relay import RELAY_NAME, announce_publication
@@ -146,6 +147,14 @@ def test_what_was_not_handed_off_is_read_from_the_log_in_order(tmp_path: Path) -
         log.close()
 
 
+class Recorded:
+    """A recording as the hand-off reads it: its event, its notification's id, topic and stored bytes."""
+
+    def __init__(self, position: int, stored_bytes: int = 10) -> None:
+        self.domain_event = f"event {position}"
+        self.notification = type("N", (), {"id": position, "topic": "t", "state": b"x" * stored_bytes})()
+
+
 @pytest.mark.rule("P14")
 def test_the_handoff_gives_only_runs_that_continue_the_position() -> None:
     handoff = Handoff(lambda event: [(Topic.PUBLICATION, event)])
@@ -153,10 +162,6 @@ def test_the_handoff_gives_only_runs_that_continue_the_position() -> None:
     woken: list[int] = []
     handoff.open(lambda: woken.append(1))
 
-    class Recorded:
-        def __init__(self, position: int) -> None:
-            self.domain_event = f"event {position}"
-            self.notification = type("N", (), {"id": position, "topic": "t"})()
 
     handoff.committed([Recorded(3), Recorded(4)])
     handoff.committed([Recorded(5)])
@@ -175,6 +180,21 @@ def test_the_handoff_gives_only_runs_that_continue_the_position() -> None:
     handoff.close()
     handoff.committed([Recorded(10)])
     assert handoff.take(9, 10) == [] and len(woken) == 5, "a standby's relay is handed nothing"
+
+
+@pytest.mark.rule("P14")
+def test_the_handoff_is_bounded_in_bytes_and_past_its_bound_the_relay_reads_the_log() -> None:
+    handoff = Handoff(lambda event: [(Topic.PUBLICATION, event)], max_bytes=int(1000 * IN_MEMORY_OVERHEAD))
+    handoff.open(lambda: None)
+    handoff.committed([Recorded(1, 400), Recorded(2, 400)])
+    assert handoff.held == 2 * int(400 * IN_MEMORY_OVERHEAD)
+    assert [p for p, _ in handoff.take(0, 1) or []] == [1] and handoff.held == int(400 * IN_MEMORY_OVERHEAD)
+    handoff.committed([Recorded(3, 400)])
+    handoff.committed([Recorded(4, 400)])  # past the bound: the waiting entries go
+    assert handoff.held == 0
+    assert handoff.take(1, 10) is None, "what was dropped is read from the log"
+    handoff.committed([Recorded(5, 100)])
+    assert [p for p, _ in handoff.take(4, 10) or []] == [5] and handoff.held == 0
 
 
 def _journal_run(journal: Any, run: str, offset: int) -> int:

@@ -1,5 +1,5 @@
-"""Hot runs are bounded by what they hold, not only by how many there are
-(``services.common.event_log.HotAggregates``): with a small bound, a run falls out of
+"""Hot runs are bounded by what they hold in bytes, not only by how many there are
+(``services.common.hot_cache.HotAggregates``, ``IMPRINT_HOT_STATE_BYTES``): with a small budget, a run falls out of
 the cache while other runs grow, and its next proposal reads it again from the log — so
 an exact duplicate is still recognised with its original receipt (P11) and a new block
 still takes the next delivery ordinal. A run that ended leaves the cache at once, and
@@ -13,7 +13,7 @@ import pytest
 
 from imprint.contracts.runtime import RunCompleted
 from imprint.publication import PublicationRun
-from services.common.event_log import HOT_ENTRIES, stored
+from services.common.event_log import stored
 from services.publication.application import open_log
 from tests.integration.publication.pubsupport import admitted, part
 from tests.support.backends import Backend
@@ -26,12 +26,11 @@ BODY = "Revenue grew 8% in 2024, led by services."
 
 @pytest.mark.rule("P11")
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
-def test_a_run_pushed_out_by_the_bound_is_read_again_and_still_knows_its_blocks(
-        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(HOT_ENTRIES, "40")
-    with closing(open_log(backend.settings)) as app:
+def test_a_run_pushed_out_by_the_bound_is_read_again_and_still_knows_its_blocks(backend: Backend) -> None:
+    budget = 40_000  # a run of one proposal weighs a few kilobytes, one of eight some 25
+    with closing(open_log(backend.settings.model_copy(update={"hot_state_bytes": budget}))) as app:
         cache = app.repository.cache
-        assert cache is not None and getattr(cache, "max_entries", None) == 40
+        assert cache is not None and getattr(cache, "max_bytes", None) == budget
         feed = Feeder(lambda batch: app.process(batch, lambda _: None))
         feed.send(admitted("r-hot-a"), part("r-hot-a", "a-1", BODY))
         first = stored(app, PublicationRun.id_for("r-hot-a")).settled("tool:a-1")
@@ -41,7 +40,7 @@ def test_a_run_pushed_out_by_the_bound_is_read_again_and_still_knows_its_blocks(
         for run in ("r-hot-b", "r-hot-c"):
             feed.send(admitted(run), *(part(run, f"{run}-{i}", f"{BODY} ({run}, {i})") for i in range(8)))
         assert PublicationRun.id_for("r-hot-a") not in cache.cache  # type: ignore[attr-defined]
-        assert cache.held <= 40 or len(cache.cache) == 1  # type: ignore[attr-defined]
+        assert cache.held <= budget or len(cache.cache) == 1  # type: ignore[attr-defined]
 
         feed.send(part("r-hot-a", "a-2", BODY), part("r-hot-a", "a-3", "A second finding."))
         run = stored(app, PublicationRun.id_for("r-hot-a"))
