@@ -17,11 +17,15 @@ import asyncio
 import base64
 import hashlib
 import logging
+import sqlite3
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+import psycopg
 from aiokafka import ConsumerRecord
+from aiokafka.errors import KafkaError
+from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
@@ -242,3 +246,41 @@ def dead_letter(
         original_sha256=hashlib.sha256(raw).hexdigest(),
         original_truncated=len(kept) < len(raw),
     )
+
+
+BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
+"""What a consumer does with a poll's valid messages: commits their effects with their tracking records."""
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    PersistenceError,  # eventsourcing's wrapper of every recorder failure
+    psycopg.OperationalError,  # raw psycopg, e.g. the key store and the delivery view store
+    psycopg.InterfaceError,
+    sqlite3.OperationalError,  # "database is locked" and friends
+    OSError,
+    TimeoutError,
+    KafkaError,
+)
+"""Failures worth retrying the same batch for: the database or the broker, not the message."""
+
+
+async def apply_isolating_poison(
+    handle: BatchHandler, inbound: list[Inbound], consumer: str
+) -> list[DeadLetter]:
+    """Apply the batch; if it fails for a non-transient reason, apply its messages one by
+    one and set aside (dead-letter) only those that fail on their own."""
+    try:
+        await handle(inbound)
+        return []
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception:
+        if len(inbound) == 1:
+            item = inbound[0]
+            log.exception("message could not be applied; dead-lettering it", consumer=consumer,
+                          topic=item.topic, partition=item.partition, offset=item.offset)
+            return [dead_letter(consumer, item.topic, item.partition, item.offset, item.key, item.raw,
+                                "processing_error", "applying the message raised a non-transient error")]
+    letters: list[DeadLetter] = []
+    for item in inbound:
+        letters.extend(await apply_isolating_poison(handle, [item], consumer))
+    return letters

@@ -14,65 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import chain
 from typing import Any
 
-import psycopg
 from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
-from eventsourcing.persistence import PersistenceError
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from imprint.contracts.deadletter import DeadLetter
 from imprint.contracts.topics import Topic
 from services.common.observability import get_logger
 from services.common.settings import Settings
-from services.common.inbound import Inbound
-from services.common.kafka import Outbox, decode_records, dead_letter
+from services.common.kafka import BatchHandler, Outbox, apply_isolating_poison, decode_records
 
 log = get_logger(__name__)
 
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    PersistenceError,  # eventsourcing's wrapper of every recorder failure
-    psycopg.OperationalError,  # raw psycopg, e.g. the key store and the delivery view store
-    psycopg.InterfaceError,
-    sqlite3.OperationalError,  # "database is locked" and friends
-    OSError,
-    TimeoutError,
-    KafkaError,
-)
-"""Failures worth retrying the same batch for: the database or the broker, not the message."""
 
 
-async def _handle_isolating_poison(
-    handle: BatchHandler, inbound: list[Inbound], consumer: str
-) -> list[DeadLetter]:
-    """Apply the batch; if it fails for a non-transient reason, apply its messages one by
-    one and set aside (dead-letter) only those that fail on their own."""
-    try:
-        await handle(inbound)
-        return []
-    except TRANSIENT_ERRORS:
-        raise
-    except Exception:
-        if len(inbound) == 1:
-            item = inbound[0]
-            log.exception("message could not be applied; dead-lettering it", consumer=consumer,
-                          topic=item.topic, partition=item.partition, offset=item.offset)
-            return [dead_letter(consumer, item.topic, item.partition, item.offset, item.key, item.raw,
-                                "processing_error", "applying the message raised a non-transient error")]
-    letters: list[DeadLetter] = []
-    for item in inbound:
-        letters.extend(await _handle_isolating_poison(handle, [item], consumer))
-    return letters
-
-
-BatchHandler = Callable[[list[Inbound]], Awaitable[None]]
 
 IDLE_POLL_MS = 10
 """The bench's bare consumer floor polls with this timeout (``bench.floors``). A tracked
@@ -388,7 +348,7 @@ def subscribe_tracked(
             if refused:
                 await outbox.publish_many((Topic.DEADLETTER, letter) for letter in refused)
             if inbound:
-                poisoned = await _handle_isolating_poison(handle, inbound, consumer)
+                poisoned = await apply_isolating_poison(handle, inbound, consumer)
                 if poisoned:
                     await outbox.publish_many((Topic.DEADLETTER, letter) for letter in poisoned)
         except asyncio.CancelledError:

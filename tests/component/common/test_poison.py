@@ -9,7 +9,7 @@ import pytest
 from eventsourcing.persistence import OperationalError
 
 from services.common.inbound import Inbound
-from services.common.subscription import _handle_isolating_poison
+from services.common.kafka import apply_isolating_poison
 
 
 def batch(n: int) -> list[Inbound]:
@@ -24,7 +24,7 @@ def test_a_poison_message_is_dead_lettered_alone_and_the_rest_applied() -> None:
             raise ValueError("no rule anticipated this")
         applied.extend(item.offset for item in items)
 
-    letters = asyncio.run(_handle_isolating_poison(handle, batch(5), "publication"))
+    letters = asyncio.run(apply_isolating_poison(handle, batch(5), "publication"))
     assert applied == [0, 1, 3, 4]
     assert [(l.offset, l.reason) for l in letters] == [(2, "processing_error")]
     assert base64.b64decode(letters[0].original_b64) == b"raw-2"
@@ -35,4 +35,4 @@ def test_a_transient_failure_is_raised_for_a_retry_of_the_whole_batch() -> None:
         raise OperationalError("connection lost")
 
     with pytest.raises(OperationalError):
-        asyncio.run(_handle_isolating_poison(handle, batch(3), "publication"))
+        asyncio.run(apply_isolating_poison(handle, batch(3), "publication"))
