@@ -24,7 +24,7 @@ from bench import sse
 from bench.floors import READER_FETCH_WAIT_MS
 from bench.procs import Stack
 from bench.stats import latency_summary, slope
-from bench.workload import Sources, candidate_of, closing, opening, typical_part, wire
+from bench.workload import Sources, candidate_of, closing, opening, paced_parts, typical_part, wire
 from imprint.contracts.runtime import RunAdmitted
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
@@ -363,22 +363,9 @@ class Driver:
         await self.quiet()
         admitted = time.perf_counter() - admitting
         calls = [f"{label}-{i:06d}" for i in range(count)]
-        scheduled: dict[str, float] = {}
         window = self.stack.window()
-        start = time.perf_counter() + 0.1
-        futures = []
-        late = 0.0
-        for i, call in enumerate(calls):
-            due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0.001:
-                await asyncio.sleep(delay)
-            else:
-                late = max(late, -delay)
-            scheduled[call] = due
-            key, value, headers = wire(typical_part(runs[i % len(runs)], call, sources))
-            futures.append(await self.producer.send(self.runtime, value, key=key, headers=headers))
-        last_due = start + (count - 1) / rate
+        scheduled, futures, late = await paced_parts(self.producer, self.runtime, calls, runs, rate, sources)
+        start, last_due = scheduled[calls[0]], scheduled[calls[-1]]
         sent = {call: metadata.timestamp for call, metadata in zip(calls, await asyncio.gather(*futures))}
         complete = await self.completed(calls, max(0.0, last_due + drain - time.perf_counter()))
         if clients:  # the streams' frames follow the Kafka events; give them the same deadline

@@ -5,7 +5,9 @@ working whatever Publication, the relay or Delivery do inside."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,3 +91,26 @@ def wire(message: Any) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
 
 def proposal_bytes() -> bytes:
     return encode(typical_part("run-floor-000000", "call-000000"))
+
+
+async def paced_parts(producer: Any, topic: str, calls: list[str], runs: list[str], rate: float,
+                      sources: Sources = Sources()) -> tuple[dict[str, float], list[Any], float]:
+    """Send one typical ``answer.part`` per call, round robin over ``runs``, each at its own
+    due time (``rate`` per second from 0.1 s from now), not awaiting each send so the
+    producer batches as it would for a runtime. Returns each call's due time
+    (``time.perf_counter``), the sends' futures, and how late the latest send was."""
+    scheduled: dict[str, float] = {}
+    futures: list[Any] = []
+    late = 0.0
+    start = time.perf_counter() + 0.1
+    for i, call in enumerate(calls):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0.001:
+            await asyncio.sleep(delay)
+        else:
+            late = max(late, -delay)
+        scheduled[call] = due
+        key, value, headers = wire(typical_part(runs[i % len(runs)], call, sources))
+        futures.append(await producer.send(topic, value, key=key, headers=headers))
+    return scheduled, futures, late

@@ -32,7 +32,7 @@ from bench.floors import READER_FETCH_WAIT_MS
 from bench.peer.delivery import create_frames
 from bench.procs import Stack, infra_pids, tree_cpu_seconds
 from bench.stats import latency_summary, median_of_rounds
-from bench.workload import Sources, opening, typical_part, wire
+from bench.workload import Sources, opening, paced_parts, typical_part, wire
 from services.common.settings import Settings
 
 PROCESSES = ("peer-publication", "peer-delivery", "peer-sse")
@@ -221,20 +221,9 @@ class PeerDriver:
         scheduled: dict[str, float] = {}
         try:
             window = self.stack.window()
-            start = time.perf_counter() + 0.1
-            futures, late = [], 0.0
-            for i, call in enumerate(calls):
-                due = start + i / rate
-                delay = due - time.perf_counter()
-                if delay > 0.001:
-                    await asyncio.sleep(delay)
-                else:
-                    late = max(late, -delay)
-                scheduled[call] = due
-                key, value, headers = wire(typical_part(names[i % len(names)], call, sources))
-                futures.append(await self.producer.send(self.topic, value, key=key, headers=headers))
+            scheduled, futures, late = await paced_parts(self.producer, self.topic, calls, names, rate, sources)
             await asyncio.gather(*futures)
-            last_due = start + (count - 1) / rate
+            last_due = scheduled[calls[-1]]
             complete = await self.streamed(calls, max(1.0, last_due + drain - time.perf_counter()))
             ended = time.perf_counter()
             closed = self.stack.close(window)
