@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from eventsourcing.application import AggregateNotFoundError, ProcessingEvent
@@ -22,10 +21,9 @@ from eventsourcing.utils import get_topic
 from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
-from imprint.contracts.publication import AnswerPreview
 from imprint.contracts.topics import Topic
 from imprint.publication import Policy, PublicationRun, SourceRecord, handling, saving
-from imprint.publication.handling import Context, Effects, SettledCandidate
+from imprint.publication.handling import Context, Effects, PollEffects, SettledCandidate
 from imprint.publication.sources import SourceDependents
 from imprint.shredding import FieldSealer, KeyDestroyed, Keyring, key_name_for
 from services.common.backends import backend_for
@@ -261,22 +259,6 @@ class PublicationLog(HotCacheApplication):
         if not saving.confirmed(unit.settled, self.run):
             raise SaveUnconfirmed("not found on read-back: " + ", ".join(e.candidate_id for e in unit.settled)) \
                 from error
-
-
-@dataclass
-class PollEffects:
-    """The effects of every message of one unit of work, gathered in order: the previews to
-    emit before the commit (P14), what a save outcome names (P15), the keys to destroy after
-    the commit (X8)."""
-
-    previews: list[AnswerPreview] = field(default_factory=list)
-    settled: list[SettledCandidate] = field(default_factory=list)
-    shred: set[str] = field(default_factory=set)
-
-    def add(self, effects: Effects) -> None:
-        self.previews.extend(effects.previews)
-        self.settled.extend(effects.settled)
-        self.shred.update(effects.shred)
 
 
 class _FailureFacts:

@@ -33,7 +33,7 @@ and commits the rest with the Kafka position (P14, P15)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
@@ -125,6 +125,22 @@ class Effects:
 
 
 NOTHING = Effects()
+
+
+@dataclass
+class PollEffects:
+    """The effects of every message of one unit of work, gathered in order: the previews to
+    emit before the commit (P14), what a save outcome names (P15), the keys to destroy after
+    the commit (X8)."""
+
+    previews: list[AnswerPreview] = field(default_factory=list)
+    settled: list[SettledCandidate] = field(default_factory=list)
+    shred: set[str] = field(default_factory=set)
+
+    def add(self, effects: Effects) -> None:
+        self.previews.extend(effects.previews)
+        self.settled.extend(effects.settled)
+        self.shred.update(effects.shred)
 REFUSED = Effects(decision="refused")
 SETTLED_BEFORE = Effects(decision="settled_before")
 

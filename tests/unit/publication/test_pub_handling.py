@@ -4,9 +4,6 @@ of work around it — without a database."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pytest
 from pub_helpers import ACCOUNT, PUBLIC, RUN, part
 
@@ -24,7 +21,7 @@ from imprint.publication.announcements import announce_all
 from imprint.contracts.sources import SourceRegistered, SourceRevoked
 from imprint.publication import ConversationRuns, PublicationRun, SourceRecord
 from imprint.publication.sources import SourceDependents
-from imprint.publication.handling import Context, Effects, handle
+from imprint.publication.handling import Context, PollEffects, handle
 from imprint.workspace import MemoryWorkspace
 
 
@@ -33,22 +30,8 @@ def admitted(run_id: str = RUN, account: str = ACCOUNT, conversation: str = "con
                        question="What does the report say?", qcs=QuestionConditionSet(qcs_id=f"q-{run_id}"))
 
 
-@dataclass
-class Gathered:
-    """What the unit of work gathers from the messages' effects, minus the database."""
-
-    previews: list[Any] = field(default_factory=list)
-    settled: list[Any] = field(default_factory=list)
-    shred: set[str] = field(default_factory=set)
-
-    def add(self, effects: Effects) -> None:
-        self.previews.extend(effects.previews)
-        self.settled.extend(effects.settled)
-        self.shred.update(effects.shred)
-
-
-def apply_all(ws: MemoryWorkspace, *messages: object) -> Gathered:
-    unit = Gathered()
+def apply_all(ws: MemoryWorkspace, *messages: object) -> PollEffects:
+    unit = PollEffects()
     for message in messages:
         unit.add(handle(ws, message, Context()))
     return unit
