@@ -196,30 +196,57 @@ def _write_until(settings: Settings, target: int, shard: int) -> None:
         app.close()
 
 
-def raw_read(settings: Settings, page: int = 500) -> dict[str, Any]:
-    """Read every row of the notification log in pages, as eventsourcing's
-    ``select_notifications`` does (the floor under any replay)."""
-    table = events_table(settings)
+def _read_range(settings: Settings, first: int, last: int, page: int) -> dict[str, Any]:
+    """One connection reading notification ids ``first..last`` in pages (one process of
+    :func:`raw_read`); its clock starts once it is connected, as a replay worker's does."""
     query = sql.SQL("SELECT notification_id, originator_id, originator_version, topic, state FROM {} "
-                    "WHERE notification_id > %s ORDER BY notification_id LIMIT %s").format(table)
-    started = time.perf_counter()
-    cpu = time.process_time()
-    read, last, size = 0, 0, 0
+                    "WHERE notification_id > %s AND notification_id <= %s ORDER BY notification_id LIMIT %s"
+                    ).format(events_table(settings))
+    read, size, after = 0, 0, first - 1
     with psycopg.connect(str(settings.database_url)) as connection:
+        started, cpu = time.time(), time.process_time()
         while True:
-            rows = connection.execute(query, (last, page), prepare=True).fetchall()
+            rows = connection.execute(query, (after, last, page), prepare=True).fetchall()
             if not rows:
                 break
             read += len(rows)
-            last = rows[-1][0]
+            after = rows[-1][0]
             size += sum(len(r[4]) for r in rows)
-    seconds = time.perf_counter() - started
+        return {"read": read, "bytes": size, "started": started, "ended": time.time(),
+                "cpu_s": time.process_time() - cpu}
+
+
+def raw_read(settings: Settings, connections: int = 1, page: int = 500) -> dict[str, Any]:
+    """Read every row of the notification log in pages, as eventsourcing's
+    ``select_notifications`` does (the floor under any replay), over ``connections``
+    connections side by side, one process each, every one reading its own contiguous range
+    of notification ids: the same parallelism a replay with as many workers has."""
+    import multiprocessing
+
+    with psycopg.connect(str(settings.database_url)) as connection:
+        row = connection.execute(sql.SQL("SELECT min(notification_id), max(notification_id) FROM {}").format(
+            events_table(settings))).fetchone()
+    low, high = (int(row[0]), int(row[1])) if row and row[0] is not None else (1, 0)
+    step = max(1, -(-(high - low + 1) // connections))
+    ranges = [(settings, start, min(high, start + step - 1), page) for start in range(low, high + 1, step)]
+    with multiprocessing.get_context("spawn").Pool(max(1, len(ranges))) as pool:
+        parts = pool.starmap(_read_range, ranges)
+    read = sum(p["read"] for p in parts)
+    seconds = max((max(p["ended"] for p in parts) - min(p["started"] for p in parts)) if parts else 0.0, 1e-6)
     return {"events": read, "seconds": round(seconds, 2), "events_per_s": round(read / seconds),
-            "cpu_s": round(time.process_time() - cpu, 2), "mean_state_bytes": round(size / max(1, read)),
-            "page": page}
+            "cpu_s": round(sum(p["cpu_s"] for p in parts), 2),
+            "mean_state_bytes": round(sum(p["bytes"] for p in parts) / max(1, read)), "page": page,
+            "connections": connections}
 
 
-def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[str, Any]:
+def median_of(rounds: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The round whose ``key`` is the median (rounds without it count as lowest), with every
+    round's ``key`` kept beside it so the spread shows."""
+    ordered = sorted(rounds, key=lambda r: (r.get(key) is not None, r.get(key) or 0))
+    return {**ordered[len(ordered) // 2], f"rounds_{key}": [r.get(key) for r in rounds]}
+
+
+def run_replay(settings: Settings, rss_limit_mb: int, timeout: float, workers: int) -> dict[str, Any]:
     """``imprint replay`` as a command of the launcher (stdout to /dev/null). Its peak RSS is
     the largest sum, sampled from /proc every 0.2 s, of the replay's process and its
     workers; a replay whose processes pass ``rss_limit_mb`` together is killed (reported,
@@ -231,7 +258,8 @@ def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[st
     from a small bench process measures ~100 MB)."""
     launcher = Launcher(settings.model_copy(update={"log_level": "WARNING"}))
     started = time.perf_counter()
-    child = launcher.start_command("replay", "services.cli", ["replay"], discard_stdout=True)
+    child = launcher.start_command("replay", "services.cli", ["replay", "--workers", str(workers)],
+                                   discard_stdout=True)
     stopped: dict[str, Any] = {}
     sampled = {"max_rss_kb": 0}
     done = threading.Event()
@@ -259,7 +287,7 @@ def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[st
     result: dict[str, Any] = {
         "seconds": round(seconds, 2), "exit": code, "peak_rss_mb": round(sampled["max_rss_kb"] / 1024),
         "ru_maxrss_mb": round(usage.ru_maxrss / 1024) if usage else None,
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2) if usage else None,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2) if usage else None, "workers": workers,
     }
     if stopped:
         result["stopped"] = stopped["why"]
@@ -268,10 +296,21 @@ def run_replay(settings: Settings, rss_limit_mb: int, timeout: float) -> dict[st
     return result
 
 
+ROUNDS = 3
+
+
 def bench_replay(base: Settings, sizes: tuple[int, ...], rebuild: bool, rss_limit_mb: int, timeout: float,
-                 say: Callable[[str], None], reuse: bool = False) -> dict[str, Any]:
-    results: dict[str, Any] = {"method": "imprint replay (subprocess, stdout discarded) vs psycopg pages of 500",
-                               "sizes": {}}
+                 say: Callable[[str], None], reuse: bool = False, workers: int | None = None) -> dict[str, Any]:
+    """Each size: ``ROUNDS`` rounds of a raw read then a replay, interleaved so that both see the
+    same machine; each figure is the median round. The raw read uses as many connections
+    as the replay has workers."""
+    from services.recovery.replaying import default_workers
+
+    workers = workers or default_workers()
+    results: dict[str, Any] = {
+        "method": (f"imprint replay --workers {workers} (subprocess, stdout discarded) vs psycopg pages of 500 over "
+                   f"{workers} connections (one process each); median of {ROUNDS} interleaved rounds"),
+        "workers": workers, "rounds": ROUNDS, "sizes": {}}
     metas = ensure_logs(base, sizes, rebuild, say, reuse)
     for size in sizes:
         meta = metas[size]
@@ -279,11 +318,16 @@ def bench_replay(base: Settings, sizes: tuple[int, ...], rebuild: bool, rss_limi
         events = count_events(settings)
         # Once unmeasured first: a log evicted from the page cache by other work reads at
         # disk speed, and the replay that follows would then be held against a cold floor.
-        raw_read(settings)
-        raw = {**raw_read(settings), "warmed": True}
-        say(f"  raw notification-log read of {events:,} events: {raw['events_per_s']:,} events/s")
-        replay = run_replay(settings, rss_limit_mb, timeout)
-        replay["events_per_s"] = round(events / replay["seconds"]) if "stopped" not in replay and replay["exit"] == 0 else None
-        say(f"  imprint replay: {replay}")
-        results["sizes"][str(size)] = {"log": meta, "events": events, "raw": raw, "replay": replay}
+        raw_read(settings, workers)
+        raws, replays = [], []
+        for round_ in range(ROUNDS):
+            raws.append({**raw_read(settings, workers), "warmed": True})
+            replay = run_replay(settings, rss_limit_mb, timeout, workers)
+            ok = "stopped" not in replay and replay["exit"] == 0
+            replay["events_per_s"] = round(events / replay["seconds"]) if ok else None
+            replays.append(replay)
+            say(f"  round {round_ + 1}/{ROUNDS}: raw read {raws[-1]['events_per_s']:,} events/s over {workers} "
+                f"connections; imprint replay {replay}")
+        results["sizes"][str(size)] = {"log": meta, "events": events, "raw": median_of(raws, "events_per_s"),
+                                       "replay": median_of(replays, "events_per_s")}
     return results

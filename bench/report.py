@@ -174,7 +174,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     smallest = min(replay, key=int) if replay else None
     big = replay.get(largest) if largest else None
     events = f"{int(largest):,} events" if largest else "largest log"
-    add("replay_vs_raw_read", f"Replay: rate ÷ the raw notification-log read ({events})",
+    add("replay_vs_raw_read", f"Replay: rate ÷ a raw notification-log read over as many connections as it has workers "
+        f"({events}, medians of interleaved rounds)",
         _ratio(_get(big, "replay", "events_per_s"), _get(big, "raw", "events_per_s")), 0.5, "higher")
     add("replay_events_per_s", f"Replay: events/s ({events})", _get(big, "replay", "events_per_s"), 50_000, "higher",
         "events/s")
@@ -439,7 +440,10 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{_fmt(row.get('delivery_per_s'))} |")
     replay = (results.get("replay") or {}).get("sizes") or {}
     if replay:
-        out += ["", "## Replay", "", "| log events | raw read events/s | `imprint replay` events/s | replay s | "
+        workers = (results.get("replay") or {}).get("workers")
+        out += ["", "## Replay", "", f"Medians of {(results.get('replay') or {}).get('rounds', 1)} interleaved rounds; "
+                f"the raw read uses as many connections as the replay has workers ({workers or '?'}).", "",
+                "| log events | raw read events/s | `imprint replay` events/s | replay s | "
                 "replay peak RSS MB | note |", "|---|---|---|---|---|---|"]
         for size, row in sorted(replay.items(), key=lambda kv: int(kv[0])):
             rp = row.get("replay", {})
