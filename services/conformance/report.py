@@ -50,7 +50,7 @@ class Report(BaseModel):
         return [case for case in self.cases if not case.passed]
 
     def counts(self) -> dict[str, int]:
-        return {"cases": len(self.cases), "passed": sum(c.passed for c in self.cases),
+        return {"total": len(self.cases), "passed": sum(c.passed for c in self.cases),
                 "failed": len(self.failures)}
 
     def by_family(self) -> dict[str, tuple[int, int]]:
@@ -82,7 +82,7 @@ class Report(BaseModel):
         for family, (passed, total) in self.by_family().items():
             lines.append(f"  {family:<24} {passed}/{total}")
         counts = self.counts()
-        lines.append(f"{counts['passed']}/{counts['cases']} passed, {counts['failed']} failed")
+        lines.append(f"{counts['passed']}/{counts['total']} passed, {counts['failed']} failed")
         return "\n".join(lines)
 
     def print(self, stream: TextIO, *, only_failures: bool = False) -> None:
