@@ -21,7 +21,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from imprint.contracts.publication import CitationStatus, SourceHint
+from imprint.contracts import publication
+from imprint.contracts.publication import SourceHint
 
 
 class Wire(BaseModel):
@@ -33,28 +34,23 @@ class Wire(BaseModel):
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
-class Content(Wire):
-    type: Literal["text", "table"]
-    markdown: str
+# Publication's own models of a block's parts, read as a v1 client reads them (extra fields allowed).
+class Content(publication.Content):
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class Citation(Wire):
-    source_id: str
-    status: CitationStatus
+class Citation(publication.Citation):
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class RenderedNumber(Wire):
-    handle_id: str
-    rendered: str
-    version: int | None = None
+class RenderedNumber(publication.RenderedNumber):
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class Receipt(Wire):
+class Receipt(publication.Receipt):
     """Proof that the revision shown was durably committed (P15): its log position."""
 
-    receipt_id: str
-    log_position: int
-    committed_at: str
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
 class DisplayEntry(Wire):
