@@ -26,6 +26,24 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "both); fewer than both names, in ``reason``, the mechanism only they have")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fuzz-values", type=int, default=10_000,
+                     help="records per consumed topic in the Kafka fuzz tier (tests/integration/fuzz)")
+    parser.addoption("--fuzz-seed", type=int, default=46, help="the fuzz tier's seed (printed by every fuzz test)")
+    parser.addoption("--fuzz-requests", type=int, default=10_000,
+                     help="HTTP requests the schemathesis fuzz tier sends per store backend")
+
+
+@pytest.fixture
+def fuzz_values(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--fuzz-values"))
+
+
+@pytest.fixture
+def fuzz_seed(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--fuzz-seed"))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     from tests.support.kafka import delete_created_topics
 
