@@ -82,6 +82,7 @@ class ServerKit:
         self.http: httpx.AsyncClient
         self.full: Read | None = None
         self.view: dict[str, Any] = {}
+        self._expiry: asyncio.Task[None] | None = None
 
     # -- recording ---------------------------------------------------------------------
     def case(self, case: str, rule: str, passed: bool, seen: str) -> bool:
@@ -135,6 +136,7 @@ class ServerKit:
         return self.report
 
     async def make_runs(self, scenario: Scenario) -> Runs:
+        started = time.monotonic()
         runs, finished = await scenario.begin(timeout=60)
         # Waited for on the JSON routes, not the streams: a path that buffers streams (what the
         # path cases are there to catch) must not stall the making of the runs.
@@ -151,6 +153,7 @@ class ServerKit:
                                       until=lambda r: "notice" in r.kinds())
             if "notice" not in notices.kinds():
                 runs.notes.append("the notice after the end did not arrive within 60 s")
+        runs.notes.append(f"the runs were made in {time.monotonic() - started:.1f} s")
         return runs
 
     async def poll(self, path: str, holds: Callable[[dict[str, Any]], bool], timeout: float = 60) -> bool:
@@ -176,9 +179,15 @@ class ServerKit:
         self.full = await self.read(self.events_url(runs.finished))
         answer = await self.get(f"/v1/runs/{runs.finished}/answer")
         self.view = answer.json() if answer.status_code == 200 else {}
+        took: list[str] = []
         for family in FAMILIES:
             if family in self.families:
+                started = time.monotonic()
                 await getattr(self, "family_" + family.replace("-", "_"))(runs)
+                took.append(f"{family} {time.monotonic() - started:.1f}")
+        if self._expiry is not None:
+            await self._expiry
+        self.report.notes.append(f"seconds per family: {', '.join(took)}")
 
     # -- sse, frames -------------------------------------------------------------------------
     async def family_sse(self, runs: Runs) -> None:
@@ -361,7 +370,8 @@ class ServerKit:
             other = await self.post(f"/v1/runs/{runs.other}/stream-tickets")
             self.case("tickets/refused/another-accounts-run", "D6", other.status_code == 404,
                       f"HTTP {other.status_code}")
-        await self.ticket_expiry(run_id)
+        # waits out a ticket's life beside the other families
+        self._expiry = asyncio.create_task(self.ticket_expiry(run_id))
 
     async def ticket_expiry(self, run_id: str) -> None:
         minted = await self.post(f"/v1/runs/{run_id}/stream-tickets")
