@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,7 @@ READ_TIMEOUT = ("the path closed an idle stream: nginx `proxy_read_timeout` (and
 
 def run(args: argparse.Namespace) -> Report:
     """The command's entry point (:mod:`services.conformance.cli`)."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the report says what was requested
     return asyncio.run(ServerKit(args).run())
 
 
