@@ -21,7 +21,7 @@ def module_settings(kafka_bootstrap: str, store_backend: str, request: pytest.Fi
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     yield from own_settings(kafka_bootstrap, store_backend, request, tmp_path_factory.mktemp("state"),
                             sse_keepalive_seconds=KEEPALIVE, stream_open_wait_seconds=1.0,
-                            stream_ticket_ttl_seconds=2.0, cors_origins=(ORIGIN,))
+                            stream_ticket_ttl_seconds=3.0, cors_origins=(ORIGIN,))
 
 
 @pytest.fixture(scope="module")

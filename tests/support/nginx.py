@@ -118,7 +118,7 @@ http {{
         if self.pid is None:
             return
         try:
-            os.kill(self.pid, signal.SIGQUIT)  # the master's graceful stop; its workers follow it
+            os.kill(self.pid, signal.SIGTERM)  # the master's fast stop: it ends its workers, open streams too
         except ProcessLookupError:
             return
         deadline = time.monotonic() + 15

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from imprint.contracts import publication
 from imprint.contracts.publication import SourceHint
@@ -79,6 +79,8 @@ class Skeleton(Wire):
     """What remains of a block frame a newer frame of its block superseded, a withdrawal after
     the end hid or a deletion purged: its identity and hash, no body."""
 
+    model_config = ConfigDict(extra="allow", frozen=True, json_schema_extra={
+        "anyOf": [{"required": [marker]} for marker in ("superseded", "withdrawn", "purged")]})
     block_id: str | None = None
     revision: int | None = None
     seq: int | None = None
@@ -86,6 +88,12 @@ class Skeleton(Wire):
     withdrawn: Literal[True] | None = None
     purged: Literal[True] | None = None
     body_sha256: Sha256
+
+    @model_validator(mode="after")
+    def _marked(self) -> Skeleton:
+        if not (self.superseded or self.withdrawn or self.purged):
+            raise ValueError("a skeleton says why its body is gone: superseded, withdrawn or purged")
+        return self
 
 
 class Progress(Wire):
