@@ -76,11 +76,12 @@ class ViewWorkspace:
         for run_id in sorted(named):
             self.blocks(self.runs[run_id], None if named[run_id] is None else tuple(named[run_id] or ()))
 
-    def run(self, run_id: str) -> RunRows:
+    def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> RunRows:
         run = self.runs.get(run_id)
         if run is None:
             self._load([run_id])
             run = self.runs[run_id]
+        self.blocks(run, blocks)
         return run
 
     def _load(self, run_ids: Sequence[str]) -> None:
@@ -112,6 +113,7 @@ class ViewWorkspace:
                                      json.loads(row["live_frames"] or "{}"), int(row["version"]))
 
     def blocks(self, run: RunRows, names: tuple[str, ...] | None) -> None:
+        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
         if names is None:
             run.touched = None
         elif run.touched is not None:
