@@ -32,7 +32,7 @@ and commits the rest with the Kafka position (P14, P15)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,10 +137,20 @@ class PollEffects:
     settled: list[SettledCandidate] = field(default_factory=list)
     shred: set[str] = field(default_factory=set)
 
+    @classmethod
+    def of(cls, effects: Iterable[Effects]) -> PollEffects:
+        """The unit's effects, gathered once per poll (not a call per message)."""
+        unit = cls()
+        for each in effects:
+            unit.add(each)
+        return unit
+
     def add(self, effects: Effects) -> None:
         self.previews.extend(effects.previews)
         self.settled.extend(effects.settled)
         self.shred.update(effects.shred)
+
+
 REFUSED = Effects(decision="refused")
 SETTLED_BEFORE = Effects(decision="settled_before")
 
