@@ -32,7 +32,7 @@ and commits the rest with the Kafka position (P14, P15)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,17 +138,11 @@ class PollEffects:
     shred: set[str] = field(default_factory=set)
 
     @classmethod
-    def of(cls, effects: Iterable[Effects]) -> PollEffects:
+    def of(cls, effects: Sequence[Effects]) -> PollEffects:
         """The unit's effects, gathered once per poll (not a call per message)."""
-        unit = cls()
-        for each in effects:
-            unit.add(each)
-        return unit
-
-    def add(self, effects: Effects) -> None:
-        self.previews.extend(effects.previews)
-        self.settled.extend(effects.settled)
-        self.shred.update(effects.shred)
+        return cls([preview for each in effects for preview in each.previews],
+                   [settled for each in effects for settled in each.settled],
+                   {key for each in effects for key in each.shred})
 
 
 REFUSED = Effects(decision="refused")

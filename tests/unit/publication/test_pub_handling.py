@@ -31,7 +31,7 @@ def admitted(run_id: str = RUN, account: str = ACCOUNT, conversation: str = "con
 
 
 def apply_all(ws: MemoryWorkspace, *messages: object) -> PollEffects:
-    return PollEffects.of(handle(ws, message, Context()) for message in messages)
+    return PollEffects.of([handle(ws, message, Context()) for message in messages])
 
 
 class Flushing(MemoryWorkspace):
