@@ -1,14 +1,15 @@
 """The three forms a stream writes its frames in (:class:`~services.delivery.stream.EventStream`
 writes whichever it is given): imprint's own SSE (D1/D2), the AI SDK UI message stream, and a
 conversation's notices as AI SDK parts (D7). Each says its headers, its opening, each frame's
-bytes and its closing."""
+bytes and its closing; what a frame's bytes are is the frame's own (:attr:`Frame.sse`) or its
+AI SDK mapping's (:mod:`imprint.delivery.ui_message_stream`), one call each."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from imprint.delivery.frames import RESET, Frame
-from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, encode, notice_part, reset_part
+from imprint.delivery.frames import Frame
+from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, notice_event
 
 RETRY_MS = 2000
 
@@ -47,18 +48,17 @@ class UIMessageParts:
         self.mapping = mapping
 
     def opening(self) -> bytes:
-        return b"".join(encode(part) for part in self.mapping.start())
+        return self.mapping.opening()
 
     def frame(self, frame: Frame) -> bytes:
-        return b"".join(encode(part) for part in self.mapping.parts(frame))
+        return self.mapping.events(frame)
 
     def closing(self, terminal: bool) -> bytes:
         return DONE_EVENT if terminal else b""
 
 
 class UINoticeParts:
-    """A conversation's notices as AI SDK parts (D7, :func:`imprint.delivery.ui_message_stream.notice_part`),
-    each with its SSE ``id`` (the SDK's parser ignores it; a client that resumes sends it back)."""
+    """A conversation's notices as AI SDK parts (D7, :func:`imprint.delivery.ui_message_stream.notice_event`)."""
 
     headers = [(HEADER[0].encode(), HEADER[1].encode())]
 
@@ -66,9 +66,7 @@ class UINoticeParts:
         return b""
 
     def frame(self, frame: Frame) -> bytes:
-        data = frame.data if isinstance(frame.data, dict) else {}
-        part = reset_part(data) if frame.event == RESET else notice_part(data)
-        return f"id: {frame.id}\n".encode() + encode(part)
+        return notice_event(frame)
 
     def closing(self, terminal: bool) -> bytes:
         return b""

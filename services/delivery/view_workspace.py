@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic_core import to_json
-
 from imprint.delivery import merge
-from imprint.delivery.frames import FrameDraft, RunProjection, skeleton
+from imprint.delivery.frame import as_json, skeleton_text
+from imprint.delivery.frames import FrameDraft, RunProjection
 from imprint.delivery.notices import Notice
 from services.common.observability import get_logger
 from services.delivery.hot_runs import BlockRow, HotRuns, RunRows
@@ -43,12 +42,6 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def as_json(value: Any) -> str:
-    """``value`` as compact JSON text (UTF-8, nothing escaped), the way every frame and
-    live-frame skeleton is stored (pydantic-core's encoder)."""
-    return to_json(value).decode()
-
-
 class ViewWorkspace:
     """The rows one poll reads and writes, collected so each is written once
     (:class:`imprint.delivery.projection.ViewWorkspace`)."""
@@ -68,8 +61,9 @@ class ViewWorkspace:
         self.conflicts: list[merge.Conflict] = []
         self.inserts: list[list[Any]] = []
         """Pending frame rows, in :data:`FRAME_COLUMNS` order."""
-        self.pending: dict[tuple[str, str], int] = {}
-        """(run_id, key) → index in ``inserts`` of the key's newest pending frame."""
+        self.pending: dict[tuple[str, str], tuple[int, str]] = {}
+        """(run_id, key) → index in ``inserts`` of the key's newest pending frame, and the
+        skeleton it is written as if a newer frame of the key follows in this poll."""
         self.strips: list[tuple[str, str, int]] = []
         self.conflict_rows: list[tuple[Any, ...]] = []
         self.now = now()
@@ -82,11 +76,12 @@ class ViewWorkspace:
         for run_id in sorted(named):
             self.blocks(self.runs[run_id], None if named[run_id] is None else tuple(named[run_id] or ()))
 
-    def run(self, run_id: str) -> RunRows:
+    def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> RunRows:
         run = self.runs.get(run_id)
         if run is None:
             self._load([run_id])
             run = self.runs[run_id]
+        self.blocks(run, blocks)
         return run
 
     def _load(self, run_ids: Sequence[str]) -> None:
@@ -118,6 +113,7 @@ class ViewWorkspace:
                                      json.loads(row["live_frames"] or "{}"), int(row["version"]))
 
     def blocks(self, run: RunRows, names: tuple[str, ...] | None) -> None:
+        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
         if names is None:
             run.touched = None
         elif run.touched is not None:
@@ -183,20 +179,19 @@ class ViewWorkspace:
         run_id = run.projection.run_id
         run.last_frame_id += 1
         frame_id = run.last_frame_id
-        data = as_json(draft.data)
         if draft.key is not None:
             pending = self.pending.get((run_id, draft.key))
             if pending is not None:  # superseded within this poll: written as a skeleton
-                row = self.inserts[pending]
-                row[3] = as_json(skeleton(row[2], json.loads(row[3]), row[4]))
+                row = self.inserts[pending[0]]
+                row[3] = pending[1]
                 row[6] = 1
             else:
                 live = self._live(run, draft.key)
                 if live is not None and live[0] is not None:
                     self.strips.append((live[1], run_id, int(live[0])))
-            self.pending[(run_id, draft.key)] = len(self.inserts)
-            self._set_live(run, draft.key, frame_id, as_json(skeleton(draft.event, draft.data, draft.body_sha256)))
-        self.inserts.append([run_id, frame_id, draft.event, data, draft.body_sha256, draft.key, 0, self.now])
+            self.pending[(run_id, draft.key)] = (len(self.inserts), draft.superseded)
+            self._set_live(run, draft.key, frame_id, draft.superseded)  # type: ignore[arg-type]
+        self.inserts.append([run_id, frame_id, draft.event, draft.text, draft.body_sha256, draft.key, 0, self.now])
         return frame_id
 
     def _live(self, run: RunRows, key: str) -> tuple[int | None, str | None] | None:
@@ -350,8 +345,8 @@ def strip_key(views: ViewTables, c: Any, run_id: str, key: str, reason: str) -> 
     """Replace the bodies of every frame of a key with skeletons (ids and hashes stay)."""
     c.execute(views.q("SELECT frame_id, event, data, body_sha256 FROM {frames} WHERE run_id = ? AND skey = ?"),
               (run_id, key))
-    updates = [(as_json(skeleton(row["event"], json.loads(row["data"]), row["body_sha256"], reason=reason)),
-                run_id, row["frame_id"]) for row in c.fetchall()]
+    updates = [(skeleton_text(row["event"], row["data"], row["body_sha256"], reason=reason), run_id, row["frame_id"])
+               for row in c.fetchall()]
     if updates:
         views.strip_frames(c, updates)
 
@@ -373,8 +368,8 @@ def purge(views: ViewTables, c: Any, conversation_id: str, account_id: str | Non
         c.execute(views.q("DELETE FROM {blocks} WHERE run_id = ?"), (run_id,))
         c.execute(views.q(f"SELECT frame_id, event, data, body_sha256 FROM {{frames}} WHERE run_id = ? "
                           f"AND event IN ({marks})"), (run_id, *PRIVATE_FRAME_EVENTS))
-        updates = [(as_json(skeleton(row["event"], json.loads(row["data"]), row["body_sha256"], reason="purged")),
-                    run_id, row["frame_id"]) for row in c.fetchall()]
+        updates = [(skeleton_text(row["event"], row["data"], row["body_sha256"], reason="purged"), run_id,
+                    row["frame_id"]) for row in c.fetchall()]
         if updates:
             views.strip_frames(c, updates)
     if run_ids:

@@ -147,9 +147,7 @@ class PublicationLog(HotCacheApplication):
             return Context(policy, item.size, shard=str(item.partition))
 
         def gather(ws: StoredWorkspace, handled: list[Handled[Effects]]) -> PollEffects:
-            unit = PollEffects()
-            for done in handled:
-                unit.add(done.effects)
+            unit = PollEffects.of([done.effects for done in handled])
             if spans is None:
                 if unit.previews:
                     emit([(Topic.PUBLICATION, preview) for preview in unit.previews])

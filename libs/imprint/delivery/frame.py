@@ -7,6 +7,7 @@ and what each kind carries, is :mod:`imprint.delivery.frames`."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +36,16 @@ RESET = RESET_EVENT
 """Not a frame of the run: the opening of a stream that starts over (D8)."""
 
 
+def as_json(value: Any) -> str:
+    """``value`` as compact JSON text (UTF-8, nothing escaped), the way every frame and
+    live-frame skeleton is stored and sent (pydantic-core's encoder)."""
+    return to_json(value).decode()
+
+
 @dataclass(frozen=True)
 class FrameDraft:
-    """A frame before the store gives it its per-run id."""
+    """A frame before the store gives it its per-run id, with its stored forms made with the
+    value (like its body hash, fixed at drafting): the store writes them as they are."""
 
     event: str
     data: Any
@@ -45,6 +53,16 @@ class FrameDraft:
     body_sha256: str
     key: str | None = None
     """Supersession key: a newer frame with the same key makes this one a skeleton."""
+    text: str = field(init=False, compare=False, repr=False)
+    """The data's JSON as the store holds it (and a stream sends it)."""
+    superseded: str | None = field(init=False, compare=False, repr=False)
+    """What the stored data becomes once a newer frame of its key replaces it (its
+    :func:`skeleton`'s JSON); ``None`` without a key."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", as_json(self.data))
+        object.__setattr__(self, "superseded", None if self.key is None else
+                           as_json(skeleton(self.event, self.data, self.body_sha256)))
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,7 @@ class Frame:
         if isinstance(self.data, str):
             payload = self.data
         else:
-            payload = self.text if self.text is not None else to_json(self.data).decode()
+            payload = self.text if self.text is not None else as_json(self.data)
         lines = [f"id: {self.id}", f"event: {self.event}"]
         lines += [f"data: {line}" for line in payload.split("\n")]
         object.__setattr__(self, "sse", ("\n".join(lines) + "\n\n").encode("utf-8"))
@@ -104,6 +122,11 @@ def skeleton(event: str, data: Any, body_sha256: str, *, reason: str = "supersed
         return data
     kept = {k: data[k] for k in ("block_id", "revision", "seq") if k in data}
     return {**kept, reason: True, "body_sha256": body_sha256}
+
+
+def skeleton_text(event: str, text: str, body_sha256: str, *, reason: str = "superseded") -> str:
+    """The skeleton of a stored frame (its data's JSON ``text``), as the store holds it."""
+    return as_json(skeleton(event, json.loads(text), body_sha256, reason=reason))
 
 
 def chunk_text(text: str, size: int = CONTENT_CHUNK) -> list[str]:

@@ -89,8 +89,7 @@ class Handler:
     merge: merge.BlockMerge | None = None
 
     def __call__(self, ws: ViewWorkspace, message: Any, context: Context) -> Effects:
-        run = ws.run(message.run_id)
-        ws.blocks(run, self.blocks(message))
+        run = ws.run(message.run_id, self.blocks(message))
         return Effects(tuple(projection.append(ws, run, self.take(run.projection, message), context.trace)))
 
     def take(self, p: RunProjection, message: Any) -> Step:

@@ -40,10 +40,9 @@ class ViewWorkspace(Protocol):
         """Hold these runs (locked, in one order) with the blocks their messages name
         (``None``: every block of the run)."""
 
-    def run(self, run_id: str) -> ProjectedRun: ...
-
-    def blocks(self, run: ProjectedRun, names: tuple[str, ...] | None) -> None:
-        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
+    def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> ProjectedRun:
+        """The run, its answer state holding these blocks (``None``: all of them)."""
+        ...
 
     def append(self, run: ProjectedRun, drafts: Sequence[FrameDraft], conflicts: Sequence[merge.Conflict],
                trace: str | None = None) -> list[int]:

@@ -108,6 +108,20 @@ def encode(part: Part) -> bytes:
     return b"data: " + json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
+def encode_all(parts: list[Part]) -> bytes:
+    """Parts as the SSE events one write of a response carries."""
+    return b"".join(encode(part) for part in parts)
+
+
+def notice_event(frame: Frame) -> bytes:
+    """A frame of a conversation's notices feed in its AI SDK form (D7): its SSE ``id`` (the
+    SDK's parser ignores it; a client that resumes sends it back), then its part — the
+    notice's :func:`notice_part`, or D8's :func:`reset_part`."""
+    data = frame.data if isinstance(frame.data, dict) else {}
+    part = reset_part(data) if frame.event == RESET else notice_part(data)
+    return f"id: {frame.id}\n".encode() + encode(part)
+
+
 def block_data(block_id: str, entry: dict[str, Any] | None, frame: dict[str, Any]) -> dict[str, Any]:
     """``data`` of a ``data-block`` part: the block's display entry, or its withdrawal."""
     if entry is None and frame.get("status") == "dropped":  # X11: a preview never committed, dropped as such
@@ -156,6 +170,14 @@ class UIMessageStream:
     def start(self) -> list[Part]:
         return [{"type": "start", "messageId": message_id(self.run_id),
                  "messageMetadata": {"run_id": self.run_id, "conversation_id": self.conversation_id}}]
+
+    def opening(self) -> bytes:
+        """:meth:`start` as the response's first SSE events."""
+        return encode_all(self.start())
+
+    def events(self, frame: Frame) -> bytes:
+        """:meth:`parts` of one frame as SSE events, in one piece."""
+        return encode_all(self.parts(frame))
 
     def parts(self, frame: Frame) -> list[Part]:
         """The parts one frame becomes (often none: e.g. a superseded frame of a block already shown)."""

@@ -137,10 +137,14 @@ class PollEffects:
     settled: list[SettledCandidate] = field(default_factory=list)
     shred: set[str] = field(default_factory=set)
 
-    def add(self, effects: Effects) -> None:
-        self.previews.extend(effects.previews)
-        self.settled.extend(effects.settled)
-        self.shred.update(effects.shred)
+    @classmethod
+    def of(cls, effects: Sequence[Effects]) -> PollEffects:
+        """The unit's effects, gathered once per poll (not a call per message)."""
+        return cls([preview for each in effects for preview in each.previews],
+                   [settled for each in effects for settled in each.settled],
+                   {key for each in effects for key in each.shred})
+
+
 REFUSED = Effects(decision="refused")
 SETTLED_BEFORE = Effects(decision="settled_before")
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from imprint.contracts.runs import RunTransitioned
 from imprint.delivery.execution import presentation
+from imprint.delivery.frame import skeleton_text
 from imprint.delivery.frames import (
     CONTENT_CHUNK,
     FRAME_KINDS,
@@ -223,6 +224,20 @@ def test_skeletons_keep_the_hash_so_the_digest_still_checks() -> None:
                 for i, e, d in frames]
     assert validate_stream(stripped).ok
     assert "v1" not in json.dumps([d for _, _, d in stripped])
+
+
+@pytest.mark.rule("D3")
+def test_a_draft_carries_its_stored_text_and_the_skeleton_it_becomes() -> None:
+    """A frame superseded within its poll is written as its draft's skeleton; one superseded
+    later is stripped from its stored text: both give the same skeleton, hash kept."""
+    for _, event, data in good_stream():
+        if not isinstance(data, dict) or "body_sha256" not in data:
+            continue
+        keyed = FrameDraft(event, data, data["body_sha256"], key=f"block:{data.get('block_id')}")
+        assert json.loads(keyed.text) == data
+        assert keyed.superseded == skeleton_text(event, keyed.text, data["body_sha256"])
+        assert json.loads(keyed.superseded)["body_sha256"] == data["body_sha256"]
+        assert FrameDraft(event, data, data["body_sha256"]).superseded is None
 
 
 @pytest.mark.rule("D3")

@@ -31,10 +31,7 @@ def admitted(run_id: str = RUN, account: str = ACCOUNT, conversation: str = "con
 
 
 def apply_all(ws: MemoryWorkspace, *messages: object) -> PollEffects:
-    unit = PollEffects()
-    for message in messages:
-        unit.add(handle(ws, message, Context()))
-    return unit
+    return PollEffects.of([handle(ws, message, Context()) for message in messages])
 
 
 class Flushing(MemoryWorkspace):
