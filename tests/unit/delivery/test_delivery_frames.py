@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from imprint.contracts.runs import RunTransitioned
 from imprint.delivery.execution import presentation
-from imprint.delivery.frame import skeleton_text
+from imprint.delivery.frame import FrameDraft, skeleton_text
 from imprint.delivery.frames import (
     CONTENT_CHUNK,
     FRAME_KINDS,
