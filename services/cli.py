@@ -189,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--run", required=True)
     inspect.add_argument("--json", action="store_true", help="one JSON document instead of tables")
     inspect.set_defaults(func=_inspect)
+
+    from services.conformance.cli import add_commands as add_conformance
+
+    add_conformance(sub)
     return parser
 
 
