@@ -5,6 +5,14 @@ messages. :mod:`.script` (the run a case plays and the view it requires), :mod:`
 (the cases), :mod:`.server` (the kit's SSE server), :mod:`.runner` (the adapter and the
 checks)."""
 
-from services.conformance.client.runner import run, run_cases
+from __future__ import annotations
 
-__all__ = ["run", "run_cases"]
+from typing import Any
+
+from services.conformance.client.runner import run_cases
+from services.conformance.report import Report
+
+
+def run(args: Any) -> Report:
+    """``imprint conformance client -- <adapter command…>`` (:mod:`services.conformance.cli`)."""
+    return run_cases(args.adapter, only=getattr(args, "only", None))

@@ -208,8 +208,9 @@ def play(case: Case, number: int, server: KitServer, adapter: Adapter) -> Result
                   seconds=round(time.monotonic() - began, 3))
 
 
-def run_cases(command: Sequence[str], *, only: str | None = None) -> Report:
-    cases = [c for c in all_cases() if only is None or only in c.id]
+def run_cases(command: Sequence[str], *, only: str | None = None, cases: Sequence[Case] | None = None) -> Report:
+    """Every case (or ``cases``; those whose id contains ``only``) played to one adapter process."""
+    cases = [c for c in (all_cases() if cases is None else cases) if only is None or only in c.id]
     report = Report(kit="client", target=" ".join(command))
     server = KitServer()
     adapter = Adapter(command)
@@ -226,7 +227,3 @@ def run_cases(command: Sequence[str], *, only: str | None = None) -> Report:
         server.close()
     return report
 
-
-def run(args: Any) -> Report:
-    """``imprint conformance client -- <adapter command…>`` (:mod:`services.conformance.cli`)."""
-    return run_cases(args.adapter, only=getattr(args, "only", None))
