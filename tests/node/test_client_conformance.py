@@ -34,6 +34,8 @@ def assert_every_case_passed(report: Report) -> None:
     assert len(report.cases) >= 100, report.counts()
     assert not [c for c in report.cases if f"### {c.rule} " not in RULES], "every case names a rule of docs/rules.md"
     assert report.passed, report.render(only_failures=True)
+    expired = [c for c in report.cases if c.case.endswith("/ticket-expired")]
+    assert expired and not [c.case for c in expired if ", 0 refused," in c.seen], "each expired ticket was refused"
 
 
 @pytest.mark.rule("D1")

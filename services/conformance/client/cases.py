@@ -226,6 +226,23 @@ def failed_run(m: Messages) -> Steps:
             m.end(None, state="failed")]
 
 
+def closed_before_settled(m: Messages) -> Steps:
+    """The two topics are not ordered against each other: the closed record may come first;
+    ``done`` waits for Publication's settlement and never overtakes a committed block (D2)."""
+    settled, closed = m.end("Closed first, settled last.")
+    return [[m.running(), m.published("b1", 1, "First block.", 1)],
+            [closed],
+            [m.published("b2", 1, "Committed after the closed record.", 2)],
+            [settled]]
+
+
+def withdrawn_with_the_end(m: Messages) -> Steps:
+    """A withdrawal polled with the run's end: Delivery applies the closed record last, so it
+    is a frame of the run, not a notice."""
+    return [[m.running(), m.published("b1", 1, "Kept block.", 1), m.published("b2", 1, "Withdrawn at the end.", 2)],
+            [*m.end(), m.withdrawn("b2", 1)]]
+
+
 def reset_script(m: Messages) -> Steps:
     return [[m.running(), m.published("b1", 1, "Block one.", 1)],
             [m.published("b2", 1, "Block two, lost with the restore.", 2)],
@@ -258,6 +275,8 @@ SCRIPTS = (
     Script("ordinal-order", "P18", ordinal_order),
     Script("closed-text", "D2", closed_text),
     Script("failed-run", "D5", failed_run),
+    Script("closed-before-settled", "D2", closed_before_settled),
+    Script("withdrawn-with-the-end", "P21", withdrawn_with_the_end),
 )
 
 RESETS = (
@@ -275,6 +294,6 @@ def all_cases() -> list[Case]:
     notices = [s for s in SCRIPTS if s.rule == "D7"]
     cases += [Case(f"notices/{s.name}/repeated", "D7", s, PATHS[1], family="notices", notices_replay=1)
               for s in notices]
-    cases += [Case(f"notices/{s.name}/other-run", "D7", s, PATHS[0], family="notices",
+    cases += [Case(f"notices/{s.name}/interleaved-with-another-run", "D7", s, PATHS[0], family="notices",
                    extra={"foreign_notice": True}) for s in notices]
     return cases

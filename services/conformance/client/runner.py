@@ -34,7 +34,7 @@ from services.conformance.client.server import KitServer, Session
 from services.conformance.report import Case as Result
 from services.conformance.report import Report
 
-CATCH_UP_SECONDS = 20.0
+CATCH_UP_SECONDS = 15.0
 """How long a client may take to handle what was written (a loaded machine; a client that
 never reconnects fails here, with what it missed)."""
 
@@ -155,10 +155,9 @@ def play(case: Case, number: int, server: KitServer, adapter: Adapter) -> Result
 
     def apply(step: list[Any]) -> None:
         with session.cond:
-            ended = session.view.terminal
             session.view.apply(step)
-            if case.extra.get("foreign_notice") and session.view.terminal and not ended:
-                foreign_notice(session.view, "b2")
+            if case.extra.get("foreign_notice") and session.view.terminal:
+                foreign_notice(session.view, "b2")  # interleaved with this run's own notices
             session.cond.notify_all()
 
     def open_client() -> None:
@@ -191,8 +190,8 @@ def play(case: Case, number: int, server: KitServer, adapter: Adapter) -> Result
                     checked += 1
                 elif path.drop:
                     session.drop(replay=path.replay, notices_replay=case.notices_replay, expire=path.expire)
-        seen = (f"{checked} views matched; {session.connections} connections, {session.served} events, "
-                f"{session.view.last_frame_id} frames, {session.view.last_notice_id} notices")
+        seen = (f"{checked} views matched; {session.connections} connections, {session.refused} refused, "
+                f"{session.served} events, {session.view.last_frame_id} frames, {session.view.last_notice_id} notices")
         passed = True
     except (Mismatch, AdapterFailed) as failure:
         seen, passed = str(failure), False

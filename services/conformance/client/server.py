@@ -233,41 +233,30 @@ class Handler(BaseHTTPRequestHandler):
         for name, value in form.headers:
             self.send_header(name.decode(), value.decode())
         self.end_headers()
-        opening = f"retry: {RETRY_MS}\n\n".encode() if isinstance(form, SSEFrames) else form.opening()
-        written = self._count(opening)
-        self._chunk(opening)
+        pending = f"retry: {RETRY_MS}\n\n".encode() if isinstance(form, SSEFrames) else form.opening()
         if isinstance(start, Reset):
-            reset = reset_frame(view.run_id, start)
-            data = form.frame(reset)
-            written += self._count(data)
-            self._chunk(data)
+            pending += form.frame(reset_frame(view.run_id, start))
         sent = after
         while True:
             with s.cond:
-                s.served += written
-                written = 0
-                mark = s.delivered[stream]
-                s.delivered[stream] = sent if mark is None else max(mark, sent)
-                s.cond.notify_all()
-                while len(frames) <= sent and s.generation == generation and not s.closed:
+                while not pending and len(frames) <= sent and s.generation == generation and not s.closed:
                     s.cond.wait(1.0)
                 if s.generation != generation or s.closed:
                     return self._abort()
                 batch: list[Frame] = list(frames[sent:])
-            data = b"".join(form.frame(f) for f in batch)
-            written += self._count(data)
-            ended = stream == "run" and any(f.event == DONE for f in batch)
-            if ended:
-                data += form.closing(True)
-            if not self._chunk(data):
-                return None
-            sent = batch[-1].id
-            if ended:
-                with s.cond:
-                    s.served += written
-                    s.delivered[stream] = max(s.delivered[stream] or 0, sent)
-                    s.cond.notify_all()
-                self._chunk(b"", last=True)
+                data = pending + b"".join(form.frame(f) for f in batch)
+                pending = b""
+                # Counted before it is written: a check then waits for the client to handle all of
+                # it, never for half of a replay (the AI SDK's form sends the whole message again).
+                s.served += self._count(data)
+                ended = stream == "run" and any(f.event == DONE for f in batch)
+                if ended:
+                    data += form.closing(True)  # the AI SDK's [DONE]: the end of the stream, no part
+                sent = batch[-1].id if batch else sent
+                mark = s.delivered[stream]
+                s.delivered[stream] = sent if mark is None else max(mark, sent)
+                s.cond.notify_all()
+            if not self._chunk(data, last=ended) or ended:
                 return None
 
     @staticmethod

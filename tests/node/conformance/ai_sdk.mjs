@@ -64,9 +64,9 @@ async function followRun(c) {
     try {
       const chunks = await transport.reconnectToStream({ chatId: c.runId });
       if (chunks === null) { c.done = true; break; }
-      let finished = false;
-      await read(c, chunks, (chunk) => { if (chunk.type === "finish") finished = true; return true; });
-      if (finished) c.done = true;  // else the connection dropped: read the whole message again
+      c.finished = false;
+      await read(c, chunks, (chunk) => { if (chunk.type === "finish") c.finished = true; return true; });
+      if (c.finished) c.done = true;  // else the connection dropped: read the whole message again
     } catch (error) {
       if (c.closed) return;
       if (c.lastStatus === 401) { ticket = await mint(c, `/v1/runs/${encodeURIComponent(c.runId)}/stream-tickets`); continue; }
@@ -115,7 +115,7 @@ async function view() {
       blocks: shown.map((d) => [d.block_id, d.revision, d.status]),
       bodies: Object.fromEntries(shown.filter((d) => d.status !== "conflict").map((d) => [d.block_id, d.markdown])),
       text: parts.filter((p) => p.type === "text").map((p) => p.text).join(""),
-      done: c.done,
+      done: c.finished,  // the message's `finish` part was handled (the stream may not have closed yet)
       state: (c.message && c.message.metadata && c.message.metadata.run && c.message.metadata.run.state) ?? null,
       conflict: parts.some((p) => p.type === "data-conflict"),
     },
@@ -124,7 +124,7 @@ async function view() {
 
 function openCase(m) {
   const c = { base: m.base, runId: m.run_id, conversationId: m.conversation_id, token: m.token, ticket: m.ticket,
-              abort: new AbortController(), events: 0, message: null, done: false, closed: false, errors: [],
+              abort: new AbortController(), events: 0, message: null, done: false, finished: false, closed: false, errors: [],
               lastStatus: 0 };
   c.fetch = caseFetch(c);
   current = c;
