@@ -11,7 +11,7 @@ export PG_PORT ?= 5432
 TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 TEST_DATABASE ?= postgresql://imprint:imprint@127.0.0.1:$(PG_PORT)/imprint_test
 
-.PHONY: install run test test-fast system-deps infra-up infra-down infra-reset infra-status schemas bench browser-deps node-deps clean
+.PHONY: install run test test-fast system-deps infra-up infra-down infra-reset infra-status schemas bench browser-deps proxy-deps node-deps clean
 .PHONY: soak test-cluster
 .PHONY: bench-quick otelcol docs
 
@@ -60,13 +60,18 @@ soak: install
 test-cluster: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster $(PYTEST_ARGS)
 
-## Debian's packages (Chromium, and PostgreSQL when missing) are installed one apt at a time.
+## Debian's packages (Chromium, nginx for the conformance tier's proxy, and PostgreSQL when
+## missing) are installed one apt at a time.
 system-deps:
 	$(MAKE) --no-print-directory browser-deps
+	$(MAKE) --no-print-directory proxy-deps
 	$(MAKE) --no-print-directory infra-up
 
 browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+proxy-deps:
+	@test -x /usr/sbin/nginx || { apt-get update -qq && apt-get install -y -qq nginx-light >/dev/null; }
 
 infra-up:
 	bash deploy/local/infra.sh up

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,14 @@ def isolated(kafka_bootstrap: str, store_backend: str, request: pytest.FixtureRe
     """Settings for one test on one store backend: its own topics (prefix,
     ``topic_partitions`` each), its own stores (a PostgreSQL schema, or SQLite files under its
     own state folder) and HTTP port on 127.0.0.1."""
+    yield from own_settings(kafka_bootstrap, store_backend, request, tmp_path / "state",
+                            topic_partitions=topic_partitions)
+
+
+def own_settings(kafka_bootstrap: str, store_backend: str, request: pytest.FixtureRequest, state_dir: Path,
+                 **overrides: Any) -> Iterator[Settings]:
+    """What :func:`isolated` yields, for any scope (a module's shared stack too): its own topic
+    prefix, consumer groups, stores and HTTP port, with ``overrides``; the schema dropped after."""
     from services.common.backends import backend_for
     from tests.support.kafka import create_topics
 
@@ -137,10 +146,10 @@ def isolated(kafka_bootstrap: str, store_backend: str, request: pytest.FixtureRe
         database_schema=f"t_{tag}" if postgres else None,
         topic_prefix=f"t{tag}.",
         group_prefix=f"imprint-{tag}",
-        state_dir=tmp_path / "state",
+        state_dir=state_dir,
         http_host="127.0.0.1",
         http_port=free_port(),
-        topic_partitions=topic_partitions,
+        **overrides,
     )
     backend_for(settings).prepare()
     create_topics(settings)

@@ -28,8 +28,14 @@ def add_commands(sub: Any) -> None:
                         help="the deployment's Kafka bootstrap: the kit creates its own runs through the runtime SDK")
     server.add_argument("--run", default=None, help="without --kafka: an existing finished run to read")
     server.add_argument("--origin", default=None, help="an origin the deployment allows (the CORS cases)")
+    server.add_argument("--topic-prefix", default=None,
+                        help="with --kafka: the deployment's topic prefix (default: IMPRINT_TOPIC_PREFIX)")
     server.add_argument("--keepalive", type=float, default=None,
-                        help="the keep-alive interval the deployment is configured with, in seconds")
+                        help="the deployment's keep-alive interval, in seconds (IMPRINT_SSE_KEEPALIVE_SECONDS; 15)")
+    server.add_argument("--frame-wait", type=float, default=None,
+                        help="how long a produced frame may take to reach the kit, in seconds (5)")
+    server.add_argument("--ticket-wait", type=float, default=None,
+                        help="wait for a ticket to expire when it lives at most this long, in seconds (30)")
     _common(server)
     server.set_defaults(func=_server)
 
@@ -41,7 +47,7 @@ def add_commands(sub: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", default=None, help="also write the report as JSON to this file")
-    parser.add_argument("--only", default=None, help="run only the cases whose id contains this text")
+    parser.add_argument("--only", default=None, help="run only these families of cases (comma-separated)")
     parser.add_argument("--failures", action="store_true", help="print only the failed cases' rows")
 
 

@@ -35,6 +35,7 @@ class Report(BaseModel):
     kit: str = Field(description="'server' or 'client'")
     target: str = Field(default="", description="the URL or adapter command the cases ran against")
     cases: list[Case] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="what the run did besides its cases, and what it did not check")
 
     def add(self, case: Case) -> Case:
         self.cases.append(case)
@@ -49,7 +50,7 @@ class Report(BaseModel):
         return [case for case in self.cases if not case.passed]
 
     def counts(self) -> dict[str, int]:
-        return {"cases": len(self.cases), "passed": sum(c.passed for c in self.cases),
+        return {"total": len(self.cases), "passed": sum(c.passed for c in self.cases),
                 "failed": len(self.failures)}
 
     def by_family(self) -> dict[str, tuple[int, int]]:
@@ -77,10 +78,11 @@ class Report(BaseModel):
             lines.append(f"{case.case:<{case_width}}  {case.rule:<4}  {'ok' if case.passed else 'FAIL':<4}  {wrapped[0]}")
             lines.extend(f"{'':<{case_width + 14}}{more}" for more in wrapped[1:])
         lines.append("")
+        lines.extend(f"note: {note}" for note in self.notes)
         for family, (passed, total) in self.by_family().items():
             lines.append(f"  {family:<24} {passed}/{total}")
         counts = self.counts()
-        lines.append(f"{counts['passed']}/{counts['cases']} passed, {counts['failed']} failed")
+        lines.append(f"{counts['passed']}/{counts['total']} passed, {counts['failed']} failed")
         return "\n".join(lines)
 
     def print(self, stream: TextIO, *, only_failures: bool = False) -> None:

@@ -1,5 +1,6 @@
-"""Generate ``schemas/`` from the wire models: one JSON Schema per topic union and an
-AsyncAPI 3.0 document of the topics. ``tests/unit/contracts`` fails when the files
+"""Generate ``schemas/`` from the wire models: one JSON Schema per topic union, an
+AsyncAPI 3.0 document of the topics, and the client protocol's two schemas (docs/protocol.md):
+every SSE frame and notice, and every AI SDK UI message part. ``tests/unit/contracts`` fails when the files
 drift from the models; run ``make schemas`` after changing a model."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from imprint.contracts.registry import TOPIC_MESSAGES
+from imprint.contracts.stream import SSE_FRAME, UI_PART
 from imprint.contracts.topics import Topic
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -58,7 +60,22 @@ def render() -> dict[str, str]:
         "components": {"messages": messages},
     }
     files["asyncapi.json"] = json.dumps(asyncapi, indent=2, sort_keys=True) + "\n"
+    for name, adapter, description in STREAMS:
+        schema = adapter.json_schema(ref_template="#/$defs/{model}")
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["$id"] = f"{name}.schema.json"
+        schema["description"] = description
+        files[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return files
+
+
+STREAMS = (
+    ("imprint.sse.v1", SSE_FRAME, "one SSE event of a run's stream or a conversation's notices, as {id, event, "
+                                  "data} (data: the JSON of the data lines); by event (docs/protocol.md)"),
+    ("imprint.ui-message-stream.v1", UI_PART, "one part of the AI SDK UI message stream (data: <part>), by type "
+                                              "(docs/protocol.md)"),
+)
+"""The client protocol's schemas: file stem, the wire union, what it describes."""
 
 
 def main() -> None:

@@ -10,9 +10,11 @@ from typing import Any
 from imprint.contracts import publication
 from imprint.contracts.publication import BlockView, CommittedBlock, Content, Receipt
 from imprint.contracts.runs import ConversationDeleted, RunClosed, RunProgress, RunTransitioned
+from imprint.delivery.frames import FrameDraft, RunProjection, terminal_drafts
+from imprint.delivery.handling import step
 
 __all__ = [
-    "block", "closed", "deleted", "preview", "progress", "published", "receipt", "rejected", "revision_rejected",
+    "Run", "block", "closed", "deleted", "preview", "progress", "published", "receipt", "rejected", "revision_rejected",
     "running", "save_failed", "save_unknown", "settled", "unchanged", "withdrawn",
 ]
 
@@ -105,3 +107,29 @@ def closed(run_id: str, text: str | None = "The answer.", account: str = "acct-1
     return RunClosed(run_id=run_id, account_id=account, conversation_id=conversation or f"conv-{run_id}",
                      message_id=f"msg-{run_id}", state=state, outcome=outcome if state == "completed" else None,
                      answer_text=text)
+
+
+class Run:
+    """Folds messages like the store does: ids 1.., terminal pair appended on close."""
+
+    def __init__(self, run_id: str = "run-f") -> None:
+        self.projection = RunProjection.new(run_id)
+        self.frames: list[tuple[int, str, object]] = []
+
+    def feed(self, *messages: object) -> list[FrameDraft]:
+        added: list[FrameDraft] = []
+        for message in messages:
+            result = step(self.projection, message)
+            drafts = list(result.drafts)
+            for draft in drafts:
+                self.frames.append((len(self.frames) + 1, draft.event, draft.data))
+            if result.terminal:
+                semantic = [(i, d["body_sha256"]) for i, _, d in self.frames]  # type: ignore[index]
+                for draft in terminal_drafts(semantic):
+                    self.frames.append((len(self.frames) + 1, draft.event, draft.data))
+                    drafts.append(draft)
+            added += drafts
+        return added
+
+    def events(self) -> list[str]:
+        return [e for _, e, _ in self.frames]

@@ -8,13 +8,13 @@ assertions and for faults that need to land between two statements."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import closing
 
 import pytest
 
 from services.common.settings import Settings
+from tests.conftest import own_settings
 from tests.integration.publication.pubsupport import Driver
 from tests.support.stack import Stack
 
@@ -24,24 +24,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def module_settings(kafka_bootstrap: str, store_backend: str, request: pytest.FixtureRequest,
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    from services.common.backends import backend_for
-    from tests.conftest import free_port
-    from tests.support.kafka import create_topics
-    from tests.support.postgres import drop_schema
-
-    tag = uuid.uuid4().hex[:10]
-    postgres = store_backend == "postgres"
-    settings = Settings(
-        kafka_bootstrap=kafka_bootstrap,
-        database_url=request.getfixturevalue("database_url") if postgres else None,
-        database_schema=f"t_{tag}" if postgres else None,
-        topic_prefix=f"t{tag}.", group_prefix=f"imprint-{tag}", state_dir=tmp_path_factory.mktemp("state"),
-        http_host="127.0.0.1", http_port=free_port(),
-    )
-    backend_for(settings).prepare()
-    create_topics(settings)
-    yield settings
-    drop_schema(settings)
+    yield from own_settings(kafka_bootstrap, store_backend, request, tmp_path_factory.mktemp("state"))
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,13 @@ from imprint.delivery.frames import (
     CONTENT_CHUNK,
     FRAME_KINDS,
     Frame,
-    FrameDraft,
-    RunProjection,
     chunk_text,
     skeleton,
-    terminal_drafts,
 )
 from imprint.delivery.handling import step
 from imprint.delivery.summary import DONE_DATA, digest, summarize, validate_stream
 from tests.support.delivery_builders import (
+    Run,
     closed,
     deleted,
     preview,
@@ -36,32 +34,6 @@ from tests.support.delivery_builders import (
 )
 
 RUN = "run-f"
-
-
-class Run:
-    """Folds messages like the store does: ids 1.., terminal pair appended on close."""
-
-    def __init__(self) -> None:
-        self.projection = RunProjection.new(RUN)
-        self.frames: list[tuple[int, str, object]] = []
-
-    def feed(self, *messages: object) -> list[FrameDraft]:
-        added: list[FrameDraft] = []
-        for message in messages:
-            result = step(self.projection, message)
-            drafts = list(result.drafts)
-            for draft in drafts:
-                self.frames.append((len(self.frames) + 1, draft.event, draft.data))
-            if result.terminal:
-                semantic = [(i, d["body_sha256"]) for i, _, d in self.frames]  # type: ignore[index]
-                for draft in terminal_drafts(semantic):
-                    self.frames.append((len(self.frames) + 1, draft.event, draft.data))
-                    drafts.append(draft)
-            added += drafts
-        return added
-
-    def events(self) -> list[str]:
-        return [e for _, e, _ in self.frames]
 
 
 @pytest.mark.rule("D2")
