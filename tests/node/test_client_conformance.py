@@ -6,6 +6,8 @@ case; and a client that ignores withdrawals, failing exactly the cases that with
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,16 @@ def test_the_reference_page_client_passes_every_client_case() -> None:
 def test_the_ai_sdk_mapping_read_by_read_ui_message_stream_passes_every_client_case(line: str) -> None:
     report = run_cases([node_for(line), str(ADAPTERS / "ai_sdk.mjs"), line])
     assert_every_case_passed(report)
+
+
+@pytest.mark.rule("P18")
+def test_imprint_conformance_client_runs_an_adapter_command_and_prints_the_report() -> None:
+    imprint = Path(sys.executable).parent / "imprint"
+    done = subprocess.run([str(imprint), "conformance", "client", "--only", "revision-in-place", "--",
+                           node_for("ai5"), str(ADAPTERS / "ai_sdk.mjs"), "ai5"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "revision-in-place/resumed" in done.stdout and "5/5 passed, 0 failed" in done.stdout, done.stdout
 
 
 def withdraws(case: object) -> bool:

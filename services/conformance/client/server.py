@@ -63,7 +63,8 @@ class Session:
     """The highest id a connection of the current store wrote, per stream (``None``: none opened)."""
     connections: int = 0
     refused: int = 0
-    receipts: list[dict[str, Any]] = field(default_factory=list)
+    receipts: int = 0
+    """Receipts the client posted (D4): accepted, not checked — what a client reports is its own."""
     closed: bool = False
 
     @property
@@ -179,6 +180,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def receipts(self, s: Session, run_id: str) -> None:
         if self._bearer(s):
+            with s.cond:
+                s.receipts += 1
             self._json(202, {"accepted": True})
 
     # ------------------------------------------------------------------ streams
