@@ -59,10 +59,21 @@ def test_the_reference_page_client_passes_every_client_case() -> None:
 @pytest.mark.rule("P17")
 @pytest.mark.rule("P18")
 @pytest.mark.rule("P21")
-@pytest.mark.parametrize("line", sorted(LINES))
-def test_the_ai_sdk_mapping_read_by_read_ui_message_stream_passes_every_client_case(line: str) -> None:
-    report = run_cases([node_for(line), str(ADAPTERS / "ai_sdk.mjs"), line])
+def test_the_ai_sdk_mapping_read_by_read_ui_message_stream_passes_every_client_case() -> None:
+    report = run_cases([node_for("ai6"), str(ADAPTERS / "ai_sdk.mjs"), "ai6"])
     assert_every_case_passed(report)
+
+
+@pytest.mark.rule("D7")
+@pytest.mark.rule("D8")
+@pytest.mark.rule("P18")
+@pytest.mark.parametrize("line", sorted(set(LINES) - {"ai6"}))
+def test_the_other_ai_sdk_lines_pass_the_live_reset_and_notices_cases(line: str) -> None:
+    """ai 5.x and 7.x (on Node 22) through one path of every script, the resets and the notices:
+    the lines differ in their reader, not in what the kit varies between connections."""
+    cases = [c for c in all_cases() if c.id.endswith("/live") or c.family in ("reset", "notices")]
+    report = run_cases([node_for(line), str(ADAPTERS / "ai_sdk.mjs"), line], cases=cases)
+    assert report.passed and len(report.cases) == len(cases), report.render(only_failures=True)
 
 
 @pytest.mark.rule("P18")
@@ -72,7 +83,7 @@ def test_imprint_conformance_client_runs_an_adapter_command_and_prints_the_repor
                            node_for("ai5"), str(ADAPTERS / "ai_sdk.mjs"), "ai5"],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "revision-in-place/resumed" in done.stdout and "5/5 passed, 0 failed" in done.stdout, done.stdout
+    assert "revision-in-place/resumed" in done.stdout and " passed, 0 failed" in done.stdout, done.stdout
 
 
 def withdraws(case: object) -> bool:

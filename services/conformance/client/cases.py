@@ -1,8 +1,8 @@
 """The client cases: scripted runs (steps of inbound messages, each made into frames by
 Delivery's own rules, :mod:`.script`), each played over the ways a stream reaches a client
 (:data:`PATHS`: live on one connection, dropped and resumed after every step, with frames
-repeated across the reconnect, with the ticket expired before the reconnect, or read only
-once the run is over), plus the cases of their own (a reset mid-stream, notices repeated or
+repeated across the reconnect, with the ticket expired before the reconnect, read only
+once the run is over, or with fields a later v1 server may add), plus the cases of their own (a reset mid-stream, notices repeated or
 about another run). Every case names the rule it checks (docs/rules.md)."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class Path:
     """Expire the client's tickets before it reconnects (D6: it mints a new one)."""
     late: bool = False
     """The client connects once every step is in (a new client gets the current merged view, D1)."""
+    grown: bool = False
+    """Every object carries a field the client does not know, as a later v1 server may send (R8)."""
 
 
 PATHS = (
@@ -52,6 +54,7 @@ PATHS = (
     Path("repeated", "D1", drop=True, replay=2),
     Path("ticket-expired", "D6", drop=True, expire=True),
     Path("late", "D1", late=True),
+    Path("grown", "R8", grown=True),
 )
 
 

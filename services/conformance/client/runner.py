@@ -150,6 +150,7 @@ def play(case: Case, number: int, server: KitServer, adapter: Adapter) -> Result
     steps = case.script.build(m)
     session = server.play(MemoryView(run_id, conversation_id))
     path, script = case.path, case.script
+    session.grown = path.grown
     checked = 0
     opened = False
 

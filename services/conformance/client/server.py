@@ -21,10 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from imprint.delivery.frame import DONE, Frame, reset_frame
+from imprint.delivery.frame import DONE, RESET, Frame, reset_frame
 from imprint.delivery.reset import Continue, NothingMore, Reset, resume
 from imprint.delivery.tickets import Grant, TicketBook
-from imprint.delivery.ui_message_stream import UIMessageStream
+from imprint.delivery.ui_message_stream import UIMessageStream, encode, notice_part, reset_part
 from services.conformance.client.script import ACCOUNT, MemoryView
 from services.delivery.stream_formats import SSEFrames, StreamFormat, UIMessageParts, UINoticeParts
 
@@ -66,6 +66,9 @@ class Session:
     receipts: int = 0
     """Receipts the client posted (D4): accepted, not checked — what a client reports is its own."""
     closed: bool = False
+    grown: bool = False
+    """Serve v1 as a later server may (R8, docs/protocol.md's versioning): every object carries a
+    field this client does not know."""
 
     @property
     def feed(self) -> str:
@@ -192,20 +195,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def run_events(self, s: Session, run_id: str) -> None:
         if self._allowed(s, run_id):
-            self._stream(s, "run", SSEFrames(), resumed=True)
+            self._stream(s, "run", GrownFrames() if s.grown else SSEFrames(), resumed=True)
 
     def ui_stream(self, s: Session, run_id: str) -> None:
         if self._allowed(s, run_id):
-            form = UIMessageParts(UIMessageStream(run_id=run_id, conversation_id=s.view.conversation_id))
+            mapping = UIMessageStream(run_id=run_id, conversation_id=s.view.conversation_id)
+            form = GrownParts(mapping) if s.grown else UIMessageParts(mapping)
             self._stream(s, "run", form, resumed=False)
 
     def notices(self, s: Session, conversation_id: str) -> None:
         if self._allowed(s, s.feed):
-            self._stream(s, "notices", SSEFrames(), resumed=True)
+            self._stream(s, "notices", GrownFrames() if s.grown else SSEFrames(), resumed=True)
 
     def ui_notices(self, s: Session, conversation_id: str) -> None:
         if self._allowed(s, s.feed):
-            self._stream(s, "notices", UINoticeParts(), resumed=True)
+            self._stream(s, "notices", GrownNoticeParts() if s.grown else UINoticeParts(), resumed=True)
 
     def _stream(self, s: Session, stream: str, form: StreamFormat, *, resumed: bool) -> None:
         """One connection: the frames after the client's position (or all of them from
@@ -284,6 +288,46 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------------- a later v1 server (R8)
+
+ADDED = {"added_in_a_later_v1": {"note": "a v1 client ignores a field it does not know"}}
+
+
+def grown(value: Any) -> Any:
+    """An object with a field its reader does not know (anything else as it is)."""
+    return {**value, **ADDED} if isinstance(value, dict) else value
+
+
+def grown_part(part: dict[str, Any]) -> dict[str, Any]:
+    """An AI SDK part grown where the SDK's strict schemas leave room: inside ``data`` and
+    ``messageMetadata`` (a new top-level key would be a new part shape, not a new field)."""
+    out = dict(part)
+    for key in ("data", "messageMetadata"):
+        if isinstance(out.get(key), dict):
+            out[key] = grown(out[key])
+    return out
+
+
+class GrownFrames(SSEFrames):
+    def frame(self, frame: Frame) -> bytes:
+        return Frame(frame.run_id, frame.id, frame.event, grown(frame.data), frame.body_sha256).sse
+
+
+class GrownParts(UIMessageParts):
+    def opening(self) -> bytes:
+        return b"".join(encode(grown_part(part)) for part in self.mapping.start())
+
+    def frame(self, frame: Frame) -> bytes:
+        return b"".join(encode(grown_part(part)) for part in self.mapping.parts(frame))
+
+
+class GrownNoticeParts(UINoticeParts):
+    def frame(self, frame: Frame) -> bytes:
+        data = frame.data if isinstance(frame.data, dict) else {}
+        part = reset_part(data) if frame.event == RESET else notice_part(data)
+        return f"id: {frame.id}\n".encode() + encode(grown_part(part))
 
 
 class KitServer(ThreadingHTTPServer):
