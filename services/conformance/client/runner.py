@@ -11,7 +11,8 @@
   :data:`~services.conformance.client.script.VIEW_FIELDS` has it: ``blocks`` (``[block_id,
   revision, status]`` of every block shown, in the order shown), ``bodies`` (block id →
   markdown shown, blocks in conflict left out), ``text`` (the closed answer), ``done``,
-  ``state`` (the run's), ``conflict`` (a protocol conflict was told);
+  ``state`` (the run's), ``conflict`` (a protocol conflict was told); any other field (the
+  reference page's adapter adds the ``errors`` the page flagged) is not compared;
 * ``{"op": "close"}``: the client stops; ``{"ok": true}``. End of input: the adapter exits.
 
 After each step of a case the kit waits until the server has written every frame and notice

@@ -157,6 +157,7 @@ function view() {
       blocks, bodies, text: elements.content.textContent, done: Boolean(client.done),
       state: client.status ? client.status.state ?? null : null,
       conflict: client.errors.includes("protocol_conflict"),
+      errors: [...client.errors],  // not compared: what the page itself flagged, for the reader of a failure
     },
   };
 }
