@@ -68,6 +68,13 @@ def failed(report: dict[str, Any]) -> list[str]:
     return [f"{c['case']} [{c['rule']}]: {c['seen']}" for c in report["cases"] if not c["passed"]]
 
 
+def finished_run(report: dict[str, Any]) -> str:
+    """The finished run the kit made for ``report`` (its notes name it)."""
+    found = re.search(r"(conf-[0-9a-f]+-finished)", " ".join(report["notes"]))
+    assert found, report["notes"]
+    return found.group(1)
+
+
 @pytest.fixture(scope="module")
 def direct(stack: Stack, module_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The whole kit against Delivery itself, once per module."""
@@ -107,9 +114,7 @@ def test_every_server_case_passes_against_the_stack(direct: dict[str, Any]) -> N
 def test_without_kafka_the_kit_reads_the_finished_run_it_is_pointed_at(
     stack: Stack, module_settings: Settings, direct: dict[str, Any], tmp_path: Path,
 ) -> None:
-    finished = re.search(r"(conf-[0-9a-f]+-finished)", " ".join(direct["notes"]))
-    assert finished, direct["notes"]
-    code, report, _ = kit(module_settings, stack.base_url, tmp_path, "--run", finished.group(1),
+    code, report, _ = kit(module_settings, stack.base_url, tmp_path, "--run", finished_run(direct),
                           "--only", "sse,frames,resume,reset,end,tickets,ai-sdk")
     assert failed(report) == [], "\n".join(failed(report))
     assert code == 0 and len(report["cases"]) >= 100
@@ -143,11 +148,9 @@ def test_behind_a_buffering_proxy_the_path_cases_fail_naming_the_setting(
 def test_a_read_timeout_shorter_than_the_keepalive_is_named(
     stack: Stack, module_settings: Settings, direct: dict[str, Any], tmp_path: Path,
 ) -> None:
-    finished = re.search(r"(conf-[0-9a-f]+-finished)", " ".join(direct["notes"]))
-    assert finished, direct["notes"]
     with Nginx(tmp_path / "nginx", f"127.0.0.1:{module_settings.http_port}", SHORT_READ_TIMEOUT,
                keepalive_seconds=KEEPALIVE) as proxy:
-        code, report, _ = kit(module_settings, proxy.url, tmp_path, "--run", finished.group(1), "--only", "path")
+        code, report, _ = kit(module_settings, proxy.url, tmp_path, "--run", finished_run(direct), "--only", "path")
     keepalive = cases(report, "path/keepalive/")
     assert code == 1 and keepalive and not any(c["passed"] for c in keepalive.values())
     assert all("proxy_read_timeout" in c["seen"] for c in keepalive.values()), keepalive

@@ -44,6 +44,7 @@ def test_the_reader_parses_events_comments_and_retry_as_the_html_standard_does()
     assert read.events[0].json == {"a": 1}
 
 
+@pytest.mark.rule("D9")
 def test_the_command_refuses_what_it_does_not_know_in_one_line() -> None:
     with pytest.raises(SystemExit) as refused:
         main(["conformance", "server", "--url", "http://127.0.0.1:9", "--token", "x.y.z", "--run", "r",

@@ -6,6 +6,7 @@ later v1, with a field the models do not name, is still read (the versioning pol
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,21 @@ def test_a_later_v1_frame_with_fields_this_version_does_not_know_is_still_read()
     assert SSE_FRAME.validate_python(later).data.model_extra == {"eta_seconds": 3}
 
 
+@pytest.mark.rule("D2")
 def test_the_generated_schema_names_every_event() -> None:
     schema = json.loads((SCHEMAS / "imprint.sse.v1.schema.json").read_text())
     assert set(schema["discriminator"]["mapping"]) == set(FRAMES)
+
+
+@pytest.mark.rule("D2")
+def test_docs_protocol_describes_every_event_and_part_the_schemas_hold() -> None:
+    """docs/protocol.md cannot drift from the wire models: its frame table names every event
+    kind, its mapping table every part type Delivery sends."""
+    page = (SCHEMAS.parent / "docs" / "protocol.md").read_text()
+    rows = {cell for cell in re.findall(r"^\| `([a-z-]+)` \|", page, re.MULTILINE)}
+    assert rows >= set(FRAMES) - {"notice"}, set(FRAMES) - rows
+    assert "event: notice" in page
+    parts = set(re.findall(r"`((?:data|text|source|message)-[a-z-]+|start|finish)`", page))
+    assert parts >= {"start", "data-block", "text-start", "text-delta", "text-end", "source-document",
+                     "data-evidence", "message-metadata", "data-progress", "data-conflict", "data-rejection",
+                     "finish", "data-reset"}, parts
