@@ -90,7 +90,7 @@ PARTS_MAY_USE = {
     "journal": {"common"},
     "recovery": {"common", "publication", "journal"},
     "delivery": {"common", "publication", "recovery"},
-    "conformance": {"common"},
+    "conformance": {"common", "delivery"},
 }
 """Which other parts each part's modules may import: the operator tools read the logs of
 Publication and the Journal; Delivery's operator page shows a run's timeline from them. One

@@ -1,0 +1,107 @@
+"""The conformance kit's client cases (``imprint conformance client``) played over real HTTP
+SSE to the two reference adapters — the reference page's own app.js under Node 20, and npm
+``ai``'s DefaultChatTransport + readUIMessageStream of every pinned line — each passing every
+case; and a client that ignores withdrawals, failing exactly the cases that withdraw."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imprint.contracts.publication import AnswerWithdrawn
+from services.conformance.client import run_cases
+from services.conformance.client.cases import all_cases
+from services.conformance.client.script import Messages
+from services.conformance.report import Report
+from tests.node.conftest import HERE, LINES
+
+pytestmark = [pytest.mark.timeout(240)]
+
+ADAPTERS = HERE / "conformance"
+RULES = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
+
+
+def node_for(line: str) -> str:
+    node = LINES[line]
+    if not (HERE / "node_modules" / "undici").exists() or (shutil.which(node) is None and not Path(node).exists()):
+        raise RuntimeError("the Node client tier is not installed: run `make node-deps`")
+    return node
+
+
+def assert_every_case_passed(report: Report) -> None:
+    assert len(report.cases) >= 100, report.counts()
+    assert not [c for c in report.cases if f"### {c.rule} " not in RULES], "every case names a rule of docs/rules.md"
+    assert report.passed, report.render(only_failures=True)
+    expired = [c for c in report.cases if c.case.endswith("/ticket-expired")]
+    assert expired and not [c.case for c in expired if ", 0 refused," in c.seen], "each expired ticket was refused"
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("D6")
+@pytest.mark.rule("D7")
+@pytest.mark.rule("D8")
+@pytest.mark.rule("P16")
+@pytest.mark.rule("P17")
+@pytest.mark.rule("P18")
+@pytest.mark.rule("P21")
+def test_the_reference_page_client_passes_every_client_case() -> None:
+    report = run_cases([node_for("ai5"), str(ADAPTERS / "reference_page.mjs")])
+    assert_every_case_passed(report)
+
+
+@pytest.mark.rule("D1")
+@pytest.mark.rule("D7")
+@pytest.mark.rule("D8")
+@pytest.mark.rule("P17")
+@pytest.mark.rule("P18")
+@pytest.mark.rule("P21")
+def test_the_ai_sdk_mapping_read_by_read_ui_message_stream_passes_every_client_case() -> None:
+    report = run_cases([node_for("ai6"), str(ADAPTERS / "ai_sdk.mjs"), "ai6"])
+    assert_every_case_passed(report)
+
+
+@pytest.mark.rule("D7")
+@pytest.mark.rule("D8")
+@pytest.mark.rule("P18")
+@pytest.mark.parametrize("line", sorted(set(LINES) - {"ai6"}))
+def test_the_other_ai_sdk_lines_pass_the_live_reset_and_notices_cases(line: str) -> None:
+    """ai 5.x and 7.x (on Node 22) through one path of every script, the resets and the notices:
+    the lines differ in their reader, not in what the kit varies between connections."""
+    cases = [c for c in all_cases() if c.id.endswith("/live") or c.family in ("reset", "notices")]
+    report = run_cases([node_for(line), str(ADAPTERS / "ai_sdk.mjs"), line], cases=cases)
+    assert report.passed and len(report.cases) == len(cases), report.render(only_failures=True)
+
+
+@pytest.mark.rule("P18")
+def test_imprint_conformance_client_runs_an_adapter_command_and_prints_the_report() -> None:
+    imprint = Path(sys.executable).parent / "imprint"
+    done = subprocess.run([str(imprint), "conformance", "client", "--only", "revision-in-place", "--",
+                           node_for("ai5"), str(ADAPTERS / "ai_sdk.mjs"), "ai5"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "revision-in-place/resumed" in done.stdout and " passed, 0 failed" in done.stdout, done.stdout
+
+
+def withdraws(case: object) -> bool:
+    steps = case.script.build(Messages("run", "conv"))  # type: ignore[attr-defined]
+    return any(isinstance(message, AnswerWithdrawn) for step in steps for message in step)
+
+
+@pytest.mark.rule("P21")
+@pytest.mark.rule("D7")
+def test_the_kit_fails_a_client_that_ignores_withdrawals_on_the_cases_that_withdraw() -> None:
+    cases = [c for c in all_cases() if withdraws(c) or c.family in ("single-block", "revision-in-place")]
+    report = run_cases([node_for("ai5"), str(ADAPTERS / "reference_page.mjs"), "--ignore-withdrawals"], cases=cases)
+    failed = {c.case for c in report.failures}
+    withdrawing = {c.id for c in cases if withdraws(c)}
+    assert failed <= withdrawing, f"only cases that withdraw fail: {sorted(failed - withdrawing)}"
+    live = {case for case in withdrawing if case.endswith("/live") or case.startswith("notices/")}
+    assert live <= failed, f"every withdrawal played live is caught: {sorted(live - failed)}"
+    for case in report.failures:
+        assert "required" in case.seen and "the client shows" in case.seen, case.seen
+    assert {c.case for c in report.cases if c.family in ("single-block", "revision-in-place")} <= {
+        c.case for c in report.cases if c.passed}
