@@ -127,12 +127,10 @@ class MemoryView:
     def load(self, named: dict[str, set[str] | None]) -> None:
         return None
 
-    def run(self, run_id: str) -> HeldRun:
+    def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> HeldRun:
+        """Every block is held already: the whole run lives in memory."""
         assert run_id == self.run_id, run_id
         return self.held
-
-    def blocks(self, run: HeldRun, names: tuple[str, ...] | None) -> None:
-        return None
 
     def append(self, run: HeldRun, drafts: Any, conflicts: Any, trace: str | None = None) -> list[int]:
         ids = []
