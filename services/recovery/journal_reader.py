@@ -15,11 +15,14 @@ view (:mod:`imprint.recovery.journal_facts`)."""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 
+from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
+from imprint.recovery.conversation import ConversationFold
 from imprint.recovery.journal_facts import ExecutionFold, JournalAvailability, JournalRun
 from services.common.backends import backend_for
 from services.common.observability import get_logger
@@ -71,6 +74,20 @@ class JournalReader:
             self._unavailable(error)
             return None
         return ExecutionFold.of(run_id, events)
+
+    def conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        """X12: the conversation's questions, policies and outcomes
+        (:mod:`imprint.recovery.conversation`); ``None`` when the journal cannot be read."""
+        if self.availability == "absent":
+            return ConversationFold.of(conversation_id, ())
+        if self._store is None:
+            return None
+        try:
+            events = list(self._store.events.get(Conversation.create_id(conversation_id)))
+        except Exception as error:  # noqa: BLE001
+            self._unavailable(error)
+            return None
+        return ConversationFold.of(conversation_id, events)
 
     def close(self) -> None:
         if self._store is not None:
