@@ -104,6 +104,8 @@ class ConversationFold:
         self.running, self.queued = list(event.running), list(event.queued)
         if name in ("QuestionQueued", "QuestionStarted", "QuestionRefused") and q.policy is None:
             q.policy = event.policy
+        elif name in _IMPLIED_POLICY and q.policy is None:
+            q.policy = _IMPLIED_POLICY[name]
         if q.decision is None and name in _DECISIONS:
             q.decision = _DECISIONS[name]
         if name == "QuestionStarted":
@@ -126,6 +128,8 @@ def _at(event: Any) -> str:
 
 _DECISIONS = {"QuestionStarted": "started", "QuestionQueued": "queued", "QuestionRefused": "refused",
               "QuestionMerged": "merged", "QuestionSteered": "steered"}
+_IMPLIED_POLICY = {"QuestionMerged": "merge", "QuestionSteered": "steer"}
+"""Only these policies fold or hand a question over: the fact names its policy."""
 _DETAIL: dict[str, Callable[[Any], str | None]] = {
     "QuestionQueued": lambda e: f"policy {e.policy}",
     "QuestionStarted": lambda e: f"policy {e.policy}" + (f", answers {', '.join(e.merged)} too" if e.merged else ""),
