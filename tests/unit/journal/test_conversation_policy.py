@@ -212,3 +212,33 @@ def test_every_admitted_question_ends_exactly_once() -> None:
     assert sorted((f.run_id, f.end) for f in ends) == [
         ("r1", "answered"), ("r2", "answered"), ("r3", "merged"), ("r4", "refused"), ("r5", "steered")]
     assert j.conversation().queue == Queue()
+
+
+def test_the_conversation_timeline_shows_each_question_and_names_one_left_without_an_end() -> None:
+    from imprint.recovery.conversation import ConversationFold
+
+    j = Journal()
+    events: list[Any] = []
+
+    def feed(*messages: Any) -> None:
+        for message in messages:
+            handle(j.ws, message, j.context)
+        events.extend(e for e in j.ws.pending() if isinstance(e, Conversation.Event))
+
+    def admitted(run_id: str, policy: str | None = None) -> RunAdmitted:
+        return RunAdmitted(run_id=run_id, account_id=ACCOUNT, conversation_id=CONV, message_id=f"msg-{run_id}",
+                           question="Why?", qcs=QuestionConditionSet(qcs_id=f"qcs-{run_id}"), policy=policy)
+
+    feed(admitted("r1"), RunQueued(run_id="r1"), RunStarted(run_id="r1"), admitted("r2", "reject"),
+         admitted("r3", "interrupt"))
+    feed(RunStopped(run_id="r1", cancel_request_id=RunCancelRequested(run_id="r1", account_id=ACCOUNT).event_id))
+    document = ConversationFold.of(CONV, events)
+    assert [(q["run_id"], q["policy"], q["decision"], q["end"], q["interrupted_by"]) for q in document["questions"]] == [
+        ("r1", "enqueue", "started", "interrupted", "r3"), ("r2", "reject", "refused", "refused", None),
+        ("r3", "interrupt", "queued", None, None)]
+    assert (document["running"], document["queued"], document["unaccounted"], document["unread"]) == (
+        ["r3"], [], [], [])
+    assert [f["sequence"] for f in document["facts"]] == list(range(1, len(document["facts"]) + 1))
+
+    silent = [e for e in events if not (isinstance(e, Conversation.QuestionEnded) and e.run_id == "r2")]
+    assert ConversationFold.of(CONV, silent)["unaccounted"] == ["r2"], "a question without an end is named"
