@@ -132,6 +132,16 @@ class _TopicReader(_Started):
 
     def _take(self, record: Any) -> None: ...
 
+    def _observe_typed(self, record: Any, types: frozenset[str]) -> None:
+        """Hand :meth:`observe` the record's message if its ``type`` header is one of ``types``
+        (any other is skipped undecoded)."""
+        kind = next((value for key, value in record.headers or () if key == "type"), None)
+        if kind is not None and kind.decode("utf-8", "replace") not in types:
+            return
+        message = self._decode(record)
+        if message is not None:
+            self.observe(message)  # type: ignore[attr-defined]  # the reader's other base
+
     def _decode(self, record: Any) -> Any | None:
         try:
             return decode(self._contract_topic, record.value or b"")
@@ -170,12 +180,7 @@ class KafkaControl(StopRequests, _TopicReader):
                               client_id=client_id)
 
     def _take(self, record: Any) -> None:
-        kind = next((value for key, value in record.headers or () if key == "type"), None)
-        if kind is not None and kind.decode("utf-8", "replace") not in STOP_TYPES:
-            return
-        message = self._decode(record)
-        if message is not None:
-            self.observe(message)
+        self._observe_typed(record, STOP_TYPES)
 
 
 TURN_TYPES = frozenset(fact.model_fields["type"].default for fact in CONVERSATION_FACTS)
@@ -192,12 +197,7 @@ class KafkaTurns(Turns, _TopicReader):
         _TopicReader.__init__(self, Topic.RUNS, bootstrap_servers, topic_prefix=topic_prefix, client_id=client_id)
 
     def _take(self, record: Any) -> None:
-        kind = next((value for key, value in record.headers or () if key == "type"), None)
-        if kind is not None and kind.decode("utf-8", "replace") not in TURN_TYPES:
-            return
-        message = self._decode(record)
-        if message is not None:
-            self.observe(message)
+        self._observe_typed(record, TURN_TYPES)
 
 
 def _report_failure(task: asyncio.Task[None]) -> None:
