@@ -3,7 +3,8 @@ runtime uses it (``KafkaTransport``, ``KafkaTurns``, ``KafkaControl``). One conv
 all against one Journal: ``enqueue`` waits for its turn, ``reject`` raises its typed error,
 ``interrupt`` stops the running run through X11 and follows it, ``merge`` folds a question into the
 queued one, ``steer`` hands it to the running run's scope, the user's cancel ends a queued question
-and is refused once it started; ``imprint inspect --conversation`` shows each timeline."""
+and is refused once it started; Publication ends each run the Journal closed (``answer.settled``);
+``imprint inspect --conversation`` shows each timeline."""
 
 from __future__ import annotations
 
@@ -166,12 +167,17 @@ def ends(document: dict[str, object]) -> list[tuple[str, str | None, str | None]
 
 
 def test_each_policy_over_kafka_and_every_question_ends_visibly(isolated: Settings) -> None:
-    with Stack(isolated, parts=("journal",)) as stack:
+    with Stack(isolated, parts=("journal", "publication")) as stack:
         seen = asyncio.run(asyncio.wait_for(scenarios(isolated), 100))
         asyncio.run(read_topic(isolated, Topic.RUNS, timeout=WAIT, until=lambda vs: {
             v["run_id"] for v in vs if v["type"] == "conversation.question_ended"} >= {
             "e1", "e2", "j1", "j2", "i1", "i2", "m1", "m2", "m3", "s1", "s2", "x1", "x2"}))
+        settled = asyncio.run(read_topic(isolated, Topic.PUBLICATION, timeout=WAIT, until=lambda vs: {
+            v["run_id"] for v in vs if v["type"] == "answer.settled"} >= {"j2", "m3", "s2", "x2"}))
         assert "Traceback" not in stack.log("journal")
+    assert {v["run_id"]: v["state"] for v in settled if v["run_id"] in ("j2", "m3", "s2", "x2")} == {
+        "j2": "rejected", "m3": "stopped", "s2": "stopped", "x2": "stopped"}, \
+        "Publication ends the runs the Journal closed: Delivery's streams of them end"
 
     assert seen["enqueue_waited"] is True
     assert seen["reject"] == ("conversation_busy", "conversation_busy: busy with j1")
