@@ -1,6 +1,6 @@
-"""The three forms a stream writes its frames in (:class:`~services.delivery.stream.EventStream`
+"""The four forms a stream writes its frames in (:class:`~services.delivery.stream.EventStream`
 writes whichever it is given): imprint's own SSE (D1/D2), the AI SDK UI message stream, and a
-conversation's notices as AI SDK parts (D7). Each says its headers, its opening, each frame's
+conversation's notices as AI SDK parts (D7), and a conversation stream as AI SDK parts (D9). Each says its headers, its opening, each frame's
 bytes and its closing."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from imprint.delivery.frames import RESET, Frame
-from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, encode, notice_part, reset_part
+from imprint.delivery.ui_message_stream import (
+    DONE_EVENT, HEADER, UIMessageStream, conversation_message_id, conversation_part, encode, notice_part, reset_part,
+)
 
 RETRY_MS = 2000
 
@@ -72,3 +74,19 @@ class UINoticeParts:
 
     def closing(self, terminal: bool) -> bytes:
         return b""
+
+
+class UIConversationParts(UINoticeParts):
+    """A conversation stream (D9) as one AI SDK message of its own: ``start``, then each entry
+    as a data part (:func:`imprint.delivery.ui_message_stream.conversation_part`) with its SSE ``id``."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+
+    def opening(self) -> bytes:
+        return encode({"type": "start", "messageId": conversation_message_id(self.conversation_id)})
+
+    def frame(self, frame: Frame) -> bytes:
+        data = frame.data if isinstance(frame.data, dict) else {}
+        part = reset_part(data) if frame.event == RESET else conversation_part(frame.event, data)
+        return f"id: {frame.id}\n".encode() + encode(part)

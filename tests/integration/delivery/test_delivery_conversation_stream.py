@@ -1,0 +1,88 @@
+"""D9 over real HTTP and stores: a conversation's stream carries its questions in order with
+their states and its D7 notices, numbered per conversation; two readers fold the same thing;
+resumed with ``Last-Event-ID`` it misses nothing and repeats nothing; another account's
+conversation is 404 after the same wait (D6); the queue API refuses a question that is not
+waiting with a typed 409."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from imprint.delivery.conversation import fold
+from services.common.settings import Settings
+from tests.integration.delivery.support import Delivery, bearer, start_delivery
+from tests.support.delivery_builders import closed, published, running, settled, withdrawn
+from tests.support.sse import SSE, read_notices
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+EVENTS = "/v1/conversations/{id}/events"
+CONV = "conv-turns"
+
+
+@pytest.fixture
+def delivery(isolated: Settings) -> Iterator[Delivery]:
+    yield from start_delivery(isolated.model_copy(update={"sse_keepalive_seconds": 0.5,
+                                                          "stream_open_wait_seconds": 0.1}))
+
+
+def finished(run: str, *blocks: Any, account: str = "acct-1") -> list[Any]:
+    return [running(run, account=account, conversation=CONV), *blocks, settled(run),
+            closed(run, "Closed.", account=account, conversation=CONV)]
+
+
+def entries(frames: list[SSE]) -> list[tuple[int, str, dict[str, Any]]]:
+    return [(int(f.id or 0), f.event, f.json) for f in frames if f.event in ("turn", "notice")]
+
+
+@pytest.mark.rule("D9")
+@pytest.mark.rule("D1")
+@pytest.mark.rule("D7")
+def test_the_conversation_stream_carries_its_questions_in_order_and_its_notices(delivery: Delivery) -> None:
+    token = delivery.token()
+    delivery.feeder.send(*finished("run-t1", published("run-t1", "b1", 1, "One.", 1)))
+    delivery.feeder.send(running("run-t2", conversation=CONV))
+    first, _ = read_notices(delivery.url, CONV, token, path=EVENTS, until=lambda fs: len(entries(fs)) >= 3)
+    assert [(i, e, d["run_id"], d["state"]) for i, e, d in entries(first)] == [
+        (1, "turn", "run-t1", "running"), (2, "turn", "run-t1", "completed"), (3, "turn", "run-t2", "running")]
+    view = fold(entries(first))
+    assert [(q.run_id, q.state) for q in view.questions] == [("run-t1", "completed"), ("run-t2", "running")]
+
+    delivery.feeder.send(withdrawn("run-t1", "b1", 1, "source_revoked"))  # after run-t1's done: a notice
+    rest, _ = read_notices(delivery.url, CONV, token, path=EVENTS, last_event_id=3,
+                           until=lambda fs: len(entries(fs)) >= 1)
+    assert [(i, e, d["run_id"], d.get("block_id")) for i, e, d in entries(rest)] == [(4, "notice", "run-t1", "b1")]
+    assert entries(rest)[0][2]["notice_id"] == 1, "the notice as the notices stream numbers it"
+    again = fold(entries(rest), view)
+    assert again.questions[0].notices[0]["block_id"] == "b1" and again.last_entry_id == 4
+    whole, _ = read_notices(delivery.url, CONV, token, path=EVENTS, until=lambda fs: len(entries(fs)) >= 4)
+    assert entries(whole) == entries(first) + entries(rest), "a refresh replays the same entries, nothing lost"
+
+
+@pytest.mark.rule("D9")
+@pytest.mark.rule("D6")
+def test_another_accounts_conversation_stream_and_queue_answer_404(delivery: Delivery) -> None:
+    delivery.feeder.send(running("run-mine", conversation=CONV))
+    other = delivery.token("acct-2")
+    with httpx.Client(base_url=delivery.url, timeout=10) as http:
+        assert http.get(EVENTS.format(id=CONV), headers=bearer(other)).status_code == 404
+        assert http.get(f"/v1/ai-sdk/conversations/{CONV}/events", headers=bearer(other)).status_code == 404
+        assert http.post(f"/v1/conversations/{CONV}/queue/run-mine/cancel", headers=bearer(other)).status_code == 404
+        assert http.get(EVENTS.format(id="conv-nobody"), headers=bearer(delivery.token())).status_code == 404
+
+
+@pytest.mark.rule("D9")
+def test_the_queue_api_refuses_a_question_that_is_not_waiting_with_a_typed_409(delivery: Delivery) -> None:
+    delivery.feeder.send(running("run-live", conversation=CONV))
+    with httpx.Client(base_url=delivery.url, timeout=10, headers=bearer(delivery.token())) as http:
+        for action in ("cancel", "send-now"):
+            answer = http.post(f"/v1/conversations/{CONV}/queue/run-live/{action}")
+            assert answer.status_code == 409, answer.text
+            assert answer.json() == {"error": "question_started", "run_id": "run-live", "state": "running",
+                                     "detail": "the question is no longer waiting for its turn"}
+        unknown = http.post(f"/v1/conversations/{CONV}/queue/run-nope/cancel")
+        assert unknown.status_code == 409 and unknown.json()["error"] == "question_unknown"
