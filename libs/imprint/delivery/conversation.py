@@ -25,10 +25,12 @@ TURN_EVENT = "turn"
 NOTICE_EVENT = "notice"
 """A D7 notice as an entry of the conversation stream (its data: the notice's payload)."""
 
-ENDED = frozenset({"completed", "stopped", "failed", "throttled", "rejected", "refused", "cancelled", "merged"})
-"""A question in one of these states is no longer live nor waiting."""
-WAITING = frozenset({"waiting"})
-"""A question admitted behind another of its conversation (its queue)."""
+ENDED_KINDS = frozenset({"ended", "refused", "cancelled", "merged", "steered"})
+"""A question whose latest fact is one of these is over (X12: each admitted question ends once)."""
+ENDED_STATES = frozenset({"completed", "stopped", "failed", "throttled", "rejected"})
+"""A run in one of these lifecycle states is over."""
+TRANSITION = "transition"
+"""The ``kind`` of a turn that is a run's lifecycle transition (no conversation fact)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,26 +39,35 @@ class Turn:
 
     conversation_id: str
     run_id: str
-    state: str
-    """``admitted`` ``waiting`` ``queued`` ``running`` … a run's lifecycle state, or the
-    conversation's own: ``waiting`` (behind another), ``refused``, ``cancelled``, ``merged``,
-    ``steered``."""
+    kind: str
+    """``transition`` (the run's lifecycle, ``state``), or the Journal's conversation fact:
+    ``queued`` ``started`` ``refused`` ``cancelled`` ``sent_now`` ``merged`` ``steered``
+    ``interrupted`` ``ended``."""
+    state: str | None = None
+    """The run's lifecycle state (a transition), or the state its run ended in (``ended``)."""
     message_id: str | None = None
     policy: str | None = None
     reason: str | None = None
     """Why (a refusal's reason, a stop's cause): the Journal's fixed vocabulary."""
     by: str | None = None
-    """The other run it names: the newer question that interrupted it, the run it was merged
-    into or steered to."""
-    ahead: tuple[str, ...] = ()
-    """The runs it waits behind, in order (``waiting`` only)."""
+    """The other run a fact names: the newer question that interrupted it, the run it was
+    merged into or steered to."""
+    end: str | None = None
+    """How the question ended (``ended``): answered, stopped, interrupted, refused, …"""
     sequence: int = 0
+    """The fact's number in its conversation; a transition's in its run."""
+    running: tuple[str, ...] | None = None
+    """After a fact: the conversation's started questions, not yet ended."""
+    queued: tuple[str, ...] | None = None
+    """After a fact: its waiting questions, in the order they start (the queue)."""
 
     def payload(self, entry_id: int, at: str) -> dict[str, Any]:
-        """What a client receives (client-safe, D6)."""
-        return {"entry_id": entry_id, "run_id": self.run_id, "state": self.state, "message_id": self.message_id,
-                "policy": self.policy, "reason": self.reason, "by": self.by, "ahead": list(self.ahead),
-                "sequence": self.sequence, "at": at}
+        """What a client receives (client-safe, D6: ids, states and fixed vocabulary)."""
+        return {"entry_id": entry_id, "run_id": self.run_id, "kind": self.kind, "state": self.state,
+                "message_id": self.message_id, "policy": self.policy, "reason": self.reason, "by": self.by,
+                "end": self.end, "sequence": self.sequence,
+                "running": None if self.running is None else list(self.running),
+                "queued": None if self.queued is None else list(self.queued), "at": at}
 
 
 def transitioned(*, run_id: str, conversation_id: str | None, state: str, reason: str | None,
@@ -65,7 +76,25 @@ def transitioned(*, run_id: str, conversation_id: str | None, state: str, reason
     conversation: there is no stream to carry it)."""
     if conversation_id is None:
         return None
-    return Turn(conversation_id=conversation_id, run_id=run_id, state=state, reason=reason, sequence=sequence)
+    return Turn(conversation_id=conversation_id, run_id=run_id, kind=TRANSITION, state=state, reason=reason,
+                sequence=sequence)
+
+
+def fact_kind(message_type: str) -> str:
+    """A conversation fact's ``kind`` from its type: ``conversation.question_queued`` → ``queued``,
+    ``conversation.run_interrupted`` → ``interrupted``."""
+    return message_type.split(".", 1)[-1].removeprefix("question_").removeprefix("run_")
+
+
+def of_fact(message: Any) -> Turn:
+    """A conversation fact of the Journal (``imprint.contracts.conversation``, X12) as a turn:
+    its question, what happened to it, and the queue after it."""
+    return Turn(conversation_id=message.conversation_id, run_id=message.run_id, kind=fact_kind(message.type),
+                state=getattr(message, "state", None), message_id=message.message_id,
+                policy=getattr(message, "policy", None), reason=getattr(message, "reason", None),
+                by=getattr(message, "into_run_id", None) or getattr(message, "by_run_id", None),
+                end=getattr(message, "end", None), sequence=message.sequence,
+                running=tuple(message.running), queued=tuple(message.queued))
 
 
 @dataclass
@@ -73,16 +102,20 @@ class Question:
     """One question as a tab shows it (:func:`fold`)."""
 
     run_id: str
-    state: str
+    kind: str | None = None
+    """Its latest conversation fact (``None``: none yet, e.g. under ``concurrent`` before X12)."""
+    state: str | None = None
+    """Its run's lifecycle state."""
     message_id: str | None = None
     policy: str | None = None
     reason: str | None = None
     by: str | None = None
+    end: str | None = None
     notices: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
-        return self.state in ENDED
+        return self.kind in ENDED_KINDS or self.state in ENDED_STATES
 
 
 @dataclass
@@ -91,22 +124,19 @@ class ConversationView:
 
     questions: list[Question] = field(default_factory=list)
     """Every question, in the order the conversation first heard of it."""
+    queue: list[str] = field(default_factory=list)
+    """The questions waiting for their turn, in the order they start (the newest fact's)."""
+    running: list[str] = field(default_factory=list)
     last_entry_id: int = 0
 
-    @property
-    def queue(self) -> list[str]:
-        """The questions waiting for their turn, in order."""
-        return [q.run_id for q in self.questions if q.state in WAITING]
-
-    @property
-    def live(self) -> list[str]:
-        return [q.run_id for q in self.questions if q.state not in WAITING and not q.ended]
+    def question(self, run_id: str) -> Question | None:
+        return next((q for q in self.questions if q.run_id == run_id), None)
 
 
 def fold(entries: Iterable[tuple[int, str, dict[str, Any]]], view: ConversationView | None = None) -> ConversationView:
     """Fold (entry id, event, data) in id order into what a tab shows; an entry at or below
-    what the view already holds changes nothing (a resumed stream repeats none, but a fold
-    must not care). The reference page does the same in JavaScript."""
+    what the view already holds changes nothing. The reference page does the same in
+    JavaScript (``services/delivery/static/app.js``)."""
     view = view or ConversationView()
     index = {q.run_id: q for q in view.questions}
     for entry_id, event, data in entries:
@@ -115,16 +145,25 @@ def fold(entries: Iterable[tuple[int, str, dict[str, Any]]], view: ConversationV
         view.last_entry_id = entry_id
         run_id = str(data.get("run_id"))
         question = index.get(run_id)
-        if event == TURN_EVENT:
-            if question is None:
-                question = index[run_id] = Question(run_id=run_id, state=str(data["state"]))
-                view.questions.append(question)
-            if question.ended and str(data["state"]) not in ENDED:
-                continue  # an end is final: a late lifecycle echo does not bring a question back
-            question.state = str(data["state"])
-            for name in ("message_id", "policy", "reason", "by"):
-                if data.get(name) is not None:
-                    setattr(question, name, data[name])
-        elif event == NOTICE_EVENT and question is not None:
-            question.notices.append(data)
+        if event == NOTICE_EVENT:
+            if question is not None:
+                question.notices.append(data)
+            continue
+        if event != TURN_EVENT:
+            continue
+        if question is None:
+            question = index[run_id] = Question(run_id=run_id)
+            view.questions.append(question)
+        if data.get("kind") == TRANSITION:
+            question.state = data.get("state")
+            continue
+        question.kind = data.get("kind")
+        for name in ("message_id", "policy", "reason", "by", "end"):
+            if data.get(name) is not None:
+                setattr(question, name, data[name])
+        if data.get("kind") == "ended" and data.get("state"):
+            question.state = data["state"]
+        if data.get("queued") is not None:
+            view.queue = [str(r) for r in data["queued"]]
+            view.running = [str(r) for r in data.get("running") or []]
     return view

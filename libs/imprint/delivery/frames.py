@@ -135,6 +135,14 @@ def transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step:
     return out
 
 
+def told(p: RunProjection, message: Any, out: Step) -> Step:
+    """A conversation fact of the run's question (X12): a turn of its conversation stream (D9),
+    no frame of the run (its lifecycle has its own)."""
+    if _adopt_identity(p, message.account_id, message.conversation_id):
+        out.turns.append(conversation.of_fact(message))
+    return out
+
+
 def progress(p: RunProjection, message: RunProgress, out: Step) -> Step:
     if _adopt_identity(p, message.account_id) and not p.terminal:
         out.drafts.append(draft(PROGRESS, {"stage": message.stage, "detail": message.detail}, key=PROGRESS))
