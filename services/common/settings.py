@@ -12,6 +12,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_core import to_json
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from imprint.contracts.conversation import DEFAULT_POLICY, ConversationPolicy
+
 DEVELOPMENT_AUTH_SECRET = "imprint-development-secret-change-me"
 
 
@@ -93,6 +95,10 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(default=120.0, gt=0)
     """X10: a run none of whose runtime messages reached the Journal for this long is closed
     ``failed`` (``runtime_lost``). The runtime SDK heartbeats well within it (every 30 s by default)."""
+    conversation_policy: ConversationPolicy = DEFAULT_POLICY
+    """X12: what a question does while another of its conversation is running or queued, when its
+    runtime's ``run.admitted`` names no policy (``concurrent``, ``reject``, ``enqueue``,
+    ``interrupt``, ``merge``, ``steer``)."""
     run_lease_sweep_seconds: float = Field(default=5.0, gt=0)
     """How often at most the Journal looks for lapsed leases (at most a quarter of the lease);
     it looks when the earliest lease it keeps lapses. A lost run is closed at most this long

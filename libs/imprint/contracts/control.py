@@ -1,4 +1,5 @@
-"""``imprint.control.v1``: requests from users (delivery → runtime, journal, publication)."""
+"""``imprint.control.v1``: requests from users (delivery → runtime, journal, publication), and what
+the Journal asks of a runtime (a lease lapse, an interruption, a steered question, X10/X12)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from imprint.contracts.base import AccountRunMessage, Identifier, Message
+from imprint.contracts.conversation import QuestionCancelRequested, QuestionSendNowRequested, RunSteered
 
 
 class RunCancelRequested(AccountRunMessage):
     type: Literal["run.cancel_requested"] = "run.cancel_requested"
+    interrupted_by: Identifier | None = None
+    """X12: the newer question (its run id) whose ``interrupt`` policy (or send-now) asks this
+    run to stop; put here by the Journal. None: the run's user asked (X11)."""
 
 
 class RunLeaseLapsed(AccountRunMessage):
@@ -32,5 +37,9 @@ class ConversationDeleteRequested(Message):
     key_field: ClassVar[str | None] = "conversation_id"
 
 
-ControlMessage = Annotated[Union[RunCancelRequested, RunLeaseLapsed, ConversationDeleteRequested], Field(discriminator="type")]
+ControlMessage = Annotated[
+    Union[RunCancelRequested, RunLeaseLapsed, ConversationDeleteRequested, QuestionCancelRequested,
+          QuestionSendNowRequested, RunSteered],
+    Field(discriminator="type"),
+]
 control_messages: TypeAdapter[ControlMessage] = TypeAdapter(ControlMessage)

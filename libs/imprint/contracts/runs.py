@@ -1,4 +1,5 @@
-"""``imprint.runs.v1``: accepted run transitions and closed execution records (journal → delivery)."""
+"""``imprint.runs.v1``: accepted run transitions and closed execution records, and the facts of each
+conversation's queue (X12, :mod:`imprint.contracts.conversation`) (journal → delivery, runtime SDK)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from imprint.contracts.base import AccountRunMessage, ConversationRunMessage, Identifier, Model
+from imprint.contracts.conversation import (
+    QuestionCancelled,
+    QuestionEnded,
+    QuestionMerged,
+    QuestionQueued,
+    QuestionRefused,
+    QuestionSentNow,
+    QuestionStarted,
+    QuestionSteered,
+    RunInterrupted,
+)
 from imprint.contracts.runtime import Outcome
 
 RunState = Literal["admitted", "queued", "running", "completed", "stopped", "failed", "throttled", "rejected"]
@@ -54,5 +66,11 @@ class ConversationDeleted(ConversationRunMessage):
     type: Literal["conversation.deleted"] = "conversation.deleted"
 
 
-RunsMessage = Annotated[Union[RunTransitioned, RunProgress, RunClosed, ConversationDeleted], Field(discriminator="type")]
+RunsMessage = Annotated[
+    Union[RunTransitioned, RunProgress, RunClosed, ConversationDeleted,
+          # X12: the conversation's queue (keyed by conversation_id)
+          QuestionQueued, QuestionStarted, QuestionRefused, QuestionCancelled, QuestionSentNow, QuestionMerged,
+          QuestionSteered, RunInterrupted, QuestionEnded],
+    Field(discriminator="type"),
+]
 runs_messages: TypeAdapter[RunsMessage] = TypeAdapter(RunsMessage)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from imprint.contracts.base import ConversationRunMessage, Identifier, Model, RunMessage
+from imprint.contracts.conversation import ConversationPolicy
 
 Scope = Literal["public", "private"]
 Outcome = Literal["answered", "insufficient_evidence", "generation_unavailable", "declined"]
@@ -36,6 +37,10 @@ class RunAdmitted(ConversationRunMessage):
     message_id: Identifier
     question: str
     qcs: QuestionConditionSet
+    policy: ConversationPolicy | None = None
+    """X12: what this question does while another of its conversation is live or queued
+    (:mod:`imprint.contracts.conversation`); none: the deployment default
+    (``IMPRINT_CONVERSATION_POLICY``, ``enqueue`` unless set)."""
 
 
 class RunQueued(RunMessage):
