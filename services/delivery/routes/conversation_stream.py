@@ -29,7 +29,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from imprint.delivery.conversation import WAITING
+from imprint.contracts.conversation import QuestionCancelRequested, QuestionSendNowRequested
 from services.common.observability import get_logger
 from services.delivery.routes import UNAUTHORIZED, Shared, rate_limited
 from services.delivery.routes.notices import NOT_FOUND, feed_stream
@@ -89,12 +89,12 @@ def router(ctx: Shared) -> APIRouter:
         """A 409 unless ``run_id`` is a question of the conversation still waiting for its turn."""
         await ctx.awaited_conversation(conversation_id, account)
         view = await asyncio.to_thread(ctx.store.conversation_view, conversation_id)
-        question = next((q for q in view.questions if q.run_id == run_id), None)
+        question = view.question(run_id)
         if question is None:
             refusal = QueueRefusal(error="question_unknown", run_id=run_id,
                                    detail="no question of this conversation has this run id")
-        elif question.state not in WAITING:
-            refusal = QueueRefusal(error="question_started", run_id=run_id, state=question.state,
+        elif run_id not in view.queue:
+            refusal = QueueRefusal(error="question_started", run_id=run_id, state=question.kind or question.state,
                                    detail="the question is no longer waiting for its turn")
         else:
             return None
@@ -111,7 +111,7 @@ def router(ctx: Shared) -> APIRouter:
         refusal = await queued(conversation_id, run_id, account)
         if refusal is not None:
             return refusal
-        message = ctx.queue_message("cancel", conversation_id=conversation_id, run_id=run_id, account_id=account)
+        message = QuestionCancelRequested(conversation_id=conversation_id, run_id=run_id, account_id=account)
         await ctx.publish(message)
         log.info("queued question cancel requested", conversation_id=conversation_id, run_id=run_id)
         return QueueAccepted(requested="cancel", run_id=run_id, event_id=str(message.event_id))
@@ -124,7 +124,7 @@ def router(ctx: Shared) -> APIRouter:
         refusal = await queued(conversation_id, run_id, account)
         if refusal is not None:
             return refusal
-        message = ctx.queue_message("send_now", conversation_id=conversation_id, run_id=run_id, account_id=account)
+        message = QuestionSendNowRequested(conversation_id=conversation_id, run_id=run_id, account_id=account)
         await ctx.publish(message)
         log.info("queued question send-now requested", conversation_id=conversation_id, run_id=run_id)
         return QueueAccepted(requested="send_now", run_id=run_id, event_id=str(message.event_id))

@@ -15,7 +15,10 @@ import pytest
 from imprint.delivery.conversation import fold
 from services.common.settings import Settings
 from tests.integration.delivery.support import Delivery, bearer, start_delivery
-from tests.support.delivery_builders import closed, published, running, settled, withdrawn
+from imprint.contracts.topics import Topic
+from tests.integration.delivery.support import off_thread
+from tests.support.delivery_builders import closed, fact, published, running, settled, withdrawn
+from tests.support.kafka import read_topic
 from tests.support.sse import SSE, read_notices
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -73,6 +76,57 @@ def test_another_accounts_conversation_stream_and_queue_answer_404(delivery: Del
         assert http.get(f"/v1/ai-sdk/conversations/{CONV}/events", headers=bearer(other)).status_code == 404
         assert http.post(f"/v1/conversations/{CONV}/queue/run-mine/cancel", headers=bearer(other)).status_code == 404
         assert http.get(EVENTS.format(id="conv-nobody"), headers=bearer(delivery.token())).status_code == 404
+
+
+@pytest.mark.rule("D9")
+@pytest.mark.rule("X12")
+def test_the_queue_the_journal_announces_is_the_queue_every_reader_folds_and_the_api_acts_on(
+        delivery: Delivery) -> None:
+    """Turns from the Journal's facts: r2 and r3 wait behind r1; the user cancels r3 and sends r2
+    now (each a control message on the real broker); once r2 started both are refused (409)."""
+    token = delivery.token()
+    delivery.feeder.send(fact("question_started", "run-q1", CONV, 1, running=["run-q1"]),
+                         running("run-q1", conversation=CONV))
+    delivery.feeder.send(fact("question_queued", "run-q2", CONV, 2, running=["run-q1"], queued=["run-q2"]),
+                         fact("question_queued", "run-q3", CONV, 3, running=["run-q1"], queued=["run-q2", "run-q3"]))
+    tabs = [read_notices(delivery.url, CONV, token, path=EVENTS, until=lambda fs: len(entries(fs)) >= 4)[0]
+            for _ in range(2)]
+    assert entries(tabs[0]) == entries(tabs[1]), "every tab reads the same entries"
+    view = fold(entries(tabs[0]))
+    assert view.queue == ["run-q2", "run-q3"] and view.running == ["run-q1"]
+    assert [(q.run_id, q.kind, q.state, q.policy) for q in view.questions] == [
+        ("run-q1", "started", "running", "enqueue"), ("run-q2", "queued", None, "enqueue"),
+        ("run-q3", "queued", None, "enqueue")]
+    with httpx.Client(base_url=delivery.url, timeout=10, headers=bearer(token)) as http:
+        cancel = http.post(f"/v1/conversations/{CONV}/queue/run-q3/cancel")
+        now = http.post(f"/v1/conversations/{CONV}/queue/run-q2/send-now")
+        assert (cancel.status_code, cancel.json()["requested"]) == (202, "cancel"), cancel.text
+        assert (now.status_code, now.json()["requested"]) == (202, "send_now"), now.text
+        control = off_thread(read_topic(delivery.settings, Topic.CONTROL, until=lambda vs: len(vs) >= 2))
+        assert sorted((v["type"], v["run_id"], v["conversation_id"], v["account_id"]) for v in control) == [
+            ("question.cancel_requested", "run-q3", CONV, "acct-1"),
+            ("question.send_now_requested", "run-q2", CONV, "acct-1")]
+        # What the Journal records of them, announced: r3 cancelled, r1 interrupted by r2, r2 started.
+        delivery.feeder.send(
+            fact("question_cancelled", "run-q3", CONV, 4, running=["run-q1"], queued=["run-q2"]),
+            fact("question_ended", "run-q3", CONV, 5, running=["run-q1"], queued=["run-q2"], end="cancelled",
+                 state="stopped", reason="cancelled"),
+            fact("question_sent_now", "run-q2", CONV, 6, running=["run-q1"], queued=["run-q2"]),
+            fact("run_interrupted", "run-q1", CONV, 7, running=["run-q1"], queued=["run-q2"], by_run_id="run-q2"),
+            fact("question_ended", "run-q1", CONV, 8, queued=["run-q2"], end="interrupted", state="stopped",
+                 reason="interrupted"),
+            fact("question_started", "run-q2", CONV, 9, running=["run-q2"]))
+        later = fold(entries(read_notices(delivery.url, CONV, token, path=EVENTS,
+                                          until=lambda fs: len(entries(fs)) >= 10)[0]))
+        assert later.queue == [] and later.running == ["run-q2"]
+        assert [(q.run_id, q.kind, q.end, q.by) for q in later.questions] == [
+            ("run-q1", "ended", "interrupted", "run-q2"), ("run-q2", "started", None, None),
+            ("run-q3", "ended", "cancelled", None)]
+        for run, action in (("run-q2", "cancel"), ("run-q3", "send-now")):
+            refused = http.post(f"/v1/conversations/{CONV}/queue/{run}/{action}")
+            assert refused.status_code == 409 and refused.json()["error"] == "question_started", refused.text
+    assert [m.type for m in delivery.publish.sent] == ["question.cancel_requested", "question.send_now_requested"], \
+        "a refused request publishes nothing"
 
 
 @pytest.mark.rule("D9")
