@@ -17,13 +17,13 @@
  *   reconnect right after it asks for the whole view;
  * - reports client.received / client.rendered (and client.conflict) receipts, naming
  *   itself (a client id per page load) and the revision of every block it shows;
- * - once the run's stream ended, follows the conversation's notices (D7: nothing follows
- *   `done`, so a block withdrawn after it arrives there): GET …/conversations/{id}/notices
- *   with its own ticket, resumed with Last-Event-ID; a notice about a block the page shows
+ * - learns of a withdrawal after the run's end (D7: nothing follows `done`) from the
+ *   notices its conversation stream carries (below): a notice about a block the page shows
  *   marks it withdrawn in place (its text is no longer shown) and is acknowledged with a
  *   client.received receipt naming the notice;
  * - follows the run's conversation stream (D9: GET …/conversations/{id}/events with the
- *   conversation's ticket, resumed with Last-Event-ID): every question of the conversation
+ *   conversation's ticket, resumed with Last-Event-ID; one connection for the queue and the
+ *   notices, so two tabs stay within a browser's six connections to a host): every question of the conversation
  *   in order with its state, and the queue under the live answer, the same in every tab;
  *   a waiting question can be cancelled or sent now (POST …/queue/{run}/cancel|send-now,
  *   a 409 says it had already started). Once the answer shown has ended and a later
@@ -122,8 +122,7 @@
     stop: null,             // X11: {kept: {as_of_event_id, blocks}} once a stop was accepted
     dropped: [],            // block ids whose unsaved preview a stopped run dropped
     clientId: newClientId(),
-    notices: { conversationId: "", last: 0, source: null, connections: 0, duplicates: 0, acked: new Set(),
-               retryDelay: 500 },
+    notices: { last: 0, duplicates: 0, acked: new Set() },
     conversation: { id: "", last: 0, source: null, connections: 0, duplicates: 0, retryDelay: 500,
                     questions: new Map(), queue: [], running: [], earlier: [] },
   };
@@ -450,7 +449,6 @@
       requestReceipt("client.received", true);
       render();
       requestReceipt("client.rendered", true);
-      followNotices();
       followNext();
       return;
     }
@@ -659,57 +657,10 @@
   }
 
   // ---------------------------------------------------------------- notices (D7)
-  /** The run's conversation's notices, from the last one held: after `done` a withdrawal
-   *  reaches an open page only here. Notices about other runs, or blocks this page does not
-   *  show, change nothing and are not acknowledged (this page never showed them). */
-  async function followNotices() {
-    const n = client.notices;
-    if (client.stopped || n.source) return;
-    if (!n.conversationId) {
-      const run = await get(`/v1/runs/${encodeURIComponent(client.runId)}`);
-      if (run === null) return;
-      if (run === undefined || !run.conversation_id) return retryNotices();
-      n.conversationId = run.conversation_id;
-    }
-    const path = `/v1/conversations/${encodeURIComponent(n.conversationId)}`;
-    let ticket;
-    try {
-      const response = await fetch(`${path}/stream-tickets`, {
-        method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + client.token } });
-      if (response.status === 401 || response.status === 404) return;  // the run stream says so already
-      if (!response.ok) return retryNotices();
-      ticket = (await response.json()).ticket;
-    } catch (e) {
-      return retryNotices();
-    }
-    if (client.stopped) return;
-    let url = `${path}/notices?ticket=${encodeURIComponent(ticket)}`;
-    if (n.last > 0) url += `&last_event_id=${n.last}`;  // a new source sends no Last-Event-ID
-    const source = new EventSource(url);
-    n.source = source;
-    source.onopen = () => { n.connections += 1; n.retryDelay = 500; };
-    const onNotice = (event) => {
-      if (n.source !== source || !(event instanceof MessageEvent)) return;
-      if (event.type === "reset") { n.last = 0; return; }  // D8: every notice again from 1, applied once each
-      handleNotice(Number(event.lastEventId), event.data);
-    };
-    source.addEventListener("notice", onNotice);
-    source.addEventListener("reset", onNotice);
-    source.onerror = () => {
-      if (n.source !== source || source.readyState !== EventSource.CLOSED) return;  // the browser reconnects
-      n.source = null;  // refused (an expired ticket): a new ticket, from the last notice held
-      retryNotices();
-    };
-  }
-
-  function retryNotices() {
-    const n = client.notices;
-    if (client.stopped) return;
-    const delay = n.retryDelay;
-    n.retryDelay = Math.min(10000, n.retryDelay * 2);
-    setTimeout(followNotices, delay);
-  }
-
+  /** A notice of the run's conversation, as its conversation stream carries it (D9): after
+   *  `done` a withdrawal reaches an open page only there. Notices about other runs, or blocks
+   *  this page does not show, change nothing and are not acknowledged (this page never showed
+   *  them). `id` is the notice's own id in the conversation. */
   function handleNotice(id, raw) {
     const n = client.notices;
     if (!Number.isInteger(id) || id <= n.last) { n.duplicates += 1; return; }
@@ -794,7 +745,9 @@
     c.last = id;
     let d;
     try { d = JSON.parse(raw); } catch (e) { return; }
-    if (!d || event !== "turn") return;
+    if (!d) return;
+    if (event === "notice") { handleNotice(Number(d.notice_id), raw); return; }
+    if (event !== "turn") return;
     let q = c.questions.get(d.run_id);
     if (!q) { q = { run_id: d.run_id, kind: null, state: null }; c.questions.set(d.run_id, q); }
     if (d.kind === "transition") {
@@ -918,7 +871,6 @@
   function stop() {
     client.stopped = true;
     if (client.source) { client.source.close(); client.source = null; }
-    if (client.notices.source) { client.notices.source.close(); client.notices.source = null; }
     if (client.conversation.source) { client.conversation.source.close(); client.conversation.source = null; }
     $("connection").dataset.state = "closed";
     $("connection").textContent = "closed";
