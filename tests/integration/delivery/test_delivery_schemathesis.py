@@ -40,9 +40,10 @@ OWNER, STRANGER = "acct-1", "acct-2"
 SEEDED = {"run_id": RUN, "conversation_id": CONVERSATION}
 
 
-FOLLOWED = ("/v1/conversations/{conversation_id}/notices", "/v1/ai-sdk/conversations/{conversation_id}/notices")
-"""Streams that never end by themselves (D7: a conversation's notices are followed until the
-client leaves): read for a moment, which is all a status and a first event need."""
+FOLLOWED = ("/v1/conversations/{conversation_id}/notices", "/v1/ai-sdk/conversations/{conversation_id}/notices",
+            "/v1/conversations/{conversation_id}/events", "/v1/ai-sdk/conversations/{conversation_id}/events")
+"""Streams that never end by themselves (D7, D9: a conversation's notices and its stream are
+followed until the client leaves): read for a moment, which is all a status and a first event need."""
 
 
 def seed(delivery: Delivery) -> None:
