@@ -99,10 +99,12 @@ def _export(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from services.delivery.view_store import ViewStore
-    from services.recovery.cli import inspect
+    from services.recovery.cli import inspect, inspect_conversation
 
     preflight()
     settings = get_settings()
+    if args.conversation is not None:
+        return inspect_conversation(settings, args.conversation, output=_output(args))
     return inspect(settings, run_id=args.run, output=_output(args), open_store=lambda: ViewStore(settings))
 
 
@@ -185,8 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--run", required=True)
     export.set_defaults(func=_export)
 
-    inspect = sub.add_parser("inspect", help="one run as a timeline: log, journal, delivery, client")
-    inspect.add_argument("--run", required=True)
+    inspect = sub.add_parser("inspect", help="one run as a timeline: log, journal, delivery, client; or one "
+                                             "conversation's questions, policies and outcomes")
+    which = inspect.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run")
+    which.add_argument("--conversation", help="the conversation's queue timeline (X12)")
     inspect.add_argument("--json", action="store_true", help="one JSON document instead of tables")
     inspect.set_defaults(func=_inspect)
     return parser

@@ -49,6 +49,7 @@ from eventsourcing.utils import get_topic
 from opentelemetry.trace import Tracer
 
 from imprint.contracts.base import Message
+from imprint.contracts.conversation import DEFAULT_POLICY
 from imprint.journal import handling, ids
 from imprint.journal.announcements import announce
 from imprint.journal.conversation import Conversation
@@ -110,6 +111,7 @@ class RuntimeJournal(RunLeases, HotCacheApplication):
         max_attempts: int = 50,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        conversation_policy: str = DEFAULT_POLICY,
     ) -> None:
         if name:
             self.name = name  # table prefix (PostgreSQL) / environment prefix
@@ -129,6 +131,8 @@ class RuntimeJournal(RunLeases, HotCacheApplication):
         """X10: the deadlines of the open runs of the runtime partitions this instance consumes."""
         self._leases_lock = threading.Lock()  # renewals come from the event loop, the rest from threads
         self.clock = clock
+        self.conversation_policy = conversation_policy
+        """X12: the policy of an admission that names none (``IMPRINT_CONVERSATION_POLICY``)."""
         self.tracer: Tracer | None = None
         """Tracing on (``services.common.tracing.active_tracer``): a ``journal apply`` span per message."""
         self.handoff: Handoff | None = None
@@ -154,7 +158,8 @@ class RuntimeJournal(RunLeases, HotCacheApplication):
             owned.append(keyring)
         env = {**backend.environment(name), HOT_STATE_BYTES: str(settings.hot_state_bytes)}
         journal = backend.open(lambda: cls(env, keyring=keyring, message_index=index, name=name,
-                                           lease_seconds=settings.run_lease_seconds))
+                                           lease_seconds=settings.run_lease_seconds,
+                                           conversation_policy=settings.conversation_policy))
         journal._owned = owned
         return journal
 
@@ -187,10 +192,11 @@ class RuntimeJournal(RunLeases, HotCacheApplication):
         once (:meth:`JournalKeys.scoped`); with a tracer, each message in a ``journal apply``
         span under the context its record carried (X9: its ids only)."""
         keys = self.keys
+        policy = self.conversation_policy
 
         def contexts(fresh: Sequence[Inbound]) -> Callable[[Inbound], Context]:
             unit_keys = keys.scoped(item.message for item in fresh)
-            return lambda item: Context(unit_keys, item.partition)
+            return lambda item: Context(unit_keys, item.partition, policy)
 
         return Dispatch(handling, contexts, _effects, tracer=self.tracer, spans=APPLY)  # type: ignore[arg-type]
 

@@ -31,6 +31,10 @@ go to stderr, and so do progress bars (on a terminal only).
 ``inspect --run R``
     The run's timeline (:mod:`imprint.recovery.timeline`), with Delivery's report of who
     saw each withdrawn block revision and whether each client received the withdrawal (D7).
+``inspect --conversation C``
+    The conversation's questions in order, the policy each met the queue under, what the
+    policy did and how each ended (X12, :mod:`imprint.recovery.conversation`), from the
+    Journal's store; any question left without an end is listed as unaccounted.
 
 Exit codes: 0 done, 1 verification failed, 2 no such run.
 
@@ -64,7 +68,7 @@ from services.recovery.inspection import DeliveredFrames, assemble_timeline, obs
 from services.recovery.journal_reader import JournalReader
 from services.recovery.log_reader import apply_reconciliations, iter_ledgers, read_ledger, run_index, standing_for_block
 from services.recovery.observations import Observations, read_observations
-from services.recovery.output import EXIT_OK, Output, dump, no_run, shown
+from services.recovery.output import EXIT_NO_RUN, EXIT_OK, Output, dump, no_run, shown
 from services.recovery.replaying import default_workers, replay_log
 
 
@@ -200,6 +204,21 @@ def inspect(settings: Settings, run_id: str, *, open_store: Callable[[], Deliver
         if store is not None:
             store.close()
         app.close()
+
+
+def inspect_conversation(settings: Settings, conversation_id: str, *, out: TextIO | None = None,
+                         err: TextIO | None = None, output: Output = "json") -> int:
+    """X12: one conversation's timeline of questions, policies and outcomes (the Journal's store)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    with JournalReader(settings) as journal:
+        document = journal.conversation(conversation_id)
+        if document is None:
+            print(f"imprint: {journal.reason}", file=err)
+            return EXIT_NO_RUN
+    if not document["found"]:
+        print(f"imprint: conversation {conversation_id!r} is not in the Journal", file=err)
+        return EXIT_NO_RUN
+    return shown(document, output, out, render.conversation_table)
 
 
 # --------------------------------------------------------------------------------- export

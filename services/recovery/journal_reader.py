@@ -15,11 +15,14 @@ view (:mod:`imprint.recovery.journal_facts`)."""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 
+from imprint.journal.conversation import Conversation
 from imprint.journal.execution import AnswerExecution
+from imprint.recovery.conversation import ConversationFold
 from imprint.recovery.journal_facts import ExecutionFold, JournalAvailability, JournalRun
 from services.common.backends import backend_for
 from services.common.observability import get_logger
@@ -61,16 +64,27 @@ class JournalReader:
 
     def run(self, run_id: str) -> JournalRun | None:
         """The journal's facts about ``run_id``; ``None`` when the journal cannot be read."""
+        events = self._events(AnswerExecution.id_for(run_id))
+        return None if events is None else ExecutionFold.of(run_id, events)
+
+    def conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        """X12: the conversation's questions, policies and outcomes
+        (:mod:`imprint.recovery.conversation`); ``None`` when the journal cannot be read."""
+        events = self._events(Conversation.create_id(conversation_id))
+        return None if events is None else ConversationFold.of(conversation_id, events)
+
+    def _events(self, aggregate_id: UUID) -> list[Any] | None:
+        """The stored events of one aggregate (none in a deployment without a journal store);
+        ``None`` when the store cannot be read."""
         if self.availability == "absent":
-            return JournalRun(run_id, found=False)
+            return []
         if self._store is None:
             return None
         try:
-            events = list(self._store.events.get(AnswerExecution.id_for(run_id)))
+            return list(self._store.events.get(aggregate_id))
         except Exception as error:  # noqa: BLE001
             self._unavailable(error)
             return None
-        return ExecutionFold.of(run_id, events)
 
     def close(self) -> None:
         if self._store is not None:

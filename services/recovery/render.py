@@ -353,3 +353,36 @@ def tracked_pairs(items: Iterable[T], total: int | None, err: TextIO, label: str
         for item in items:
             yield item
             advance()
+
+
+def conversation_table(out: TextIO, document: Mapping[str, Any]) -> None:
+    """X12: a conversation's questions, their policies and how each ended, then its facts in order."""
+    c = console(out)
+    c.print(Text(f"conversation {document['conversation_id']}  account {document['account_id'] or '—'}"
+                 + (f"  deleted {clock(document['deleted'])}" if document["deleted"] else ""), style="bold"))
+    c.print(Text(f"running: {', '.join(document['running']) or '—'}   queued: {', '.join(document['queued']) or '—'}"))
+    table = Table(title="Questions", title_justify="left")
+    for name in ("run", "message", "policy", "decision", "started", "interrupted by", "end", "reason"):
+        table.add_column(name)
+    for q in document["questions"]:
+        decision = q["decision"] or "—"
+        if q["into"]:
+            decision += f" → {q['into']}"
+        table.add_row(q["run_id"], q["message_id"], q["policy"] or "—", decision,
+                      clock(q["started_at"]) if q["started_at"] else "—", q["interrupted_by"] or "—",
+                      q["end"] or "—", q["reason"] or "—")
+    c.print(table)
+    facts = Table(title="Facts", title_justify="left")
+    for name in ("#", "at", "fact", "run", "detail"):
+        facts.add_column(name)
+    for f in document["facts"]:
+        facts.add_row(str(f["sequence"]), clock(f["at"]), f["fact"], f["run_id"], f["detail"] or "")
+    c.print(facts)
+    for refusal in document["refusals"]:
+        c.print(Text(f"journal refused {refusal['message_type']} {clock(refusal['at'])}: {refusal['code']}"
+                     + (f" ({refusal['detail']})" if refusal["detail"] else ""), style="yellow"))
+    if document["unaccounted"]:
+        c.print(Text(f"questions without an end, neither running nor queued: {', '.join(document['unaccounted'])}",
+                     style="red"))
+    if document["unread"]:
+        c.print(Text(f"conversation events this code has no row for: {', '.join(document['unread'])}", style="yellow"))

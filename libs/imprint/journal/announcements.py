@@ -11,6 +11,12 @@ re-announces the same ids and Delivery dedupes them:
 ``AnswerExecution.Closed``               ``run.closed`` — the closed execution record
 ``AnswerExecution.Erased``               ``conversation.deleted`` (one per run of the conversation)
 ``AnswerExecution.LeaseLapsed``          ``run.lease_lapsed`` on ``imprint.control.v1`` (X10: for Publication)
+``AnswerExecution.Interrupted``          ``run.cancel_requested`` naming the newer question, on
+                                         ``imprint.control.v1`` (X12: the runtime stops the run as X11
+                                         says; its ``event_id`` is the fact's, which ``run.stopped`` names)
+``AnswerExecution.Steered``              ``run.steered`` on ``imprint.control.v1`` (X12: for the runtime)
+``Conversation.Question*`` / ``RunInterrupted``   the conversation's fact of the same name on
+                                         ``imprint.runs.v1`` (X12, keyed by conversation)
 anything else (refusals, receipts, effects, redactions, conversation/QCS/source facts)  ``None``
 =======================================  ===============================================
 
@@ -33,15 +39,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
 from imprint.contracts.base import Message
-from imprint.contracts.control import RunLeaseLapsed
+from imprint.contracts import conversation as facts
+from imprint.contracts.control import RunCancelRequested, RunLeaseLapsed
 from imprint.contracts.runs import ConversationDeleted, EvidenceSummaryItem, RunClosed, RunProgress, RunsMessage, RunTransitioned
 from imprint.journal import ids
+from imprint.journal.conversation import Conversation
 from imprint.journal.execution import (
     F_ANSWER,
+    F_QUESTION,
     F_REASON,
     F_STAGE_DETAIL,
     AnswerExecution,
@@ -131,7 +141,48 @@ def _lease_lapsed(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]
     return RunLeaseLapsed(**common, **_run_named(domain_event), reason=domain_event.reason)
 
 
+def _interrupted(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
+    return RunCancelRequested(**{**common, "event_id": UUID(domain_event.event_id)}, run_id=_run_id(domain_event),
+                              account_id=domain_event.account_id, interrupted_by=domain_event.by_run_id)
+
+
+def _steered(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
+    return facts.RunSteered(**common, **_run_named(domain_event), steered_run_id=domain_event.steered_run_id,
+                            message_id=domain_event.message_id,
+                            question=_open(sealer, domain_event.conversation_id, domain_event.steered_run_id,
+                                           F_QUESTION, domain_event.question))
+
+
+def _queue_fact(message: type[facts.ConversationFact], *fields: str) -> Callable[[Any, FieldSealer, dict[str, Any]], Message]:
+    """A conversation's queue fact (X12): the stored event's queue, sequence and ``fields``."""
+
+    def make(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
+        # a user's request is the fact's own event id
+        extra = {name: UUID(domain_event.event_id) if name == "request_id" else getattr(domain_event, name)
+                 for name in fields}
+        if "question" in extra:  # a merged question, sealed for its own run
+            extra["question"] = _open(sealer, domain_event.conversation_id, domain_event.run_id, F_QUESTION,
+                                      extra["question"])
+        return message(**common, conversation_id=domain_event.conversation_id, account_id=domain_event.account_id,
+                       run_id=domain_event.run_id, message_id=domain_event.message_id,
+                       sequence=domain_event.sequence, running=list(domain_event.running),
+                       queued=list(domain_event.queued), **extra)
+
+    return make
+
+
 _ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], Message]] = {
+    AnswerExecution.Interrupted: _interrupted,
+    AnswerExecution.Steered: _steered,
+    Conversation.QuestionQueued: _queue_fact(facts.QuestionQueued, "policy"),
+    Conversation.QuestionStarted: _queue_fact(facts.QuestionStarted, "policy", "merged"),
+    Conversation.QuestionRefused: _queue_fact(facts.QuestionRefused, "policy", "reason", "detail"),
+    Conversation.QuestionCancelled: _queue_fact(facts.QuestionCancelled, "request_id"),
+    Conversation.QuestionSentNow: _queue_fact(facts.QuestionSentNow, "request_id"),
+    Conversation.QuestionMerged: _queue_fact(facts.QuestionMerged, "into_run_id", "question"),
+    Conversation.QuestionSteered: _queue_fact(facts.QuestionSteered, "into_run_id"),
+    Conversation.RunInterrupted: _queue_fact(facts.RunInterrupted, "by_run_id"),
+    Conversation.QuestionEnded: _queue_fact(facts.QuestionEnded, "end", "state", "reason"),
     AnswerExecution.Admitted: _admitted,
     AnswerExecution.Transitioned: _transitioned,
     AnswerExecution.StageReported: _stage_reported,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, overload
 
+from imprint.contracts.conversation import DEFAULT_POLICY
 from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.keys import JournalKeys
@@ -47,6 +48,8 @@ class Context:
     """The unit of work's keys: private fields are sealed under their conversation's (X8)."""
     shard: int = 0
     """The runtime topic's partition the message came on: which lease record holds its run (X10)."""
+    policy: str = DEFAULT_POLICY
+    """X12: the deployment's conversation policy, for an admission that names none."""
 
 
 @overload

@@ -21,6 +21,12 @@ Id: ``uuid5(JOURNAL_NAMESPACE, "run:" + run_id)`` (:func:`imprint.journal.ids.ex
 * **X10** ``LeaseLapsed`` records that the run's runtime fell silent for longer than its
   lease; the run is closed ``failed`` (``runtime_lost``) in the same transaction
   (:mod:`imprint.journal.leases` decides when).
+* **X12** ``Interrupted`` records that a newer question of the conversation stops the run
+  (``interrupt`` or a send-now): a stop request like X11's, announced as ``run.cancel_requested``
+  naming that question, after which the ``stopped`` transition carries the reason
+  ``interrupted``; ``Steered`` records a newer question handed to the running run (announced as
+  ``run.steered``); :meth:`AnswerExecution.close` is the Journal ending a run its conversation's
+  policy ended (refused, cancelled, merged, steered), as a lease lapse does.
 * **X11** ``StopRequested`` records that the run's user asked it to stop while it was open
   (:mod:`imprint.journal.stopping`); the runtime ends it, and the ``stopped`` transition that
   follows carries the reason ``stop_requested``.
@@ -47,7 +53,7 @@ from eventsourcing.domain import Aggregate
 from imprint.journal import ids
 from imprint.journal.diagnostics import DiagnosticRefused, DiagnosticTrace
 from imprint.journal.events import MessageEvent
-from imprint.journal.lifecycle import LIVE, STOP_REQUESTED, State, check_live_fact, check_transition
+from imprint.journal.lifecycle import INTERRUPTED, LIVE, STOP_REQUESTED, State, check_live_fact, check_transition
 from imprint.journal.records import (  # the records' names stay importable from here too
     COMPLETION_SCHEMA, F_ANSWER, F_CONDITIONS, F_NORMALIZED, F_QUESTION, F_REASON, F_STAGE_DETAIL, REQUEST_SCHEMA,
     AnswerExecutionRequest, CompletionRecord, EffectKind, EffectRecord, FrozenItem, GrantRecord, ReceiptRecord,
@@ -226,8 +232,35 @@ class AnswerExecution(Aggregate):
             x.stop_requested_at = self.timestamp
             x._trace("stop.requested", None)
 
+    class Interrupted(RunEvent):
+        """X12: the newer question ``by_run_id`` stops this run (its ``event_id`` is the stop
+        request the runtime hears, :func:`imprint.journal.ids.interruption_id`)."""
+        class_version = 1
+        by_run_id: str
+
+        def change(self, x: AnswerExecution) -> None:
+            x.stop_requested_at = x.stop_requested_at or self.timestamp
+            x.interrupted_by = self.by_run_id
+            x._trace("interrupted", None)
+
+    class Steered(RunEvent):
+        """X12: the newer question ``steered_run_id`` was handed to this running run;
+        ``question`` sealed under the conversation key for that run (X8)."""
+        class_version = 1
+        steered_run_id: str
+        message_id: str
+        question: str | None
+
+        def change(self, x: AnswerExecution) -> None:
+            x.steered.append(self.steered_run_id)
+            x._trace("steered", None)
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self.interrupted_by: str | None = None
+        """X12: the newer question that stopped this run."""
+        self.steered: list[str] = []
+        """X12: the questions handed to this run while it ran."""
         self.stop_requested_at: datetime | None = None
         """X11: when the run's user first asked it to stop, while it was open."""
         self.lapsed: str | None = None
@@ -312,7 +345,9 @@ class AnswerExecution(Aggregate):
             raise ValueError("use complete() for completions")
         if not self._accepts(event_id, message_type, lambda: check_transition(self.state, target)):
             return False
-        if target is State.STOPPED and reason is None and self.stop_requested_at is not None:
+        if target is State.STOPPED and reason is None and self.interrupted_by is not None:
+            reason = INTERRUPTED  # X12: stopped because of a newer question
+        elif target is State.STOPPED and reason is None and self.stop_requested_at is not None:
             reason = STOP_REQUESTED  # X11: the runtime stopped the run its user asked to stop
         self._trigger_transition(event_id, target, None, reason)
         if target in (State.STOPPED, State.FAILED, State.THROTTLED, State.REJECTED):
@@ -346,6 +381,31 @@ class AnswerExecution(Aggregate):
         self._trigger_run_event(self.LeaseLapsed, event_id, reason=reason, lease_seconds=lease_seconds)
         self._trigger_transition(event_id, State.FAILED, None, reason)
         self._trigger_closed(event_id, State.FAILED, None)
+        return True
+
+    def close(self, event_id: str, target: State, reason: str) -> bool:
+        """X12: the Journal ends the run because its conversation's policy did (``reason``, a
+        Journal code): refused (``rejected``), cancelled, merged or steered (``stopped``). Only a
+        run that has not started is closed so; anything else changes nothing."""
+        if self.erased or self.state not in (State.ADMITTED, State.QUEUED):
+            return False  # (``event_id`` may be the admission's own, seen already: the caller guards)
+        self._trigger_transition(event_id, target, None, reason)
+        self._trigger_closed(event_id, target, None)
+        return True
+
+    def interrupt(self, event_id: str, by_run_id: str) -> bool:
+        """X12: the newer question ``by_run_id`` stops this open run; once."""
+        if event_id in self.processed or self.erased or self.state not in LIVE or self.interrupted_by:
+            return False
+        self._trigger_run_event(self.Interrupted, event_id, by_run_id=by_run_id)
+        return True
+
+    def steer(self, event_id: str, steered_run_id: str, message_id: str, question: str | None) -> bool:
+        """X12: hand the newer question ``steered_run_id`` to this open run; once per question."""
+        if event_id in self.processed or self.erased or self.state not in LIVE:
+            return False
+        self._trigger_run_event(self.Steered, event_id, steered_run_id=steered_run_id, message_id=message_id,
+                                question=question)
         return True
 
     def request_stop(self, event_id: str, account_id: str) -> bool:

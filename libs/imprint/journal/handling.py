@@ -29,6 +29,16 @@ Which message touches what:
 ``answer.published`` / ``answer.unchanged``   execution effect observed (P19, P20)
 ``source.tombstoned``      source tombstone + redaction of every linked execution (X7)
 ``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
+``question.cancel_requested`` / ``question.send_now_requested``   the user's request on a queued
+                           question of the conversation (X12, :mod:`imprint.journal.queueing`)
+=========================  ===========================================================
+
+X12: an admission meets its conversation's queue under its policy (the runtime's, or the
+deployment's, :attr:`Context.policy`); a lifecycle message that closes a run of the queue ends its
+question and starts the next (:func:`ending`); a ``run.started`` of a question still queued is
+refused (``not_its_turn``).
+
+=========================  ===========================================================
 =========================  ===========================================================
 
 The table is :data:`HANDLERS`, at the end: one handler per message class, dispatched
@@ -44,6 +54,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequested
+from imprint.contracts.conversation import QuestionCancelRequested, QuestionRequest, QuestionSendNowRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
 from imprint.contracts.runtime import (
     LIFECYCLE_MESSAGES,
@@ -54,11 +65,12 @@ from imprint.contracts.runtime import (
     RunHeartbeat,
     RunRejected,
     RunStage,
+    RunStarted,
     RunStopped,
     ToolReceipt,
 )
 from imprint.contracts.sources import SourceTombstoned
-from imprint.journal import ids, leases
+from imprint.journal import ids, leases, queueing
 from imprint.journal.conditions import QcsIdentity, check_qcs, condition_sources, conditions_json, normalize_question
 from imprint.journal.conversation import Conversation
 from imprint.journal.deletion import delete_conversation
@@ -207,6 +219,7 @@ def admit(ws: Workspace, m: RunAdmitted, context: Context) -> Effects:
     conv.bind(eid, m.run_id, m.message_id, m.qcs.qcs_id)
     if existing is None:
         ws.add(QcsIdentity.register(m.qcs, m.run_id, m.conversation_id))
+    queueing.admitted(ws, conv, ex, eid, m.policy or context.policy)  # X12
     return Effects(index=(IndexIntent("point", m.conversation_id, m.message_id, m.run_id),))
 
 # -- X2: lifecycle --------------------------------------------------------------------------
@@ -224,6 +237,18 @@ def transition(ws: Workspace, m: Any, context: Context) -> Effects:
 
     _with_sealed(ws, m, F_REASON, reason_text, context.keys, record)
     return NOTHING
+
+def start(ws: Workspace, m: RunStarted, context: Context) -> Effects:
+    """X12: a question still queued may not start; otherwise an ordinary transition (X2)."""
+    ex = execution_of(ws, m.run_id)
+    eid = str(m.event_id)
+    if not ex.has_seen(eid) and not ex.erased and ex.state in (State.ADMITTED, State.QUEUED):
+        try:
+            queueing.check_started_in_turn(ws, ex)
+        except Refusal as r:
+            ex.refuse(eid, m.type, r)
+            return NOTHING
+    return transition(ws, m, context)
 
 # -- X4 / X7: completion ----------------------------------------------------------------------
 
@@ -326,6 +351,22 @@ def cancel_requested(ws: Workspace, m: RunCancelRequested, context: Context) -> 
     ex.request_stop(str(m.event_id), m.account_id)
     return NOTHING
 
+# -- X12: the user's requests on a queued question --------------------------------------------
+
+def question_request(ws: Workspace, m: QuestionRequest, context: Context) -> Effects:
+    conv = ws.get(Conversation, ids.conversation_id(m.conversation_id))
+    if conv is None:
+        return NOTHING  # no such conversation: Delivery answered 404, nothing to record it on
+    eid = str(m.event_id)
+    try:
+        conv.check_admission(m.account_id)
+    except Refusal as r:
+        conv.refuse(eid, m.type, r)
+        return NOTHING
+    act = queueing.cancel if isinstance(m, QuestionCancelRequested) else queueing.send_now
+    act(ws, conv, eid, m.run_id, m.type)
+    return NOTHING
+
 # -- X7: tombstones -------------------------------------------------------------------------
 
 def tombstone(ws: Workspace, m: SourceTombstoned, context: Context) -> Effects:
@@ -363,10 +404,23 @@ def held(handler: Handler) -> Handler:
     return keeping
 
 
+def ending(handler: Handler) -> Handler:
+    """A lifecycle message's handler, then X12: a run of its conversation's queue that closed
+    ends its question, and the next question's turn comes (:func:`queueing.ended`)."""
+
+    def then_next(ws: Workspace, message: Any, context: Context) -> Effects:
+        effects = handler(ws, message, context)
+        queueing.ended(ws, message.run_id, str(message.event_id))
+        return effects
+
+    return then_next
+
+
 HANDLERS: dict[type, Handler] = {
-    **{lifecycle: held(transition) for lifecycle in LIFECYCLE_MESSAGES},  # admission, completion: below
+    **{lifecycle: held(ending(transition)) for lifecycle in LIFECYCLE_MESSAGES},  # admission, start, completion: below
     RunAdmitted: held(admit),
-    RunCompleted: held(complete),
+    RunStarted: held(start),
+    RunCompleted: held(ending(complete)),
     RunStage: stage,
     EvidenceGranted: grant,
     ToolReceipt: receipt,
@@ -376,6 +430,8 @@ HANDLERS: dict[type, Handler] = {
     ConversationDeleteRequested: delete_requested,
     RunHeartbeat: heartbeat,
     RunCancelRequested: cancel_requested,
+    QuestionCancelRequested: question_request,
+    QuestionSendNowRequested: question_request,
 }
 """One table: a reader finds what happens to a message by its type here."""
 

@@ -32,3 +32,15 @@ lease_shard_id = _named("lease-lane", "``LeaseShard`` id: uuid5 of the runtime p
 def announcement_id(originator_id: UUID, version: int) -> UUID:
     """The deterministic ``event_id`` of what the journal announces for one stored event."""
     return uuid5(originator_id, f"announce:{version}")
+
+
+def interruption_id(run_id: str, by_run_id: str) -> str:
+    """X12: the one ``event_id`` of the stop request by which question ``by_run_id`` interrupts run
+    ``run_id`` — recorded on the run, announced as its ``run.cancel_requested``, and named back by the
+    runtime's ``run.stopped``: all three are the same fact."""
+    return str(uuid5(JOURNAL_NAMESPACE, f"interrupt:{run_id}:{by_run_id}"))
+
+
+def steer_id(run_id: str, steered_run_id: str) -> str:
+    """X12: the one ``event_id`` of question ``steered_run_id`` handed to run ``run_id``."""
+    return str(uuid5(JOURNAL_NAMESPACE, f"steer:{run_id}:{steered_run_id}"))

@@ -56,7 +56,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
 from imprint.contracts.runtime import LIFECYCLE_TYPES
-from imprint.journal import ids
+from imprint.journal import ids, queueing
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.lifecycle import LIVE, RUNTIME_LOST
 from imprint.renames import lane_is_shard
@@ -194,6 +194,8 @@ def lapse(ws: Workspace, run_id: str, shard: int, lease_seconds: float) -> Lapse
     closed = False
     if execution is not None and is_open(execution):
         closed = execution.lapse(lapse_event_id(run_id), RUNTIME_LOST, lease_seconds)
+        if closed:
+            queueing.ended(ws, run_id, lapse_event_id(run_id))  # X12: the next question's turn
     found = _record(ws, shard, create=False)
     state = execution.state.value if execution is not None and execution.state else "none"
     released = found is not None and found.release(run_id, state)

@@ -83,7 +83,18 @@ RUNTIME_LOST: Final = "runtime_lost"
 """X10: the Journal closed the run ``failed`` when its runtime's lease lapsed."""
 STOP_REQUESTED: Final = "stop_requested"
 """X11: the run ended ``stopped`` after its user asked it to stop."""
-JOURNAL_REASONS: Final = frozenset({RUNTIME_LOST, STOP_REQUESTED})
+INTERRUPTED: Final = "interrupted"
+"""X12: the run ended ``stopped`` because a newer question of its conversation interrupted it."""
+CONVERSATION_BUSY: Final = "conversation_busy"
+"""X12 ``reject``: the Journal closed the run ``rejected``: its conversation had a question live or queued."""
+CANCELLED: Final = "cancelled"
+"""X12: the Journal closed the queued run ``stopped``: its user cancelled the question."""
+MERGED: Final = "merged"
+"""X12 ``merge``: the Journal closed the run ``stopped``: its question is answered by the one it was merged into."""
+STEERED: Final = "steered"
+"""X12 ``steer``: the Journal closed the run ``stopped``: its question was handed to the running one."""
+JOURNAL_REASONS: Final = frozenset({RUNTIME_LOST, STOP_REQUESTED, INTERRUPTED, CONVERSATION_BUSY, CANCELLED, MERGED,
+                                    STEERED})
 """Transition reasons the Journal writes itself: fixed codes, stored and announced unsealed."""
 
 

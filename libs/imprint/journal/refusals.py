@@ -40,6 +40,15 @@ class RefusalCode(StrEnum):
     ACCOUNT_MISMATCH = "account_mismatch"
     CONVERSATION_DELETED = "conversation_deleted"
     EXECUTION_ERASED = "execution_erased"
+    # X12 the conversation's queue
+    QUESTION_STARTED = "question_started"
+    """A cancel or send-now for a question that already started (or ended)."""
+    QUESTION_ENDED = "question_ended"
+    """A cancel or send-now for a question that already ended."""
+    QUESTION_NOT_QUEUED = "question_not_queued"
+    """A cancel or send-now for a run that is no question waiting in that conversation."""
+    NOT_ITS_TURN = "not_its_turn"
+    """``run.started`` for a question still queued behind others (X12)."""
 
 
 class Refusal(Exception):

@@ -52,6 +52,10 @@ class JournalRun:
     """X10: why the journal closed the run when its lease lapsed (``runtime_lost``), if it did."""
     stop_requested: str | None = None
     """X11: when the run's user asked it to stop while it was open (RFC 3339), if they did."""
+    interrupted_by: str | None = None
+    """X12: the newer question of the conversation that stopped the run, if one did."""
+    steered: tuple[str, ...] = ()
+    """X12: the questions handed to the run while it ran (their run ids)."""
     unread: tuple[str, ...] = ()
     """Stored event types of the run that no table row names (newer than this code), in order."""
 
@@ -70,7 +74,8 @@ class JournalRun:
         return {"run_id": self.run_id, "found": self.found, "state": self.state, "outcome": self.outcome,
                 "erased": self.erased, "transitions": list(self.transitions), "effects": list(self.effects),
                 "receipts": list(self.receipts), "refusals": list(self.refusals), "lapsed": self.lapsed,
-                "stop_requested": self.stop_requested, "unread": list(self.unread)}
+                "stop_requested": self.stop_requested, "interrupted_by": self.interrupted_by,
+                "steered": list(self.steered), "unread": list(self.unread)}
 
 
 def _at(event: Any) -> str:
@@ -88,6 +93,8 @@ class ExecutionFold:
         self.erased = False
         self.lapsed: str | None = None
         self.stop_requested: str | None = None
+        self.interrupted_by: str | None = None
+        self.steered: list[str] = []
         self.transitions: list[dict[str, Any]] = []
         self.effects: list[dict[str, Any]] = []
         self.receipts: list[dict[str, Any]] = []
@@ -113,7 +120,7 @@ class ExecutionFold:
             run_id=self.run_id, found=self.found, state=self.state, outcome=self.outcome, erased=self.erased,
             transitions=tuple(self.transitions), effects=tuple(self.effects), receipts=tuple(self.receipts),
             refusals=tuple(self.refusals), lapsed=self.lapsed, stop_requested=self.stop_requested,
-            unread=tuple(self.unread),
+            interrupted_by=self.interrupted_by, steered=tuple(self.steered), unread=tuple(self.unread),
         )
 
     # One method per compared event type (:data:`JOURNAL_FACTS`), each reading the event's own
@@ -166,6 +173,15 @@ class ExecutionFold:
         """X11: the run's user asked it to stop while it was open (recorded once)."""
         self.stop_requested = _at(event)
 
+    def interruption(self, event: Any) -> None:
+        """X12: a newer question of the conversation stops the run (a stop request, as X11's)."""
+        self.stop_requested = self.stop_requested or _at(event)
+        self.interrupted_by = event.by_run_id
+
+    def steer(self, event: Any) -> None:
+        """X12: a newer question was handed to the running run."""
+        self.steered.append(event.steered_run_id)
+
 
 JournalHandler = Callable[[ExecutionFold, Any], None]
 """An :class:`ExecutionFold` method for one event type of ``AnswerExecution``."""
@@ -180,6 +196,8 @@ JOURNAL_FACTS: dict[type, JournalHandler] = {
     AnswerExecution.Erased: ExecutionFold.erasure,
     AnswerExecution.LeaseLapsed: ExecutionFold.lease_lapsed,
     AnswerExecution.StopRequested: ExecutionFold.stop_request,
+    AnswerExecution.Interrupted: ExecutionFold.interruption,
+    AnswerExecution.Steered: ExecutionFold.steer,
 }
 """The journal's events recovery compares with the Publication log (R2, R5, R7, P19)."""
 
@@ -198,6 +216,11 @@ NOT_COMPARED: dict[type, str] = {
     Conversation.ExecutionBound: "binds a run to its conversation message (X1); the execution carries the binding",
     Conversation.Deleted: "X8: reaches each execution of the conversation as its own Erased",
     Conversation.Refused: "a refused message about the conversation (X2), not about one run",
+    **{event: "X12: a fact of the conversation's queue; the conversation's timeline reads it "
+              "(imprint.recovery.conversation, inspect --conversation), a run's end is its own transition"
+       for event in (Conversation.QuestionQueued, Conversation.QuestionStarted, Conversation.QuestionRefused,
+                     Conversation.QuestionCancelled, Conversation.QuestionSentNow, Conversation.QuestionMerged,
+                     Conversation.QuestionSteered, Conversation.RunInterrupted, Conversation.QuestionEnded)},
     SourceLinks.Noted: "which executions cite a source begins: the Journal's fan-out for X7",
     SourceLinks.Linked: "which executions cite a source: the Journal's fan-out for X7",
     SourceLinks.Tombstoned: "reaches each linked execution as its own EvidenceRedacted (X7)",

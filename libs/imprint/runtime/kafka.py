@@ -14,7 +14,9 @@ everything else there is pure.)
 * :class:`KafkaControl` reads ``imprint.control.v1`` from its end and feeds
   :class:`~imprint.runtime.stopping.StopRequests` (X11), so a user's stop request reaches
   the :func:`~imprint.runtime.stopping.run_scope` of its run. Start it before the runs it
-  should stop.
+  should stop. It keeps the questions steered into a run too (``run.steered``, X12).
+* :class:`KafkaTurns` reads ``imprint.runs.v1``'s conversation facts from its end and feeds
+  :class:`~imprint.runtime.turns.Turns`, so a run waits for its turn in its conversation (X12).
 
 Both read every partition of their topic without a consumer group, from its end when
 started: what a process needs is what happens to its own runs from then on.
@@ -43,11 +45,13 @@ from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from imprint.contracts.control import RunCancelRequested
+from imprint.contracts.conversation import CONVERSATION_FACTS, RunSteered
 from imprint.contracts.registry import decode
 from imprint.contracts.topics import Topic
 from imprint.runtime import tracecontext
 from imprint.runtime.decisions import Decisions
 from imprint.runtime.stopping import StopRequests
+from imprint.runtime.turns import Turns
 from imprint.runtime.writer import Record
 
 log = logging.getLogger(__name__)
@@ -128,6 +132,16 @@ class _TopicReader(_Started):
 
     def _take(self, record: Any) -> None: ...
 
+    def _observe_typed(self, record: Any, types: frozenset[str]) -> None:
+        """Hand :meth:`observe` the record's message if its ``type`` header is one of ``types``
+        (any other is skipped undecoded)."""
+        kind = next((value for key, value in record.headers or () if key == "type"), None)
+        if kind is not None and kind.decode("utf-8", "replace") not in types:
+            return
+        message = self._decode(record)
+        if message is not None:
+            self.observe(message)  # type: ignore[attr-defined]  # the reader's other base
+
     def _decode(self, record: Any) -> Any | None:
         try:
             return decode(self._contract_topic, record.value or b"")
@@ -151,9 +165,9 @@ class KafkaDecisions(Decisions, _TopicReader):
             self.observe(message)
 
 
-STOP_TYPES = frozenset({RunCancelRequested.model_fields["type"].default})
-"""The control messages a runtime acts on; the rest of the topic (deletions, lease lapses) is
-skipped by its ``type`` header, undecoded."""
+STOP_TYPES = frozenset({RunCancelRequested.model_fields["type"].default, RunSteered.model_fields["type"].default})
+"""The control messages a runtime acts on (a stop, X11, and a steered question, X12); the rest of the
+topic (deletions, lease lapses, users' queue requests) is skipped by its ``type`` header, undecoded."""
 
 
 class KafkaControl(StopRequests, _TopicReader):
@@ -166,12 +180,24 @@ class KafkaControl(StopRequests, _TopicReader):
                               client_id=client_id)
 
     def _take(self, record: Any) -> None:
-        kind = next((value for key, value in record.headers or () if key == "type"), None)
-        if kind is not None and kind.decode("utf-8", "replace") not in STOP_TYPES:
-            return
-        message = self._decode(record)
-        if message is not None:
-            self.observe(message)
+        self._observe_typed(record, STOP_TYPES)
+
+
+TURN_TYPES = frozenset(fact.model_fields["type"].default for fact in CONVERSATION_FACTS)
+"""X12: the conversation facts of ``imprint.runs.v1``; the runs' own messages are skipped undecoded."""
+
+
+class KafkaTurns(Turns, _TopicReader):
+    """X12: the conversations' facts, from ``imprint.runs.v1``, for the runs of this process that
+    wait for their turn (:meth:`~imprint.runtime.writer.RunWriter.start` with ``turns``). Start it
+    before admitting those runs."""
+
+    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "", client_id: str = "imprint-runtime") -> None:
+        Turns.__init__(self)
+        _TopicReader.__init__(self, Topic.RUNS, bootstrap_servers, topic_prefix=topic_prefix, client_id=client_id)
+
+    def _take(self, record: Any) -> None:
+        self._observe_typed(record, TURN_TYPES)
 
 
 def _report_failure(task: asyncio.Task[None]) -> None:

@@ -22,6 +22,9 @@ some code under the agent have swallowed the cancellation)::
     async with run_scope(writer, control) as scope:
         await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions, scope=scope)])
 
+X12: a question the conversation's ``steer`` policy hands to the running run (``run.steered``,
+kept by the scope) joins the agent's next model request as the user's words.
+
 Pass it per run: ``await agent.run(prompt, capabilities=[AnswerPublication(writer, decisions)])``
 (``agent.iter`` and an ``event_stream_handler`` work alike; under ``agent.run_stream`` pydantic-ai
 takes the first text as the final output and runs its tool calls first, so that order is not kept).
@@ -37,7 +40,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.toolsets import FunctionToolset
 
 from imprint.contracts.publication import (
@@ -55,6 +58,8 @@ from imprint.runtime.stopping import RunScope
 from imprint.runtime.writer import RunWriter
 
 TOOL_NAME = "send_answer_part"
+STEERED = "The user added while you were answering: {question}"
+"""X12: how a steered question reaches the model (before its next request)."""
 
 
 def turn_of(ctx: RunContext[Any]) -> str:
@@ -87,6 +92,21 @@ class AnswerPublication(AbstractCapability[Any]):
 
     def get_toolset(self) -> FunctionToolset[Any]:
         return FunctionToolset([self._tool()])
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+        """X12: a question steered into the run since the last request joins this one, as the user's
+        words (kept in the run's history)."""
+        if self.scope is None:
+            return request_context
+        for steered in self.scope.take_steered():
+            last = ctx.messages[-1] if ctx.messages else None
+            part = UserPromptPart(STEERED.format(question=steered.question or ""))
+            if isinstance(last, ModelRequest):
+                last.parts = [*last.parts, part]
+            else:
+                ctx.messages.append(ModelRequest(parts=[part]))
+                request_context.messages.append(ctx.messages[-1])
+        return request_context
 
     async def after_model_request(self, ctx: RunContext[Any], *, request_context: Any,
                                   response: ModelResponse) -> ModelResponse:

@@ -17,6 +17,12 @@ Delivery answers ``POST /v1/runs/{run}/cancel`` by putting ``run.cancel_requeste
   request and the stop travel on different topics, and the Journal may read the stop first).
 * :func:`run_scope` — both around a block: the API a runtime uses.
 
+X12: an interruption by a newer question of the conversation reaches the runtime as the same
+``run.cancel_requested`` (naming that question in ``interrupted_by``), so it stops the run here
+unchanged. A *steered* question (``run.steered``, on the same control topic) is kept for its
+run too: :meth:`RunScope.take_steered` hands the agent what arrived since it last asked
+(:class:`~imprint.runtime.pydantic_ai.AnswerPublication` adds each to the next model request).
+
 ::
 
     async with KafkaControl(bootstrap) as control:          # one per process, like KafkaDecisions
@@ -45,6 +51,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from imprint.contracts.control import RunCancelRequested
+from imprint.contracts.conversation import RunSteered
 from imprint.runtime.heartbeat import Heartbeats
 from imprint.runtime.writer import RunWriter
 
@@ -70,11 +77,25 @@ class StopRequests:
         self._requested: OrderedDict[str, uuid.UUID | None] = OrderedDict()
         """run_id → the ``event_id`` of its first stop request."""
         self._watchers: dict[str, list[Callable[[], None]]] = {}
+        self._steered: OrderedDict[str, list[RunSteered]] = OrderedDict()
+        """run_id → the questions handed to it (X12), in arrival order, each once."""
 
     def observe(self, message: Any) -> None:
-        """A message of ``imprint.control.v1``: a cancel request stops its run; others change nothing."""
+        """A message of ``imprint.control.v1``: a cancel request stops its run, a steered question
+        is kept for its run (X12); others change nothing."""
         if isinstance(message, RunCancelRequested):
             self.request(message.run_id, message.event_id)
+        elif isinstance(message, RunSteered):
+            steered = self._steered.setdefault(message.run_id, [])
+            if all(s.steered_run_id != message.steered_run_id for s in steered):
+                steered.append(message)
+            self._steered.move_to_end(message.run_id)
+            while len(self._steered) > self._remember:
+                self._steered.popitem(last=False)
+
+    def steered(self, run_id: str) -> list[RunSteered]:
+        """X12: the questions handed to ``run_id`` so far, in arrival order."""
+        return list(self._steered.get(run_id, ()))
 
     def request(self, run_id: str, event_id: uuid.UUID | None = None) -> None:
         self._requested[run_id] = self._requested.get(run_id) or event_id
@@ -117,6 +138,7 @@ class RunScope:
         self.stopped = False
         """``run.stopped`` was sent for this run by :meth:`close`."""
         self._heartbeats: list[Heartbeats] = []
+        self._taken = 0
 
     @property
     def run_id(self) -> str:
@@ -126,6 +148,12 @@ class RunScope:
     def requested(self) -> bool:
         """A stop request for this run has arrived."""
         return self.stops.requested(self.run_id)
+
+    def take_steered(self) -> list[RunSteered]:
+        """X12: the questions handed to this run since the last call (each is taken once)."""
+        steered = self.stops.steered(self.run_id)
+        fresh, self._taken = steered[self._taken:], len(steered)
+        return fresh
 
     def adopt(self, heartbeats: Heartbeats) -> None:
         """These heartbeats end when the run is stopped (a heartbeat after ``run.stopped``

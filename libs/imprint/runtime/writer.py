@@ -38,6 +38,7 @@ from decimal import Decimal
 from typing import Any, Literal, Protocol
 
 from imprint.contracts.base import RunMessage, utcnow
+from imprint.contracts.conversation import ConversationPolicy
 from imprint.contracts.registry import decode, encode
 from imprint.contracts.runtime import (
     AnswerPart,
@@ -62,6 +63,7 @@ from imprint.contracts.runtime import (
 )
 from imprint.contracts.topics import Topic
 from imprint.publication.candidate import candidate_id_for, proposed_blocks
+from imprint.runtime.turns import Turn, Turns
 
 RUNTIME_EVENT_NAMESPACE = uuid.UUID("9a4c2e71-0b5d-5f3e-8c6a-4e7f1d2b3a90")
 TOPIC = Topic.RUNTIME
@@ -125,19 +127,31 @@ class RunWriter:
         self._lock = asyncio.Lock()
         self._beats = 0
         self._last_sent: float | None = None
+        self.turn: Turn | None = None
+        """X12: the question's turn, once :meth:`start` waited for it (merged questions included)."""
 
     # -- lifecycle -----------------------------------------------------------------
     async def admit(self, *, account_id: str, conversation_id: str, message_id: str, question: str,
-                    qcs: QuestionConditionSet | None = None) -> RunAdmitted:
-        """X1: bind the run to the exact user message before anything runs."""
+                    qcs: QuestionConditionSet | None = None, policy: ConversationPolicy | None = None) -> RunAdmitted:
+        """X1: bind the run to the exact user message before anything runs. ``policy`` (X12): what the
+        question does while another of its conversation runs or waits (none: the deployment's)."""
         qcs = qcs or QuestionConditionSet(qcs_id=f"qcs-{self.run_id}")
         return await self._write("run.admitted", RunAdmitted, account_id=account_id,
-                                 conversation_id=conversation_id, message_id=message_id, question=question, qcs=qcs)
+                                 conversation_id=conversation_id, message_id=message_id, question=question, qcs=qcs,
+                                 policy=policy)
 
     async def queue(self) -> RunQueued:
         return await self._write("run.queued", RunQueued)
 
-    async def start(self) -> RunStarted:
+    async def start(self, *, turns: Turns | None = None, timeout: float | None = None) -> RunStarted:
+        """The run starts. With ``turns`` (X12): ``run.queued`` first (unless sent), then wait for the
+        question's turn in its conversation (:meth:`Turns.wait`: a typed
+        :class:`~imprint.runtime.turns.NotStarted` if the Journal ended it before), then
+        ``run.started``; the :class:`~imprint.runtime.turns.Turn` is :attr:`turn`."""
+        if turns is not None:
+            if "run.queued" not in self._built:
+                await self.queue()
+            self.turn = await turns.wait(self.run_id, timeout)
         return await self._write("run.started", RunStarted)
 
     async def stage(self, stage: str, detail: str = "") -> RunStage:

@@ -11,6 +11,7 @@ from journal_helpers import Clock, Feeder, completed, to_running
 
 from imprint.contracts.runtime import RunCompleted, RunHeartbeat, RunStage
 from imprint.journal import ids
+from imprint.journal.conversation import QueueEvent
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.handling import Context, handle
 from imprint.journal.keys import JournalKeys
@@ -133,6 +134,10 @@ def test_a_lapse_closes_the_open_run_failed_runtime_lost_and_releases_its_lease(
 
     assert lapse(ws, "r1", 0, LEASE) == Lapse("r1", closed=True)
     recorded = ws.pending()
+    ended = [e for e in recorded if isinstance(e, QueueEvent)]
+    assert [(e.run_id, e.end, e.reason) for e in ended] == [("r1", "failed", RUNTIME_LOST)], \
+        "X12: the lapse ends the question, and the next in its conversation may start"
+    recorded = [e for e in recorded if not isinstance(e, QueueEvent)]
     assert [type(e).__name__ for e in recorded] == ["LeaseLapsed", "Transitioned", "Closed", "Released"]
     lapsed, transitioned, closed, _ = recorded
     assert lapsed.reason == RUNTIME_LOST and lapsed.lease_seconds == LEASE and lapsed.event_id == lapse_event_id("r1")
@@ -196,7 +201,7 @@ def leased(clock: Clock) -> Iterator[RuntimeJournal]:
 @pytest.mark.rule("X10")
 def test_the_journal_closes_a_silent_run_and_a_renewed_one_stays_open(leased: RuntimeJournal, clock: Clock) -> None:
     feed = Feeder(leased)
-    feed(*to_running("silent"), *to_running("alive"))
+    feed(*to_running("silent"), *to_running("alive", conversation_id="conv-alive"))
     clock.now += LEASE - 1
     leased.renew(["alive"])  # a record of it arrived (a heartbeat, a proposal: decoded or not)
     assert leased.lapse_due() == []
@@ -271,7 +276,7 @@ def test_a_late_completion_after_the_lapse_is_refused_and_recorded(leased: Runti
 def test_a_shard_with_a_long_history_reloads_from_its_snapshot(leased: RuntimeJournal) -> None:
     feed = Feeder(leased)
     for n in range(150):  # 225 shard events: past the snapshot interval
-        feed(*to_running(f"r{n}", message_id=f"m{n}"))
+        feed(*to_running(f"r{n}", message_id=f"m{n}", conversation_id=f"c{n}"))
         if n % 2:
             feed(completed(f"r{n}"))
     leased.drop_shards([0])

@@ -12,6 +12,7 @@ from imprint.contracts.control import RunCancelRequested
 from imprint.contracts.runtime import RunCompleted, RunFailed, RunStopped
 from imprint.journal import ids
 from imprint.journal.announcements import announce
+from imprint.journal.conversation import QueueEvent
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.handling import APPLIED_TYPES, Context, handle
 from imprint.journal.keys import JournalKeys
@@ -28,8 +29,9 @@ ACCOUNT = "acct-1"
 def handled(ws: MemoryWorkspace, handling: Context, *messages: Any) -> list[Any]:
     for message in messages:
         handle(ws, message, handling)
-    # The lease record's events (X10: tests/component/journal/test_journal_leases.py) are left out.
-    return [e for e in ws.pending() if not isinstance(e, LeaseShard.Event)]
+    # The lease record's events (X10: tests/component/journal/test_journal_leases.py) and the
+    # conversation queue's (X12: test_conversation_policy.py) are left out.
+    return [e for e in ws.pending() if not isinstance(e, (LeaseShard.Event, QueueEvent))]
 
 
 def running(ws: MemoryWorkspace, handling: Context, run_id: str) -> None:

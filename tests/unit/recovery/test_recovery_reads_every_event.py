@@ -156,13 +156,15 @@ def _as_the_aggregate_holds_it(x: AnswerExecution) -> dict[str, Any]:
                      for r in x.refusals],
         "lapsed": x.lapsed,
         "stop_requested": x.stop_requested_at.isoformat() if x.stop_requested_at else None,
+        "interrupted_by": x.interrupted_by,
+        "steered": list(x.steered),
         "unread": [],
     }
 
 
 @pytest.mark.rule("R7")
 @pytest.mark.rule("X2")
-@pytest.mark.parametrize("ending", ["lapsed_then_erased", "completed"])
+@pytest.mark.parametrize("ending", ["lapsed_then_erased", "completed", "steered_then_interrupted"])
 def test_the_journal_fold_agrees_with_the_execution_it_reads(ending: str) -> None:
     """The timeline's journal facts, folded from the execution's stored events through their
     rows, are what the execution itself holds after the same events."""
@@ -175,10 +177,15 @@ def test_the_journal_fold_agrees_with_the_execution_it_reads(ending: str) -> Non
     x.grant("ev-grant", "src:1", "public", "publisher", None)
     x.record_receipt("ev-receipt", "call-1", "ok")
     x.observe_effect("ev-effect", "published", "tool:call-1", "blk_1", 1, "0" * 64, "rcpt-1", 7)
-    x.request_stop("ev-stop", "acct-1")
+    if ending == "steered_then_interrupted":  # X12: newer questions of the conversation
+        x.steer("ev-steer", "run-k", "msg-k", "esv1.k")
+        x.interrupt("ev-interrupt", "run-l")
+        x.transition("ev-stopped", "run.stopped", State.STOPPED)
+    else:
+        x.request_stop("ev-stop", "acct-1")
     if ending == "completed":
         x.complete("ev-done", CompletionRecord("answered", "esv1.a", (), None, None, "fp", "ev-done"))
-    else:
+    elif ending == "lapsed_then_erased":
         x.lapse("ev-lapse", "runtime_lost", 30.0)
         x.erase("ev-erase", "user_request")
     events = x.collect_events()
