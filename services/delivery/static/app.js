@@ -777,8 +777,9 @@
       li.dataset.state = q.state || "";
       if (q.run_id === client.runId) li.dataset.shown = "true";
       const what = q.kind ? KIND_LABEL[q.kind] || q.kind : q.state || "";
-      li.textContent = `${q.run_id}: ${what}${q.state && q.kind ? " (" + q.state + ")" : ""}`
-        + (q.reason ? " — " + q.reason : "") + (q.by ? " — " + q.by : "");
+      li.dataset.end = q.end || "";
+      li.textContent = `${q.run_id}: ${what}${q.end ? " — " + q.end : ""}${q.state && q.kind ? " (" + q.state + ")" : ""}`
+        + (q.reason && q.reason !== q.end ? " — " + q.reason : "") + (q.by ? " — by " + q.by : "");
       list.appendChild(li);
     }
     const queue = $("queue");
