@@ -360,7 +360,8 @@ def conversation_table(out: TextIO, document: Mapping[str, Any]) -> None:
     c = console(out)
     c.print(Text(f"conversation {document['conversation_id']}  account {document['account_id'] or '—'}"
                  + (f"  deleted {clock(document['deleted'])}" if document["deleted"] else ""), style="bold"))
-    c.print(Text(f"running: {', '.join(document['running']) or '—'}   queued: {', '.join(document['queued']) or '—'}"))
+    running, queued = ", ".join(document["running"]) or "—", ", ".join(document["queued"]) or "—"
+    c.print(Text(f"running: {running}   queued: {queued}"))
     table = Table(title="Questions", title_justify="left")
     for name in ("run", "message", "policy", "decision", "started", "interrupted by", "end", "reason"):
         table.add_column(name)
@@ -382,7 +383,7 @@ def conversation_table(out: TextIO, document: Mapping[str, Any]) -> None:
         c.print(Text(f"journal refused {refusal['message_type']} {clock(refusal['at'])}: {refusal['code']}"
                      + (f" ({refusal['detail']})" if refusal["detail"] else ""), style="yellow"))
     if document["unaccounted"]:
-        c.print(Text(f"questions without an end, neither running nor queued: {', '.join(document['unaccounted'])}",
-                     style="red"))
+        unaccounted = ", ".join(document["unaccounted"])
+        c.print(Text(f"questions without an end, neither running nor queued: {unaccounted}", style="red"))
     if document["unread"]:
         c.print(Text(f"conversation events this code has no row for: {', '.join(document['unread'])}", style="yellow"))

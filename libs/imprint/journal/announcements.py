@@ -153,7 +153,10 @@ def _steered(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> 
                                            F_QUESTION, domain_event.question))
 
 
-def _queue_fact(message: type[facts.ConversationFact], *fields: str) -> Callable[[Any, FieldSealer, dict[str, Any]], Message]:
+Announcer = Callable[[Any, FieldSealer, dict[str, Any]], Message]
+
+
+def _queue_fact(message: type[facts.ConversationFact], *fields: str) -> Announcer:
     """A conversation's queue fact (X12): the stored event's queue, sequence and ``fields``."""
 
     def make(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:

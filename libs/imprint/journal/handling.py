@@ -417,7 +417,8 @@ def ending(handler: Handler) -> Handler:
 
 
 HANDLERS: dict[type, Handler] = {
-    **{lifecycle: held(ending(transition)) for lifecycle in LIFECYCLE_MESSAGES},  # admission, start, completion: below
+    # admission, start, completion: below
+    **{lifecycle: held(ending(transition)) for lifecycle in LIFECYCLE_MESSAGES},
     RunAdmitted: held(admit),
     RunStarted: held(start),
     RunCompleted: held(ending(complete)),

@@ -27,7 +27,18 @@ from imprint.journal.lifecycle import (
     STEERED,
     State,
 )
-from imprint.journal.queue import Enqueue, Interrupt, Merge, Refuse, Start, Steer, check_turn, check_waiting, decide, next_to_start
+from imprint.journal.queue import (
+    Enqueue,
+    Interrupt,
+    Merge,
+    Refuse,
+    Start,
+    Steer,
+    check_turn,
+    check_waiting,
+    decide,
+    next_to_start,
+)
 from imprint.journal.refusals import Refusal
 from imprint.workspace import Workspace
 

@@ -47,6 +47,7 @@ from pydantic import ValidationError
 from imprint.contracts.control import RunCancelRequested
 from imprint.contracts.conversation import CONVERSATION_FACTS, RunSteered
 from imprint.contracts.registry import decode
+from imprint.contracts.runs import ConversationDeleted
 from imprint.contracts.topics import Topic
 from imprint.runtime import tracecontext
 from imprint.runtime.decisions import Decisions
@@ -183,8 +184,9 @@ class KafkaControl(StopRequests, _TopicReader):
         self._observe_typed(record, STOP_TYPES)
 
 
-TURN_TYPES = frozenset(fact.model_fields["type"].default for fact in CONVERSATION_FACTS)
-"""X12: the conversation facts of ``imprint.runs.v1``; the runs' own messages are skipped undecoded."""
+TURN_TYPES = frozenset(fact.model_fields["type"].default for fact in (*CONVERSATION_FACTS, ConversationDeleted))
+"""X12: the conversation facts of ``imprint.runs.v1`` (and a deletion, X8); the runs' own messages are
+skipped undecoded."""
 
 
 class KafkaTurns(Turns, _TopicReader):

@@ -9,6 +9,7 @@ conversation's facts on ``imprint.runs.v1`` (:mod:`imprint.contracts.conversatio
 ``run.queued``, waits here for the question's turn and only then sends ``run.started``:
 
 * its turn came → :class:`Turn` (with the questions merged into it, which its run answers too);
+* its conversation was deleted while it waited (X8) → :class:`NotStarted` (``deleted``);
 * the policy ended it first → a typed error: :class:`RunRefused` (``reject``, with the reason),
   :class:`RunCancelled` (its user cancelled it while queued), :class:`RunMerged` (answered by the
   question it was merged into), :class:`RunSteered` (handed to the running question).
@@ -32,6 +33,7 @@ from imprint.contracts.conversation import (
     QuestionStarted,
     QuestionSteered,
 )
+from imprint.contracts.runs import ConversationDeleted
 
 REMEMBERED = 10_000
 """How many questions' verdicts :class:`Turns` keeps: a runtime waits right after admitting."""
@@ -126,6 +128,8 @@ class Turns:
             self._decide(message.run_id, RunRefused(message.run_id, message.reason, message.detail))
         elif isinstance(message, QuestionEnded):
             self._decide(message.run_id, self._ended(message))
+        elif isinstance(message, ConversationDeleted):  # X8: a question still waiting never starts
+            self._decide(message.run_id, NotStarted(message.run_id, "deleted", "conversation deleted"))
 
     def verdict(self, run_id: str) -> Turn | NotStarted | None:
         """What was decided for ``run_id`` so far (``None``: nothing yet)."""

@@ -111,13 +111,14 @@ def test_the_journal_relay_decodes_only_what_announces(journal: Any, feed: Any) 
     announcer = BatchAnnouncer(journal)
     announcing = {n.id for n, event in zip(every, announcer.to_events(every)) if announcer(event)}
     assert {n.id for n in every if n.topic in journal_announcements.ANNOUNCED_TOPICS} == announcing
-    assert len(announcing) < len(every), "effects, grants and conversation facts announce nothing"
+    assert len(announcing) < len(every), "effects, grants and most conversation facts announce nothing"
 
     full = Relay(journal, announcer, Topic_(), name=JOURNAL_RELAY, to_events=announcer.to_events)._read(0)
     only = Relay(journal, announcer, Topic_(), name=JOURNAL_RELAY, to_events=announcer.to_events,
                  topics=journal_announcements.ANNOUNCED_TOPICS)._read(0)
     assert _sent(only) == _sent(full)
-    assert {m.type for m in _sent(only)} == {"run.transitioned", "run.closed", "conversation.deleted"}
+    assert {m.type for m in _sent(only)} == {"run.transitioned", "run.closed", "conversation.deleted",
+                                             "conversation.question_started", "conversation.question_ended"}
 
 
 @pytest.mark.rule("P14")

@@ -13,7 +13,16 @@ from imprint.contracts.registry import decode
 from imprint.contracts.topics import Topic
 from imprint.runtime import MemoryTransport, RunWriter, StopRequests
 from imprint.runtime.stopping import RunScope
-from imprint.runtime.turns import MergedQuestion, RunCancelled, RunMerged, RunRefused, RunSteered, Turn, Turns
+from imprint.runtime.turns import (
+    MergedQuestion,
+    NotStarted,
+    RunCancelled,
+    RunMerged,
+    RunRefused,
+    RunSteered,
+    Turn,
+    Turns,
+)
 
 pytestmark = pytest.mark.rule("X12")
 
@@ -88,3 +97,15 @@ def test_a_steered_question_is_taken_by_its_runs_scope_once() -> None:
     stops.observe(steer)  # a redelivery
     assert [s.question for s in scope.take_steered()] == ["Only Europe."]
     assert scope.take_steered() == [] and not scope.requested, "a steer is no stop"
+
+
+async def test_a_question_waiting_in_a_deleted_conversation_never_starts() -> None:
+    from imprint.contracts.runs import ConversationDeleted
+
+    turns = Turns()
+    waiting = asyncio.create_task(turns.wait("r2", WAIT))
+    await asyncio.sleep(0)
+    turns.observe(ConversationDeleted(run_id="r2", **NAMED))
+    with pytest.raises(NotStarted) as deleted:
+        await waiting
+    assert deleted.value.end == "deleted"
