@@ -6,7 +6,9 @@ waiting with a typed 409."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -14,10 +16,11 @@ import pytest
 
 from imprint.delivery.conversation import fold
 from services.common.settings import Settings
+from services.delivery.view_tables import conversation_feed
 from tests.integration.delivery.support import Delivery, bearer, start_delivery
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import off_thread
-from tests.support.delivery_builders import closed, fact, published, running, settled, withdrawn
+from tests.support.delivery_builders import closed, deleted, fact, published, running, settled, withdrawn
 from tests.support.kafka import read_topic
 from tests.support.sse import SSE, read_notices
 
@@ -140,3 +143,25 @@ def test_the_queue_api_refuses_a_question_that_is_not_waiting_with_a_typed_409(d
                                      "detail": "the question is no longer waiting for its turn"}
         unknown = http.post(f"/v1/conversations/{CONV}/queue/run-nope/cancel")
         assert unknown.status_code == 409 and unknown.json()["error"] == "question_unknown"
+
+
+@pytest.mark.rule("D9")
+@pytest.mark.rule("X8")
+def test_a_deleted_conversations_stream_ends_and_takes_no_more_entries(delivery: Delivery) -> None:
+    token = delivery.token()
+    delivery.feeder.send(fact("question_started", "run-d1", CONV, 1, running=["run-d1"]),
+                         running("run-d1", conversation=CONV))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        reading = pool.submit(read_notices, delivery.url, CONV, token, path=EVENTS, timeout=30)
+        deadline = time.monotonic() + 20
+        while conversation_feed(CONV) not in delivery.notifier.feeds:  # the stream follows the feed live
+            assert time.monotonic() < deadline and not reading.done(), "the stream never followed its feed"
+            time.sleep(0.02)
+        delivery.feeder.send(deleted("run-d1", conversation=CONV))
+        frames, ended = reading.result(30)
+    assert ended and [(i, d["kind"]) for i, _, d in entries(frames)] == [(1, "started"), (2, "transition")], \
+        "the stream ends once the conversation is deleted"
+    with httpx.Client(base_url=delivery.url, timeout=10) as http:
+        assert http.get(EVENTS.format(id=CONV), headers=bearer(token)).status_code == 404
+    delivery.feeder.send(fact("question_ended", "run-d1", CONV, 2, end="stopped", state="stopped"))
+    assert delivery.store.conversation_view(CONV).last_entry_id == 2, "a deleted conversation takes no more entries"
