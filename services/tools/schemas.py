@@ -17,9 +17,12 @@ DESCRIPTIONS = {
     Topic.RUNTIME: "runtime → publication, journal: run lifecycle, heartbeats, evidence grants, numeric handles, answer proposals",
     Topic.SOURCES: "source registry → publication, journal (key = source_id)",
     Topic.PUBLICATION: "publication → delivery, journal: previews, committed blocks (relayed from the log), rejections",
-    Topic.RUNS: "journal → delivery: accepted run transitions and closed execution records",
+    Topic.RUNS: "journal → delivery, runtime: accepted run transitions and closed execution records; each "
+                "conversation's queue facts (X12, key = conversation_id)",
     Topic.DELIVERY: "delivery →: what was sent, interrupted, completed; what clients say they received and rendered",
-    Topic.CONTROL: "delivery → runtime, journal, publication: cancel and delete requests; journal → publication, runtime: lapsed run leases, retention deletions",
+    Topic.CONTROL: "delivery → runtime, journal, publication: cancel and delete requests, a queued question's "
+                   "cancel and send-now (X12); journal → publication, runtime: lapsed run leases, retention "
+                   "deletions, interruptions, steered questions, runs ended by a conversation's policy (X12)",
     Topic.DEADLETTER: "anything refused at intake, with the original bytes",
 }
 

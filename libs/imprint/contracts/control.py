@@ -8,7 +8,12 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from imprint.contracts.base import AccountRunMessage, Identifier, Message
-from imprint.contracts.conversation import QuestionCancelRequested, QuestionSendNowRequested, RunSteered
+from imprint.contracts.conversation import (
+    QuestionCancelRequested,
+    QuestionSendNowRequested,
+    RunEndedByPolicy,
+    RunSteered,
+)
 
 
 class RunCancelRequested(AccountRunMessage):
@@ -39,7 +44,7 @@ class ConversationDeleteRequested(Message):
 
 ControlMessage = Annotated[
     Union[RunCancelRequested, RunLeaseLapsed, ConversationDeleteRequested, QuestionCancelRequested,
-          QuestionSendNowRequested, RunSteered],
+          QuestionSendNowRequested, RunSteered, RunEndedByPolicy],
     Field(discriminator="type"),
 ]
 control_messages: TypeAdapter[ControlMessage] = TypeAdapter(ControlMessage)

@@ -18,7 +18,8 @@ definition:
   cancel a queued question, send it now. Each is recorded; once the question started it is
   refused (``question_started``), never silently dropped. And the Journal's hand-over of a
   steered question to the live run's runtime (``run.steered``, on ``imprint.control.v1``
-  keyed by the live run, as a stop request travels).
+  keyed by the live run, as a stop request travels), and its word to Publication that it closed a
+  run whose question never started (``run.ended_by_policy``).
 
 An interruption travels to the runtime as the stop it is: ``run.cancel_requested`` naming the
 newer question (``interrupted_by``), so the runtime SDK stops the run through X11 unchanged.
@@ -200,6 +201,21 @@ class RunSteered(Message):
     steered_run_id: Identifier
     message_id: Identifier
     question: str | None = None
+    key_field: ClassVar[str | None] = "run_id"
+
+
+class RunEndedByPolicy(Message):
+    """The Journal closed the run because its conversation's policy ended its question before it
+    started (refused, cancelled, merged, steered): Publication ends the run too (``answer.settled``
+    follows, so Delivery ends its streams), as it does on a lease lapse (X10). On
+    ``imprint.control.v1``, keyed by the run."""
+
+    type: Literal["run.ended_by_policy"] = "run.ended_by_policy"
+    run_id: Identifier
+    account_id: Identifier
+    conversation_id: Identifier
+    state: Literal["rejected", "stopped"]
+    end: QuestionEnd
     key_field: ClassVar[str | None] = "run_id"
 
 

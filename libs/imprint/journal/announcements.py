@@ -15,6 +15,7 @@ re-announces the same ids and Delivery dedupes them:
                                          ``imprint.control.v1`` (X12: the runtime stops the run as X11
                                          says; its ``event_id`` is the fact's, which ``run.stopped`` names)
 ``AnswerExecution.Steered``              ``run.steered`` on ``imprint.control.v1`` (X12: for the runtime)
+``AnswerExecution.PolicyEnded``          ``run.ended_by_policy`` on ``imprint.control.v1`` (X12: for Publication)
 ``Conversation.Question*`` / ``RunInterrupted``   the conversation's fact of the same name on
                                          ``imprint.runs.v1`` (X12, keyed by conversation)
 anything else (refusals, receipts, effects, redactions, conversation/QCS/source facts)  ``None``
@@ -146,6 +147,11 @@ def _interrupted(domain_event: Any, sealer: FieldSealer, common: dict[str, Any])
                               account_id=domain_event.account_id, interrupted_by=domain_event.by_run_id)
 
 
+def _policy_ended(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
+    return facts.RunEndedByPolicy(**common, **_run_named(domain_event), state=domain_event.state,
+                                  end=domain_event.end)
+
+
 def _steered(domain_event: Any, sealer: FieldSealer, common: dict[str, Any]) -> Message:
     return facts.RunSteered(**common, **_run_named(domain_event), steered_run_id=domain_event.steered_run_id,
                             message_id=domain_event.message_id,
@@ -177,6 +183,7 @@ def _queue_fact(message: type[facts.ConversationFact], *fields: str) -> Announce
 _ANNOUNCERS: dict[type, Callable[[Any, FieldSealer, dict[str, Any]], Message]] = {
     AnswerExecution.Interrupted: _interrupted,
     AnswerExecution.Steered: _steered,
+    AnswerExecution.PolicyEnded: _policy_ended,
     Conversation.QuestionQueued: _queue_fact(facts.QuestionQueued, "policy"),
     Conversation.QuestionStarted: _queue_fact(facts.QuestionStarted, "policy", "merged"),
     Conversation.QuestionRefused: _queue_fact(facts.QuestionRefused, "policy", "reason", "detail"),

@@ -243,6 +243,17 @@ class AnswerExecution(Aggregate):
             x.interrupted_by = self.by_run_id
             x._trace("interrupted", None)
 
+    class PolicyEnded(RunEvent):
+        """X12: the Journal closes the run because its conversation's policy ended its question
+        before it started (``end``: refused, cancelled, merged, steered); the transition and the
+        closing follow in the same transaction. Announced to Publication as ``run.ended_by_policy``."""
+        class_version = 1
+        state: str
+        end: str
+
+        def change(self, x: AnswerExecution) -> None:
+            x._trace("policy.ended", self.end)
+
     class Steered(RunEvent):
         """X12: the newer question ``steered_run_id`` was handed to this running run;
         ``question`` sealed under the conversation key for that run (X8)."""
@@ -383,12 +394,14 @@ class AnswerExecution(Aggregate):
         self._trigger_closed(event_id, State.FAILED, None)
         return True
 
-    def close(self, event_id: str, target: State, reason: str) -> bool:
+    def close(self, event_id: str, target: State, reason: str, end: str) -> bool:
         """X12: the Journal ends the run because its conversation's policy did (``reason``, a
-        Journal code): refused (``rejected``), cancelled, merged or steered (``stopped``). Only a
+        Journal code; ``end``: how its question ended): refused (``rejected``), cancelled, merged or
+        steered (``stopped``). Only a
         run that has not started is closed so; anything else changes nothing."""
         if self.erased or self.state not in (State.ADMITTED, State.QUEUED):
             return False  # (``event_id`` may be the admission's own, seen already: the caller guards)
+        self._trigger_run_event(self.PolicyEnded, event_id, state=target.value, end=end)
         self._trigger_transition(event_id, target, None, reason)
         self._trigger_closed(event_id, target, None)
         return True

@@ -38,9 +38,6 @@ deployment's, :attr:`Context.policy`); a lifecycle message that closes a run of 
 question and starts the next (:func:`ending`); a ``run.started`` of a question still queued is
 refused (``not_its_turn``).
 
-=========================  ===========================================================
-=========================  ===========================================================
-
 The table is :data:`HANDLERS`, at the end: one handler per message class, dispatched
 by the message's type; a lifecycle row also keeps the run's lease fact (:func:`held`).
 Every other type is not the journal's business and is ignored (its offset is still tracked); :data:`APPLIED_TYPES`, read off the table, lets the

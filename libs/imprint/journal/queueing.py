@@ -119,7 +119,7 @@ def cancel(ws: Workspace, conv: Conversation, event_id: str, run_id: str, messag
     conv.record_cancelled(event_id, run_id)
     ex = _execution(ws, run_id)
     if ex is not None:
-        ex.close(event_id, State.STOPPED, CANCELLED)
+        ex.close(event_id, State.STOPPED, CANCELLED, "cancelled")
     conv.record_ended(event_id, run_id, "cancelled", State.STOPPED.value, CANCELLED)
     _start_next(conv, event_id)
 
@@ -157,7 +157,7 @@ def _interrupt(ws: Workspace, conv: Conversation, event_id: str, running: tuple[
 
 
 def _close(conv: Conversation, ex: AnswerExecution, event_id: str, target: State, reason: str) -> None:
-    ex.close(event_id, target, reason)
+    ex.close(event_id, target, reason, JOURNAL_ENDS[reason])
     conv.record_ended(event_id, ex.run_id, JOURNAL_ENDS[reason], target.value, reason)
 
 

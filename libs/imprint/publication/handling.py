@@ -18,6 +18,8 @@ saves, sends or sleeps.
                                           ``run.stopped`` (X11) later proposals are refused
 ``run.lease_lapsed``                      X10: the Journal closed the run (its runtime was lost):
                                           the run ends, later proposals are refused
+``run.ended_by_policy``                   X12: the Journal closed a run whose question never started
+                                          (refused, cancelled, merged, steered): the run ends
 ``answer.text`` / ``answer.part`` …       a candidate: intake (P1–P3), settlement (P4–P13, P18)
 ========================================  ==================================================
 
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested, RunLeaseLapsed
+from imprint.contracts.conversation import RunEndedByPolicy
 from imprint.contracts.publication import AnswerPreview, WithdrawalCause
 from imprint.contracts.runtime import (
     EvidenceGranted,
@@ -217,6 +220,16 @@ def lose_run(ws: Workspace, message: RunLeaseLapsed, context: Context) -> Effect
     return NOTHING
 
 
+def end_by_policy(ws: Workspace, message: RunEndedByPolicy, context: Context) -> Effects:
+    """X12: the Journal closed a run whose question never started under its conversation's policy
+    (``rejected``, or ``stopped``: cancelled, merged, steered). Its runtime sends no terminal event,
+    so Publication ends the run here — ``answer.settled`` follows, and Delivery, holding it and the
+    Journal's ``run.closed``, ends the run's streams. A ``stopped`` one refuses what comes after
+    (``run_stopped``), as after a user's stop."""
+    run_of(ws, message.run_id).end(message.state)
+    return NOTHING
+
+
 def revoke_source(ws: Workspace, message: SourceRevoked, context: Context) -> Effects:
     """P21: the source is revoked (for one account, or for all), and every block relying on it is withdrawn."""
     record = source_record(ws, message.source_id, create=True)
@@ -325,6 +338,7 @@ HANDLERS: dict[type, Handler] = {
     RunThrottled: end_run,
     RunRejected: end_run,
     RunLeaseLapsed: lose_run,
+    RunEndedByPolicy: end_by_policy,
     **dict.fromkeys(CANDIDATE_CLASSES, propose),
 }
 """One table: a reader finds what happens to a message by its type here."""

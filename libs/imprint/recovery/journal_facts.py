@@ -205,6 +205,8 @@ NOT_COMPARED: dict[type, str] = {
     # The execution's own events that carry nothing the timeline or the report compares.
     AnswerExecution.Closed: "freezes the completion record (X4): the transition before it moved the lifecycle "
                             "already, and the record's text is private (sealed)",
+    AnswerExecution.PolicyEnded: "X12: the Journal closes a run whose question never started; the transition "
+                                 "after it carries the reason, the conversation's timeline the end",
     AnswerExecution.StageReported: "runtime progress (run.stage): none of the five facts, its detail sealed",
     AnswerExecution.EvidenceGranted: "the journal's copy of a grant, for its completion record; the grants a "
                                      "block stands on are the Publication log's (R1)",

@@ -66,6 +66,9 @@ from imprint.publication.candidate import candidate_id_for, proposed_blocks
 from imprint.runtime.turns import Turn, Turns
 
 RUNTIME_EVENT_NAMESPACE = uuid.UUID("9a4c2e71-0b5d-5f3e-8c6a-4e7f1d2b3a90")
+WAITING_HEARTBEAT_SECONDS = 30.0
+"""X10/X12: silence after which a question waiting for its turn sends ``run.heartbeat`` (as the
+heartbeats of a call in flight do, :data:`imprint.runtime.heartbeat.DEFAULT_EVERY`)."""
 TOPIC = Topic.RUNTIME
 """Every message this writer builds belongs to the runtime union; the registry decodes it from this topic."""
 
@@ -143,16 +146,36 @@ class RunWriter:
     async def queue(self) -> RunQueued:
         return await self._write("run.queued", RunQueued)
 
-    async def start(self, *, turns: Turns | None = None, timeout: float | None = None) -> RunStarted:
+    async def start(self, *, turns: Turns | None = None, timeout: float | None = None,
+                    heartbeat_seconds: float = WAITING_HEARTBEAT_SECONDS) -> RunStarted:
         """The run starts. With ``turns`` (X12): ``run.queued`` first (unless sent), then wait for the
         question's turn in its conversation (:meth:`Turns.wait`: a typed
-        :class:`~imprint.runtime.turns.NotStarted` if the Journal ended it before), then
-        ``run.started``; the :class:`~imprint.runtime.turns.Turn` is :attr:`turn`."""
+        :class:`~imprint.runtime.turns.NotStarted` if the Journal ended it before; ``TimeoutError``
+        after ``timeout`` seconds), then ``run.started``; the :class:`~imprint.runtime.turns.Turn`
+        is :attr:`turn`. A question may wait behind a long answer: while it waits, a
+        ``run.heartbeat`` goes out whenever the run was silent for ``heartbeat_seconds`` (X10: its
+        lease stays renewed)."""
         if turns is not None:
             if "run.queued" not in self._built:
                 await self.queue()
-            self.turn = await turns.wait(self.run_id, timeout)
+            self.turn = await self._wait_for_turn(turns, timeout, heartbeat_seconds)
         return await self._write("run.started", RunStarted)
+
+    async def _wait_for_turn(self, turns: Turns, timeout: float | None, every: float) -> Turn:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            idle = self.idle_for() or 0.0
+            wait = max(every - idle, 0.0)
+            if deadline is not None:
+                wait = min(wait, max(deadline - loop.time(), 0.0))
+            try:
+                return await turns.wait(self.run_id, wait)
+            except TimeoutError:
+                if deadline is not None and loop.time() >= deadline:
+                    raise
+                if (self.idle_for() or 0.0) >= every:
+                    await self.heartbeat()
 
     async def stage(self, stage: str, detail: str = "") -> RunStage:
         """Progress for the user; a stage is identified by its name and detail."""

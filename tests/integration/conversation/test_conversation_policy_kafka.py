@@ -3,7 +3,8 @@ runtime uses it (``KafkaTransport``, ``KafkaTurns``, ``KafkaControl``). One conv
 all against one Journal: ``enqueue`` waits for its turn, ``reject`` raises its typed error,
 ``interrupt`` stops the running run through X11 and follows it, ``merge`` folds a question into the
 queued one, ``steer`` hands it to the running run's scope, the user's cancel ends a queued question
-and is refused once it started; ``imprint inspect --conversation`` shows each timeline."""
+and is refused once it started, their send-now interrupts the running one and jumps the queue; Publication ends each run the Journal closed (``answer.settled``);
+``imprint inspect --conversation`` shows each timeline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from imprint.contracts.conversation import QuestionCancelRequested
+from imprint.contracts.conversation import QuestionCancelRequested, QuestionSendNowRequested
 from imprint.contracts.topics import Topic
 from imprint.runtime import RunWriter, run_scope
 from imprint.runtime.kafka import KafkaControl, KafkaTransport, KafkaTurns
@@ -64,7 +65,7 @@ async def scenarios(settings: Settings) -> dict[str, object]:
             KafkaControl(settings.kafka_bootstrap, topic_prefix=settings.topic_prefix) as control:
         rt = Runtime(settings, kafka, turns, control)
         await asyncio.gather(enqueue(rt, seen), reject(rt, seen), interrupt(rt, seen), merge(rt, seen),
-                             steer(rt, seen), cancel(settings, rt, seen))
+                             steer(rt, seen), cancel(settings, rt, seen), send_now(settings, rt, seen))
     return seen
 
 
@@ -155,6 +156,32 @@ async def cancel(settings: Settings, rt: Runtime, seen: dict[str, object]) -> No
     seen["cancelled"] = True
 
 
+async def send_now(settings: Settings, rt: Runtime, seen: dict[str, object]) -> None:
+    first = await rt.ask("c-now", "n1", "Draft the letter.")
+    await rt.start(first)
+
+    async def answering() -> bool:
+        async with run_scope(first, rt.control) as scope:
+            await forever()
+        return scope.stopped
+
+    stopped = asyncio.create_task(answering())
+    second = await rt.ask("c-now", "n2", "Then a summary.")
+    later = rt.start(second)
+    await queued(rt, "n2")
+    third = await rt.ask("c-now", "n3", "Urgent: the date first.")
+    now = rt.start(third)
+    await queued(rt, "n3")
+    await produce(settings, Topic.CONTROL,  # the user's "send now" on the newest question
+                  QuestionSendNowRequested(conversation_id="c-now", account_id=ACCOUNT, run_id="n3"))
+    seen["sent_now_stopped_the_first"] = await asyncio.wait_for(stopped, WAIT)
+    await asyncio.wait_for(now, WAIT)
+    seen["sent_now_before_the_earlier"] = not later.done()
+    await third.complete("answered", answer_text="The 3rd.")
+    await asyncio.wait_for(later, WAIT)
+    await second.complete("answered", answer_text="Summary.")
+
+
 def timeline(settings: Settings, conversation: str) -> dict[str, object]:
     out = io.StringIO()
     assert inspect_conversation(settings, conversation, out=out, output="json") == 0
@@ -166,12 +193,17 @@ def ends(document: dict[str, object]) -> list[tuple[str, str | None, str | None]
 
 
 def test_each_policy_over_kafka_and_every_question_ends_visibly(isolated: Settings) -> None:
-    with Stack(isolated, parts=("journal",)) as stack:
+    with Stack(isolated, parts=("journal", "publication")) as stack:
         seen = asyncio.run(asyncio.wait_for(scenarios(isolated), 100))
         asyncio.run(read_topic(isolated, Topic.RUNS, timeout=WAIT, until=lambda vs: {
             v["run_id"] for v in vs if v["type"] == "conversation.question_ended"} >= {
-            "e1", "e2", "j1", "j2", "i1", "i2", "m1", "m2", "m3", "s1", "s2", "x1", "x2"}))
+            "e1", "e2", "j1", "j2", "i1", "i2", "m1", "m2", "m3", "s1", "s2", "x1", "x2", "n1", "n2", "n3"}))
+        settled = asyncio.run(read_topic(isolated, Topic.PUBLICATION, timeout=WAIT, until=lambda vs: {
+            v["run_id"] for v in vs if v["type"] == "answer.settled"} >= {"j2", "m3", "s2", "x2"}))
         assert "Traceback" not in stack.log("journal")
+    assert {v["run_id"]: v["state"] for v in settled if v["run_id"] in ("j2", "m3", "s2", "x2")} == {
+        "j2": "rejected", "m3": "stopped", "s2": "stopped", "x2": "stopped"}, \
+        "Publication ends the runs the Journal closed: Delivery's streams of them end"
 
     assert seen["enqueue_waited"] is True
     assert seen["reject"] == ("conversation_busy", "conversation_busy: busy with j1")
@@ -179,6 +211,7 @@ def test_each_policy_over_kafka_and_every_question_ends_visibly(isolated: Settin
     assert seen["merged_into"] == "m2" and seen["merged"] == [("m3", "msg-m3", "And in Tromsø?")]
     assert seen["steered"] == ("s1", [("s2", "Only the Nordic ones.")])
     assert seen["cancelled"] is True
+    assert seen["sent_now_stopped_the_first"] is True and seen["sent_now_before_the_earlier"] is True
 
     assert ends(timeline(isolated, "c-enqueue")) == [("e1", "enqueue", "answered"), ("e2", "enqueue", "answered")]
     assert ends(timeline(isolated, "c-reject")) == [("j1", "enqueue", "answered"), ("j2", "reject", "refused")]
@@ -191,7 +224,11 @@ def test_each_policy_over_kafka_and_every_question_ends_visibly(isolated: Settin
     cancelled = timeline(isolated, "c-cancel")
     assert ends(cancelled) == [("x1", "enqueue", "answered"), ("x2", "enqueue", "cancelled")]
     assert cancelled["refusals"][0]["code"] == "question_started", "a started question is not cancelled"  # type: ignore[index]
-    assert all(not timeline(isolated, c)["unaccounted"] for c in ("c-enqueue", "c-merge", "c-cancel"))
+    now = timeline(isolated, "c-now")
+    assert ends(now) == [("n1", "enqueue", "interrupted"), ("n2", "enqueue", "answered"),
+                         ("n3", "enqueue", "answered")]
+    assert [q["sent_now_at"] is not None for q in now["questions"]] == [False, False, True]  # type: ignore[index]
+    assert all(not timeline(isolated, c)["unaccounted"] for c in ("c-enqueue", "c-merge", "c-cancel", "c-now"))
 
     journal = open_journal(isolated)
     try:

@@ -114,6 +114,8 @@ def test_reject_refuses_with_its_reason_and_closes_the_run() -> None:
     assert (r2.state.value, r2.transitions[-1].reason) == ("rejected", "conversation_busy")
     assert r2.closed_at is not None, "the Journal closed it: Delivery's stream of r2 ends"
     assert r2.refusals[-1].message_type == "run.queued", "the runtime's late run.queued is recorded, refused"
+    assert [(m.run_id, m.state, m.end) for m in of(facts.RunEndedByPolicy, announced)] == [
+        ("r2", "rejected", "refused")], "Publication hears it: the run's streams end"
 
 
 def test_interrupt_stops_the_running_question_through_x11_as_caused_by_the_newer_one() -> None:

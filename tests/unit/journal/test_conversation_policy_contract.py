@@ -14,6 +14,7 @@ from imprint.contracts.conversation import (
     QuestionCancelRequested,
     QuestionQueued,
     QuestionSendNowRequested,
+    RunEndedByPolicy,
     RunSteered,
 )
 from imprint.contracts.registry import decode, encode, topic_of
@@ -51,5 +52,7 @@ def test_the_users_requests_and_a_steered_question_go_on_the_control_topic() -> 
     now = QuestionSendNowRequested(conversation_id="c", account_id="a", run_id="r2")
     steered = RunSteered(run_id="r1", account_id="a", conversation_id="c", steered_run_id="r2", message_id="m2",
                          question="and in July?")
-    assert {topic_of(m) for m in (cancel, now, steered)} == {Topic.CONTROL}
+    ended = RunEndedByPolicy(run_id="r2", account_id="a", conversation_id="c", state="stopped", end="merged")
+    assert {topic_of(m) for m in (cancel, now, steered, ended)} == {Topic.CONTROL}
+    assert ended.key == "r2", "Publication hears it on the run's key"
     assert cancel.key == now.key == "c" and steered.key == "r1", "a steer travels with its run, as a stop does"

@@ -109,3 +109,17 @@ async def test_a_question_waiting_in_a_deleted_conversation_never_starts() -> No
     with pytest.raises(NotStarted) as deleted:
         await waiting
     assert deleted.value.end == "deleted"
+
+
+@pytest.mark.rule("X10")
+async def test_a_question_waiting_for_its_turn_keeps_its_runs_lease_with_heartbeats() -> None:
+    transport, turns = MemoryTransport(), Turns()
+    writer = RunWriter(transport, "r2")
+    starting = asyncio.create_task(writer.start(turns=turns, timeout=WAIT, heartbeat_seconds=0.05))
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while sent(transport).count("run.heartbeat") < 2:
+        assert asyncio.get_running_loop().time() < deadline and not starting.done()
+        await asyncio.sleep(0.01)
+    turns.observe(fact(facts.QuestionStarted, "r2", 3, policy="enqueue", running=["r2"]))
+    await asyncio.wait_for(starting, WAIT)
+    assert sent(transport)[0] == "run.queued" and sent(transport)[-1] == "run.started"
