@@ -79,6 +79,15 @@ def test_another_accounts_conversation_stream_and_queue_answer_404(delivery: Del
         assert http.get(f"/v1/ai-sdk/conversations/{CONV}/events", headers=bearer(other)).status_code == 404
         assert http.post(f"/v1/conversations/{CONV}/queue/run-mine/cancel", headers=bearer(other)).status_code == 404
         assert http.get(EVENTS.format(id="conv-nobody"), headers=bearer(delivery.token())).status_code == 404
+        delivery.feeder.send(running("run-elsewhere", conversation="conv-elsewhere"))
+        minted = http.post(f"/v1/conversations/{CONV}/stream-tickets", headers=bearer(delivery.token()))
+        assert minted.status_code == 201, minted.text
+        ticket = minted.json()["ticket"]
+        assert minted.json()["events_url"] == f"/v1/conversations/{CONV}/events?ticket={ticket}"
+        assert http.get(f"/v1/conversations/conv-elsewhere/events?ticket={ticket}").status_code == 401, \
+            "a conversation's ticket opens its own streams only"
+    frames, _ = read_notices(delivery.url, CONV, None, path=EVENTS, ticket=ticket, until=lambda fs: len(entries(fs)) >= 1)
+    assert entries(frames)[0][2]["run_id"] == "run-mine", "the ticket opens the conversation stream"
 
 
 @pytest.mark.rule("D9")
