@@ -10,6 +10,9 @@ max is within the bound):
   prints the moment); within 2 s;
 * ``strike_s`` (D7): a source of a finished run revoked (the broker's acknowledgement) → the
   withdrawal's notice read by a client following the conversation's notices; within 2 s;
+* ``queue_s`` (D9, X12): a second question of a conversation admitted while its first answer
+  is live (the broker's acknowledgement) → its ``queued`` turn read by a client following the
+  conversation stream (what every open tab shows under the live answer); within 2 s;
 * ``lease_end_s`` (X10): the runtime SIGKILLed mid-run → its open SSE stream read ``done``
   (the lease lapsed, the Journal closed the run ``runtime_lost``); within the lease + 5 s;
 * ``relay_failover_s`` (P14, X2): the active relay of the Publication log, then of the
@@ -41,6 +44,7 @@ ROUNDS = {"quick": 2, "full": 5}
 ACCOUNT = "acct-rules"
 BOUNDS = {"stop_s": ("X11: cancel → the agent's model call cancelled", 2.0),
           "strike_s": ("D7: source revoked → the withdrawal notice read by an open client", 2.0),
+          "queue_s": ("D9/X12: a second question admitted → shown queued on the conversation stream", 2.0),
           "lease_end_s": (f"X10: runtime killed → its open stream read `done` (lease {LEASE:g} s + 5 s)", LEASE + 5.0),
           "relay_failover_s": ("P14/X2: active relay killed → the standby active", 5.0)}
 ACTIVE = re.compile(r"relay active\s")
@@ -78,7 +82,8 @@ def _measure(settings: Any, results: dict[str, Any], errors: dict[str, str], say
         stack.start("relay", name="relay-b")
         stack.wait_ready(("publication", "journal", "delivery"), timeout=120)
         probe = _Probe(s, stack, _token(s))
-        for key, measure in (("stop_s", probe.stop), ("strike_s", probe.strike), ("lease_end_s", probe.lease_end),
+        for key, measure in (("stop_s", probe.stop), ("strike_s", probe.strike), ("queue_s", probe.queue),
+                             ("lease_end_s", probe.lease_end),
                              ("relay_failover_s", probe.relay_failover)):  # the relays last: they are killed
             say(f"rule timing {key}: {BOUNDS[key][0]}, {rounds} rounds")
             try:
@@ -194,9 +199,29 @@ class _Probe:
         notices = _Stream(f"{self.base}/v1/conversations/conv-{run_id}/notices", self.headers, until="data:")
         if not notices.following.wait(30):
             raise RuntimeError("the notices stream never followed its conversation")
-        revoked = asyncio.run(_revoke(self.s, SourceRevoked(source_id=source, account_id=ACCOUNT,
-                                                            reason="the owner withdrew it")))
+        revoked = asyncio.run(_acknowledged(self.s, Topic.SOURCES, SourceRevoked(
+            source_id=source, account_id=ACCOUNT, reason="the owner withdrew it")))
         return notices.ended(60) - revoked
+
+    def queue(self, rounds: int) -> list[float]:
+        return [self._queue(i) for i in range(rounds)]
+
+    def _queue(self, i: int) -> float:
+        from imprint.contracts.topics import Topic
+        from tests.support.kafka import produce
+        from tests.support.runs import admitted, opened
+
+        conversation, first, second = f"conv-queue-{i}", f"run-queue-{i}-a", f"run-queue-{i}-b"
+        asyncio.run(produce(self.s, Topic.RUNTIME, *opened(admitted(
+            first, account_id=ACCOUNT, question="How deep is the Baltic?", conversation_id=conversation))))
+        self._run_known(first)
+        turns = _Stream(f"{self.base}/v1/conversations/{conversation}/events", self.headers, until="data:",
+                        containing='"kind":"queued"')
+        if not turns.following.wait(30):
+            raise RuntimeError("the conversation stream never followed its conversation")
+        asked = asyncio.run(_acknowledged(self.s, Topic.RUNTIME, admitted(
+            second, account_id=ACCOUNT, question="And the North Sea?", conversation_id=conversation)))
+        return turns.ended(60) - asked
 
     def relay_failover(self, rounds: int) -> list[float]:
         """Each round kills the active relay of each log; the killed one comes back as the standby."""
@@ -226,9 +251,11 @@ class _Stream(threading.Thread):
     monotonic time is :meth:`ended`); ``connected`` once the response began, ``following`` at its
     first keep-alive comment (the stream follows its feed live)."""
 
-    def __init__(self, url: str, headers: dict[str, str], until: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str], until: str, containing: str = "") -> None:
         super().__init__(daemon=True)
         self.url, self.headers, self.until = url, {**headers, "Accept": "text/event-stream"}, until
+        self.containing = containing
+        """Only a line that also contains this ends the read (a conversation stream's turn of one kind)."""
         self.connected, self.following, self.done = threading.Event(), threading.Event(), threading.Event()
         self.at: float | None = None
         self.start()
@@ -239,7 +266,7 @@ class _Stream(threading.Thread):
             for line in response.iter_lines():
                 if line.startswith(":"):
                     self.following.set()
-                elif line.startswith(self.until) or line == f"data: {self.until}":
+                elif (line.startswith(self.until) or line == f"data: {self.until}") and self.containing in line:
                     self.at = time.monotonic()
                     self.done.set()
                     return
@@ -250,18 +277,17 @@ class _Stream(threading.Thread):
         return self.at
 
 
-async def _revoke(settings: Any, revocation: Any) -> float:
-    """Send the revocation; the moment the broker acknowledged it (it exists from then)."""
+async def _acknowledged(settings: Any, topic: Any, message: Any) -> float:
+    """Send ``message`` to ``topic``; the moment the broker acknowledged it (it exists from then)."""
     from aiokafka import AIOKafkaProducer
 
     from imprint.contracts.registry import encode
-    from imprint.contracts.topics import Topic
 
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True)
     await producer.start()
     try:
-        await producer.send_and_wait(settings.topic(Topic.SOURCES), encode(revocation), key=revocation.key.encode(),
-                                     headers=[("type", revocation.type.encode())])
+        await producer.send_and_wait(settings.topic(topic), encode(message), key=message.key.encode(),
+                                     headers=[("type", message.type.encode())])
         return time.monotonic()
     finally:
         await producer.stop()

@@ -1,4 +1,4 @@
-"""The server kit's path cases (D9): whatever stands between Delivery and the client hands the
+"""The server kit's path cases (D10): whatever stands between Delivery and the client hands the
 stream on as written. Each failure names the proxy setting to change."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class PathCases(Kit):
             if not 0 < position < ids[-1]:
                 continue
             read = await self.read(self.events_url(runs.finished), {"Last-Event-ID": str(position)})
-            self.case(f"path/last-event-id-intact/{position}", "D9", read.ids[:1] == [position + 1],
+            self.case(f"path/last-event-id-intact/{position}", "D10", read.ids[:1] == [position + 1],
                       f"sent Last-Event-ID {position}, the stream began at {read.ids[:1]}"
                       + ("" if read.ids[:1] == [position + 1] else ": the path drops or alters Last-Event-ID — pass "
                          "the request header through unchanged (nginx does unless `proxy_set_header Last-Event-ID` "
@@ -37,7 +37,7 @@ class PathCases(Kit):
                           ("ai-sdk", f"{self.url}/v1/ai-sdk/runs/{runs.finished}/stream")):
             read = await self.read(url, {"Accept-Encoding": "gzip, deflate, br"})
             encoding = read.headers.get("content-encoding", "")
-            self.case(f"path/no-compression/{name}", "D9", read.status == 200 and encoding in ("", "identity"),
+            self.case(f"path/no-compression/{name}", "D10", read.status == 200 and encoding in ("", "identity"),
                       f"Content-Encoding {encoding or 'none'}" + (f": {COMPRESSION}" if encoding not in ("", "identity") else ""))
         if runs.conversation:
             await self.keepalives(f"path/keepalive/notices", f"{self.url}/v1/conversations/{runs.conversation}/notices")
@@ -57,7 +57,7 @@ class PathCases(Kit):
         good = read.status == 200 and len(arrived) >= 2 and not closed and not late
         why = "" if good else ": " + "; ".join(
             ([READ_TIMEOUT] if closed else []) + ([BUFFERING] if not arrived or late else []))
-        self.case(case, "D9", good, f"keep-alives at {arrived} s (interval {self.keepalive:g} s), "
+        self.case(case, "D10", good, f"keep-alives at {arrived} s (interval {self.keepalive:g} s), "
                                     f"{'closed' + (f' ({read.error})' if read.error else '') if closed else 'open'}{why}")
 
     async def live_path(self, runs: Runs) -> None:
@@ -83,7 +83,7 @@ class PathCases(Kit):
             headers_ok = True
         except TimeoutError:
             headers_ok = False
-        self.case("path/headers-arrive", "D9", headers_ok, "the stream's headers arrived" if headers_ok else
+        self.case("path/headers-arrive", "D10", headers_ok, "the stream's headers arrived" if headers_ok else
                   f"no response headers within {self.frame_wait:g} s: {BUFFERING}")
         last_id = 0
         for step in range(1, 6):
@@ -94,7 +94,7 @@ class PathCases(Kit):
             good = arrived is not None
             if arrived is not None:
                 last_id = arrived.id or last_id
-            self.case(f"path/unbuffered/{step}", "D9", good,
+            self.case(f"path/unbuffered/{step}", "D10", good,
                       f"progress frame {step} arrived {arrived.at - produced:.2f} s after it was produced"
                       if arrived is not None else f"frame {step} did not arrive within {self.frame_wait:g} s of being "
                                                   f"produced: {BUFFERING}")

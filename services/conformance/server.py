@@ -12,7 +12,7 @@ Families of cases, each case naming its rule:
   the same wait, D4's receipts, D2/X11's cancel;
 * ``ai-sdk``, ``notices``, ``cors`` — the AI SDK stream read by the rules, D7's notices, CORS
   for an allowed and a refused origin;
-* ``path`` — D9: a frame produced reaches the client before the next one is produced,
+* ``path`` — D10: a frame produced reaches the client before the next one is produced,
   ``Last-Event-ID`` arrives intact, keep-alives arrive within the interval, nothing compresses
   the stream. A failure names the proxy setting to change.
 

@@ -30,7 +30,9 @@ from services.delivery.metrics import DeliveryMetrics
 from services.delivery.notifier import Notifier
 from services.delivery.observer import AccessLog, DeliveryRecorder, GroupCommit, GroupedOutcomes
 from services.delivery.operator import operator_router
-from services.delivery.routes import Shared, conversations, notices, ops, runs, streams, ui_stream
+from services.delivery.routes import (
+    Shared, conversation_stream, conversations, notices, ops, runs, streams, ui_stream,
+)
 from services.delivery.routes.ops import STATIC
 from services.delivery.seen_store import ClientReport
 from services.delivery.stream import StreamConfig
@@ -99,6 +101,7 @@ def create_app(
     api.include_router(runs.router(ctx))
     api.include_router(conversations.router(ctx))
     api.include_router(notices.router(ctx))
+    api.include_router(conversation_stream.router(ctx))
     api.include_router(ops.router(ctx))
     api.include_router(operator_router(settings, store))
     api.mount("/static", StaticFiles(directory=STATIC), name="static")

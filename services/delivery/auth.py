@@ -103,7 +103,8 @@ class StreamTickets:
 
 def ticket_scope(path_params: Mapping[str, Any]) -> str:
     """What a stream ticket opens: the path's run (``run_id``), or the path's conversation's
-    notices (``conversation_id``, D7) — never both, never another."""
+    streams (``conversation_id``: its notices, D7, and its conversation stream, D9; one scope,
+    the notices' feed key) — never both, never another."""
     conversation = path_params.get("conversation_id")
     return notice_feed(str(conversation)) if conversation is not None else str(path_params.get("run_id", ""))
 

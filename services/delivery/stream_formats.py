@@ -1,15 +1,18 @@
-"""The three forms a stream writes its frames in (:class:`~services.delivery.stream.EventStream`
-writes whichever it is given): imprint's own SSE (D1/D2), the AI SDK UI message stream, and a
-conversation's notices as AI SDK parts (D7). Each says its headers, its opening, each frame's
-bytes and its closing; what a frame's bytes are is the frame's own (:attr:`Frame.sse`) or its
-AI SDK mapping's (:mod:`imprint.delivery.ui_message_stream`), one call each."""
+"""The four forms a stream writes its frames in (:class:`~services.delivery.stream.EventStream`
+writes whichever it is given): imprint's own SSE (D1/D2), the AI SDK UI message stream, a
+conversation's notices as AI SDK parts (D7) and a conversation stream as AI SDK parts (D9). Each
+says its headers, its opening, each frame's bytes and its closing; what a frame's bytes are is
+the frame's own (:attr:`Frame.sse`) or its AI SDK mapping's
+(:mod:`imprint.delivery.ui_message_stream`), one call each."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from imprint.delivery.frames import Frame
-from imprint.delivery.ui_message_stream import DONE_EVENT, HEADER, UIMessageStream, notice_event
+from imprint.delivery.ui_message_stream import (
+    DONE_EVENT, HEADER, UIMessageStream, conversation_event, conversation_opening, notice_event,
+)
 
 RETRY_MS = 2000
 
@@ -70,3 +73,17 @@ class UINoticeParts:
 
     def closing(self, terminal: bool) -> bytes:
         return b""
+
+
+class UIConversationParts(UINoticeParts):
+    """A conversation stream (D9) as one AI SDK message of its own: ``start``, then each entry
+    as a data part (:func:`imprint.delivery.ui_message_stream.conversation_part`) with its SSE ``id``."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+
+    def opening(self) -> bytes:
+        return conversation_opening(self.conversation_id)
+
+    def frame(self, frame: Frame) -> bytes:
+        return conversation_event(frame)

@@ -9,7 +9,8 @@
   live feeds' read after a wake-up, the answer, history and execution views.
 * Stream tickets (D6) and delivery outcomes (D4, D5) are small writes of their own.
 * D7: a conversation's notices as live feeds (:mod:`services.delivery.notices`) and what
-  clients reported rendered and received (:mod:`services.delivery.seen_store`).
+  clients reported rendered and received (:mod:`services.delivery.seen_store`); D9: the
+  conversation stream, a live feed of the same kind.
 
 The tables and their SQL are :mod:`services.delivery.view_tables`. Synchronous: call
 it from a worker thread in async code."""
@@ -25,18 +26,19 @@ from typing import Any
 from opentelemetry.trace import Tracer
 
 from imprint.delivery import merge
+from imprint.delivery.conversation import ConversationView, fold
 from imprint.delivery.frames import Frame
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.common.unit_of_work import Recorded, Redelivered, TrackedUnitOfWork
-from services.delivery.notices import NoticeFeeds
+from services.delivery.notices import ENTRIES, NoticeFeeds
 from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
 from services.delivery.hot_runs import HotRuns
 from services.delivery.view_sink import ViewSink, applying, notify_payloads
 from services.delivery.view_workspace import now, purge
-from services.delivery.view_tables import ViewTables, notice_feed
+from services.delivery.view_tables import ViewTables, conversation_feed, notice_feed
 from services.delivery.view_upgrade import upgrade
 
 
@@ -80,6 +82,8 @@ class ViewStore:
         self.units = TrackedUnitOfWork()
         self.notices = NoticeFeeds(self.views)
         """D7: the conversations' notices, read as live feeds."""
+        self.conversations = NoticeFeeds(self.views, ENTRIES)
+        """D9: the conversations' streams (turns and notices), read as live feeds."""
         self.sightings = SeenStore(self.views)
         """D7: what clients reported rendered and received, and the "who saw it" report."""
 
@@ -153,7 +157,7 @@ class ViewStore:
         text, answer text, block states). Returns the purged run ids."""
         with self.tables.transaction(commit=True) as c:
             purged = purge(self.views, c, conversation_id, account_id)
-            feeds = [*purged, notice_feed(conversation_id)] if purged else []
+            feeds = [*purged, notice_feed(conversation_id), conversation_feed(conversation_id)] if purged else []
             for payload in notify_payloads(self.origin, feeds):
                 self.tables.notify(c, payload)
         for run_id in purged:
@@ -246,6 +250,16 @@ class ViewStore:
             c.execute(self.views.q("SELECT run_id FROM {runs} WHERE conversation_id = ? AND account_id = ? "
                                    "AND deleted = 0 LIMIT 1"), (conversation_id, account_id))
             return c.fetchone() is not None
+
+    def conversation_view(self, conversation_id: str) -> ConversationView:
+        """D9: the conversation's stream folded as a tab folds it (its questions and queue)."""
+        view = ConversationView()
+        feed = conversation_feed(conversation_id)
+        while True:
+            frames = self.conversations.frames_after(feed, view.last_entry_id, 1000)
+            fold(((f.id, f.event, f.data) for f in frames), view)
+            if len(frames) < 1000:
+                return view
 
     def history(self, conversation_id: str) -> list[RunRecord]:
         with self.tables.reading() as c:

@@ -19,6 +19,9 @@ and for D7 (notices after the end, who saw a withdrawn claim):
                   last notice id (ids 1, 2, 3, … per conversation, taken under the row's lock
                   in the poll that writes the notices) and whether it was deleted;
 ``<p>_notices``   every notice, as sent (never a title or body);
+``<p>_conversation_entries``  the conversation stream (D9): every entry (a ``turn`` — one
+                  question's place in the conversation — or a copy of a ``notice``), ids 1, 2,
+                  3, … per conversation (its row's ``last_entry_id``), as sent;
 ``<p>_renders``   which client reported which block revision rendered, first time only;
 ``<p>_received``  how far each client reported a run's stream received;
 ``<p>_notice_receipts``  which client reported which notice received, first time only.
@@ -45,6 +48,7 @@ CONFLICT_COLUMNS = ("run_id", "seq", "block_id", "revision", "first_kind", "firs
                     "second_sha256", "frame_id", "detected_at")
 NOTICE_COLUMNS = ("conversation_id", "notice_id", "run_id", "block_id", "revision", "cause", "data", "created_at")
 RENDER_COLUMNS = ("run_id", "block_id", "revision", "client_id", "rendered_at")
+ENTRY_COLUMNS = ("conversation_id", "entry_id", "event", "data", "created_at")
 NOTICE_FEED = "\x1fnotices:"
 """A conversation's notices follow the live-feed mechanism of runs under this key prefix: a
 run id is an identifier (no control characters), so no run's key is ever one of these."""
@@ -55,9 +59,22 @@ def notice_feed(conversation_id: str) -> str:
     return NOTICE_FEED + conversation_id
 
 
+CONVERSATION_FEED = "\x1fconversation:"
+"""D9: a conversation's stream follows the same mechanism under this prefix."""
+
+
+def conversation_feed(conversation_id: str) -> str:
+    """The live-feed key of a conversation's stream (D9)."""
+    return CONVERSATION_FEED + conversation_id
+
+
 def conversation_of(feed: str) -> str | None:
-    """The conversation of a notice feed key (``None``: a run's key)."""
-    return feed[len(NOTICE_FEED):] if feed.startswith(NOTICE_FEED) else None
+    """The conversation of a conversation's feed key, its notices' or its stream's (``None``:
+    a run's key)."""
+    for prefix in (NOTICE_FEED, CONVERSATION_FEED):
+        if feed.startswith(prefix):
+            return feed[len(prefix):]
+    return None
 
 ROWS_PER_STATEMENT = 500
 """Rows per multi-row ``VALUES`` statement (and ids per ``IN`` list)."""
@@ -70,7 +87,8 @@ class ViewTables:
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
         p = tables.name
-        self.table_names = {table: f"{p}_{table}" for table in ("runs", "blocks", "frames", "conflicts", "views")}
+        self.table_names = {table: f"{p}_{table}"
+                            for table in ("runs", "blocks", "frames", "conflicts", "views", "conversations")}
         """Each table's own name (unqualified), for the catalog."""
         self.names = {
             "runs": tables.table(f"{p}_runs"), "blocks": tables.table(f"{p}_blocks"),
@@ -79,6 +97,7 @@ class ViewTables:
             "conversations": tables.table(f"{p}_conversations"), "notices": tables.table(f"{p}_notices"),
             "renders": tables.table(f"{p}_renders"), "received": tables.table(f"{p}_received"),
             "notice_receipts": tables.table(f"{p}_notice_receipts"),
+            "entries": tables.table(f"{p}_conversation_entries"),
             "runs_index": f"{p}_runs_conversation", "frames_index": f"{p}_frames_key",
             "notices_index": f"{p}_notices_run",
         }
@@ -132,6 +151,11 @@ class ViewTables:
         and notices are never deleted)."""
         return self._after(c, "{notices}", "conversation_id", "notice_id", "f.data", cursors, limit)
 
+    def entries_after(self, c: Any, cursors: Mapping[str, int], limit: int) -> list[Any]:
+        """Rows (conversation_id, entry_id, event, data) of each conversation stream after its
+        cursor (D9), read as :meth:`notices_after` reads notices."""
+        return self._after(c, "{entries}", "conversation_id", "entry_id", "f.event, f.data", cursors, limit)
+
     def _after(self, c: Any, table: str, key: str, number: str, columns: str, cursors: Mapping[str, int],
                limit: int) -> list[Any]:
         rows: list[Any] = []
@@ -147,8 +171,9 @@ class ViewTables:
             rows.extend(c.fetchall())
         return rows
 
-    def number_notices(self, c: Any, counts: Mapping[str, tuple[str, int]], stamp: str) -> dict[str, int]:
-        """D7: take ``n`` more notice ids of each conversation (``counts``: conversation →
+    def number_notices(self, c: Any, counts: Mapping[str, tuple[str, int]], stamp: str,
+                       column: str = "last_notice_id") -> dict[str, int]:
+        """D7 (and D9's entries, ``column="last_entry_id"``): take ``n`` more ids of each conversation (``counts``: conversation →
         (account, n)), under the conversation row's lock until the transaction ends (rows
         taken in conversation order, after the runs the poll locked). Returns each
         conversation's last id now (its new ids end there); a conversation whose row names
@@ -159,14 +184,14 @@ class ViewTables:
         for start in range(0, len(items), ROWS_PER_STATEMENT):
             part = items[start:start + ROWS_PER_STATEMENT]
             c.execute(self.q(
-                "INSERT INTO {conversations} AS t (conversation_id, account_id, last_notice_id, updated_at) VALUES "
+                f"INSERT INTO {{conversations}} AS t (conversation_id, account_id, {column}, updated_at) VALUES "
                 + ", ".join(["(?, ?, ?, ?)"] * len(part))
-                + " ON CONFLICT (conversation_id) DO UPDATE SET last_notice_id = t.last_notice_id + "
-                  "excluded.last_notice_id, updated_at = excluded.updated_at"
+                + f" ON CONFLICT (conversation_id) DO UPDATE SET {column} = t.{column} + "
+                  f"excluded.{column}, updated_at = excluded.updated_at"
                   " WHERE t.account_id = excluded.account_id AND t.deleted = 0"
-                  " RETURNING conversation_id, last_notice_id"),
+                  f" RETURNING conversation_id, {column}"),
                 [v for conversation, (account, n) in part for v in (conversation, account, n, stamp)])
-            last.update((row["conversation_id"], int(row["last_notice_id"])) for row in c.fetchall())
+            last.update((row["conversation_id"], int(row[column])) for row in c.fetchall())
         return last
 
     def close_conversation(self, c: Any, conversation_id: str, account_id: str | None, stamp: str) -> None:
@@ -176,12 +201,12 @@ class ViewTables:
                          "updated_at = excluded.updated_at"), (conversation_id, account_id, stamp))
 
     def conversation_heads(self, c: Any, conversation_ids: Sequence[str]) -> dict[str, Any]:
-        """(last_notice_id, deleted) rows of these conversations (those told anything yet)."""
+        """(last_notice_id, last_entry_id, deleted) rows of these conversations (those told anything yet)."""
         found: dict[str, Any] = {}
         for start in range(0, len(conversation_ids), ROWS_PER_STATEMENT):
             part = list(conversation_ids[start:start + ROWS_PER_STATEMENT])
             marks = ", ".join("?" for _ in part)
-            c.execute(self.q(f"SELECT conversation_id, last_notice_id, deleted FROM {{conversations}} "
+            c.execute(self.q(f"SELECT conversation_id, last_notice_id, last_entry_id, deleted FROM {{conversations}} "
                              f"WHERE conversation_id IN ({marks})"), part)
             found.update((row["conversation_id"], row) for row in c.fetchall())
         return found
@@ -235,7 +260,10 @@ SCHEMA = (
     " expires_at DOUBLE PRECISION NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {conversations} ("
     " conversation_id TEXT PRIMARY KEY, account_id TEXT, last_notice_id BIGINT NOT NULL DEFAULT 0,"
-    " deleted INTEGER NOT NULL DEFAULT 0, updated_at TEXT NOT NULL)",
+    " deleted INTEGER NOT NULL DEFAULT 0, updated_at TEXT NOT NULL, last_entry_id BIGINT NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS {entries} ("
+    " conversation_id TEXT NOT NULL, entry_id BIGINT NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,"
+    " created_at TEXT NOT NULL, PRIMARY KEY (conversation_id, entry_id))",
     "CREATE TABLE IF NOT EXISTS {notices} ("
     " conversation_id TEXT NOT NULL, notice_id BIGINT NOT NULL, run_id TEXT NOT NULL, block_id TEXT NOT NULL,"
     " revision BIGINT NOT NULL, cause TEXT NOT NULL, data TEXT NOT NULL, created_at TEXT NOT NULL,"

@@ -5,7 +5,8 @@ poll, numbered conflicts by time, and (later) each block's display entry beside 
 state. Opening such a store moves it: block rows from the answer states, each key's live
 frame from the frames that still have a body, conflicts numbered in detection order, the
 display column dropped (it is derived from the state when read), a frame's
-``traceparent`` column added (``NULL`` for the frames it already holds). Frames, ids, positions
+``traceparent`` column added (``NULL`` for the frames it already holds), a conversation's
+``last_entry_id`` (D9) added at 0. Frames, ids, positions
 and delivery states stay as they are. A store in the current layout costs a look at the
 catalog and nothing else."""
 
@@ -31,6 +32,8 @@ def upgrade(views: ViewTables) -> None:
             c.execute(views.q("ALTER TABLE {blocks} DROP COLUMN display"))
         if "traceparent" not in views.columns(c, "frames"):  # X9: the span that appended a frame
             c.execute(views.q("ALTER TABLE {frames} ADD COLUMN traceparent TEXT"))
+        if "last_entry_id" not in views.columns(c, "conversations"):  # D9: the conversation stream
+            c.execute(views.q("ALTER TABLE {conversations} ADD COLUMN last_entry_id BIGINT NOT NULL DEFAULT 0"))
         if "live_frames" in runs:
             return
         log.info("upgrading the delivery view store to the appending layout")

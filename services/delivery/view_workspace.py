@@ -11,11 +11,12 @@ gets one multi-row statement. Only the terminal (once per run), a withdrawal aft
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from imprint.delivery import merge
+from imprint.delivery.conversation import NOTICE_EVENT, TURN_EVENT, Turn
 from imprint.delivery.frame import as_json, skeleton_text
 from imprint.delivery.frames import FrameDraft, RunProjection
 from imprint.delivery.notices import Notice
@@ -24,11 +25,13 @@ from services.delivery.hot_runs import BlockRow, HotRuns, RunRows
 from services.delivery.view_tables import (
     BLOCK_COLUMNS,
     CONFLICT_COLUMNS,
+    ENTRY_COLUMNS,
     FRAME_COLUMNS,
     NOTICE_COLUMNS,
     RUN_COLUMNS,
     TRACED_FRAME_COLUMNS,
     ViewTables,
+    conversation_feed,
     notice_feed,
 )
 
@@ -58,6 +61,8 @@ class ViewWorkspace:
         (new notices, a deletion: :func:`notice_feed`)."""
         self.notices: list[tuple[str, Notice]] = []
         """D7: (account, notice) to number and write with the poll."""
+        self.entries: list[tuple[str, str, str, Callable[[int], dict[str, Any]]]] = []
+        """D9: (account, conversation, event, payload of its entry id) to number and write with the poll."""
         self.conflicts: list[merge.Conflict] = []
         self.inserts: list[list[Any]] = []
         """Pending frame rows, in :data:`FRAME_COLUMNS` order."""
@@ -236,6 +241,14 @@ class ViewWorkspace:
             self.notices.append((account, notice))
             # Named now: the policy hands the touched feeds to the consumer before the flush.
             self.touched[notice_feed(notice.conversation_id)] = None
+            self.touched[conversation_feed(notice.conversation_id)] = None
+
+    def turn(self, run: RunRows, turn: Turn) -> None:
+        account = run.projection.account_id
+        if account is not None:
+            self.entries.append((account, turn.conversation_id, TURN_EVENT,
+                                 lambda entry_id: turn.payload(entry_id, self.now)))
+            self.touched[conversation_feed(turn.conversation_id)] = None
 
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         # The poll's notices wait for its end: a conversation row is locked only after every
@@ -248,6 +261,7 @@ class ViewWorkspace:
             self.hot.drop(run_id)
         if purged:
             self.touched[notice_feed(conversation_id)] = None
+            self.touched[conversation_feed(conversation_id)] = None
 
     # -------------------------------------------------------------- writing
 
@@ -265,30 +279,50 @@ class ViewWorkspace:
         """D7: number this poll's notices per conversation (one statement for all of them,
         under each conversation row's lock, taken after every run row the poll locked, so
         two instances sharing a conversation never wait on each other in a cycle) and write
-        them as they will be sent."""
-        if not self.notices:
-            return
+        them as they will be sent; then D9: the poll's entries of each conversation stream —
+        its turns and a copy of each notice — numbered and written the same way."""
         pending, self.notices = self.notices, []
-        counts: dict[str, tuple[str, int]] = {}
-        for account, notice in pending:
-            _, n = counts.get(notice.conversation_id, (account, 0))
-            counts[notice.conversation_id] = (account, n + 1)
-        last = self.views.number_notices(self.c, counts, self.now)
-        next_id = {conversation: last[conversation] - n + 1 for conversation, (_, n) in counts.items()
-                   if conversation in last}
+        ids = self._number([(account, notice.conversation_id) for account, notice in pending], "last_notice_id")
         rows: list[tuple[Any, ...]] = []
-        for _, notice in pending:
-            conversation = notice.conversation_id
-            if conversation not in next_id:
+        for (account, notice), notice_id in zip(pending, ids):
+            if notice_id is None:
                 log.warning("notice not given: the conversation is another account's or deleted",
                             run_id=notice.run_id, block_id=notice.block_id)
                 continue
-            notice_id = next_id[conversation]
-            next_id[conversation] += 1
-            rows.append((conversation, notice_id, notice.run_id, notice.block_id, notice.revision, notice.cause,
-                         as_json(notice.payload(notice_id, self.now)), self.now))
+            payload = notice.payload(notice_id, self.now)
+            rows.append((notice.conversation_id, notice_id, notice.run_id, notice.block_id, notice.revision,
+                         notice.cause, as_json(payload), self.now))
+            self.entries.append((account, notice.conversation_id, NOTICE_EVENT,
+                                 lambda entry_id, payload=payload: {**payload, "entry_id": entry_id}))
         if rows:
             self.views.insert_rows(self.c, "{notices}", NOTICE_COLUMNS, rows)
+        entries, self.entries = self.entries, []
+        ids = self._number([(account, conversation) for account, conversation, _, _ in entries], "last_entry_id")
+        entry_rows = [(conversation, entry_id, event, as_json(payload(entry_id)), self.now)
+                      for (_, conversation, event, payload), entry_id in zip(entries, ids) if entry_id is not None]
+        if entry_rows:
+            self.views.insert_rows(self.c, "{entries}", ENTRY_COLUMNS, entry_rows)
+
+    def _number(self, pending: Sequence[tuple[str, str]], column: str) -> list[int | None]:
+        """The next ids of each (account, conversation) in ``column``'s numbering, in order
+        (``None``: the conversation is another account's or deleted)."""
+        if not pending:
+            return []
+        counts: dict[str, tuple[str, int]] = {}
+        for account, conversation in pending:
+            _, n = counts.get(conversation, (account, 0))
+            counts[conversation] = (account, n + 1)
+        last = self.views.number_notices(self.c, counts, self.now, column)
+        next_id = {conversation: last[conversation] - n + 1 for conversation, (_, n) in counts.items()
+                   if conversation in last}
+        ids: list[int | None] = []
+        for _, conversation in pending:
+            if conversation not in next_id:
+                ids.append(None)
+                continue
+            ids.append(next_id[conversation])
+            next_id[conversation] += 1
+        return ids
 
     def flush(self, *, notices: bool = True) -> None:
         """Write every pending frame, notice and every changed run and block row."""

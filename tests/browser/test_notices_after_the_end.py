@@ -89,7 +89,7 @@ def test_a_page_left_open_on_a_finished_run_strikes_a_block_when_its_source_is_r
                 if r.url.endswith("/receipts") and r.status == 202 else None)
         page.goto(f"{stack.base_url}/#run={run}&token={token}")
         page.wait_for_function("() => window.imprintClient && window.imprintClient.done"
-                               " && window.imprintClient.notices.connections >= 1")
+                               " && window.imprintClient.conversation.connections >= 1")
         page.wait_for_function("ids => JSON.stringify(Array.from(document.querySelectorAll('#blocks .block'))"
                                ".map(e => e.dataset.blockId)) === JSON.stringify(ids)", arg=blocks)
         client_id = page.evaluate("() => window.imprintClient.clientId")

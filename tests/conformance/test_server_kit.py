@@ -92,7 +92,7 @@ def direct(stack: Stack, module_settings: Settings, tmp_path_factory: pytest.Tem
 @pytest.mark.rule("D6")
 @pytest.mark.rule("D7")
 @pytest.mark.rule("D8")
-@pytest.mark.rule("D9")
+@pytest.mark.rule("D10")
 def test_every_server_case_passes_against_the_stack(direct: dict[str, Any]) -> None:
     assert failed(direct) == [], "\n".join(failed(direct))
     assert direct["exit"] == 0 and direct["ok"] is True
@@ -106,7 +106,7 @@ def test_every_server_case_passes_against_the_stack(direct: dict[str, Any]) -> N
                                                "answer-withdrawn", "answer-rejected", "content", "evidence-summary",
                                                "stream-summary", "done"))}
     rules = {c["rule"] for c in direct["cases"]}
-    assert rules >= {"D1", "D2", "D3", "D4", "D6", "D7", "D8", "D9"}
+    assert rules >= {"D1", "D2", "D3", "D4", "D6", "D7", "D8", "D10"}
 
 
 @pytest.mark.rule("D1")
@@ -120,7 +120,7 @@ def test_without_kafka_the_kit_reads_the_finished_run_it_is_pointed_at(
     assert code == 0 and len(report["cases"]) >= 100
 
 
-@pytest.mark.rule("D9")
+@pytest.mark.rule("D10")
 def test_behind_a_buffering_proxy_the_path_cases_fail_naming_the_setting(
     stack: Stack, module_settings: Settings, tmp_path: Path,
 ) -> None:
@@ -144,7 +144,7 @@ def test_behind_a_buffering_proxy_the_path_cases_fail_naming_the_setting(
     assert "proxy_buffering off" in table and "FAIL" in table
 
 
-@pytest.mark.rule("D9")
+@pytest.mark.rule("D10")
 def test_a_read_timeout_shorter_than_the_keepalive_is_named(
     stack: Stack, module_settings: Settings, direct: dict[str, Any], tmp_path: Path,
 ) -> None:
@@ -156,7 +156,7 @@ def test_a_read_timeout_shorter_than_the_keepalive_is_named(
     assert all("proxy_read_timeout" in c["seen"] for c in keepalive.values()), keepalive
 
 
-@pytest.mark.rule("D9")
+@pytest.mark.rule("D10")
 @pytest.mark.rule("D1")
 @pytest.mark.rule("D8")
 def test_with_the_readme_configuration_every_path_case_passes(

@@ -13,13 +13,12 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { readRun } from "./ui_message_reader.mjs";
+import { openConversationFeed, readInto, readRun, report } from "./ui_message_reader.mjs";
 
 const [line, base, runId, conversationId, token, count, lastId] = process.argv.slice(2);
 const here = dirname(fileURLToPath(import.meta.url));
 const { version } = JSON.parse(readFileSync(join(here, "node_modules", line, "package.json"), "utf8"));
 const ai = await import(line);
-const { DefaultChatTransport, readUIMessageStream } = ai;
 const headers = { Authorization: `Bearer ${token}` };
 const out = { package: line, version, status: "", before: null, message: null, notices: [], errors: [] };
 
@@ -27,15 +26,7 @@ try {
   const run = await readRun(ai, { api: `${base}/v1/ai-sdk/runs`, chatId: runId, headers });
   if (run.status !== "finished") throw new Error(`the run was not read: ${JSON.stringify(run)}`);
   out.before = run.message;
-  const transport = new DefaultChatTransport({
-    api: `${base}/v1/ai-sdk/conversations`,
-    headers,
-    prepareReconnectToStreamRequest: ({ id, headers: given }) => ({
-      api: `${base}/v1/ai-sdk/conversations/${encodeURIComponent(id)}/notices`,
-      headers: { ...given, ...(lastId ? { "Last-Event-ID": lastId } : {}) },
-    }),
-  });
-  const chunks = await transport.reconnectToStream({ chatId: conversationId });
+  const chunks = await openConversationFeed(ai, { base, conversationId, feed: "notices", headers, lastId });
   if (chunks === null) throw new Error("no notices stream");
   const wanted = Number(count);
   const ofThisMessage = new TransformStream({
@@ -46,16 +37,9 @@ try {
     },
   });
   out.message = run.message;
-  for await (const message of readUIMessageStream({
-    message: structuredClone(run.message), stream: chunks.pipeThrough(ofThisMessage), terminateOnError: true,
-    onError: (error) => out.errors.push(String(error && error.stack || error)),
-  })) {
-    out.message = message;
-  }
-  out.status = out.errors.length ? "error" : "finished";
+  await readInto(ai, out, { message: run.message, stream: chunks.pipeThrough(ofThisMessage) });
 } catch (error) {
   out.errors.push(String(error && error.stack || error));
   out.status = "error";
 }
-process.stdout.write(JSON.stringify(out) + "\n");
-process.exitCode = out.status === "error" ? 1 : 0;
+report(out);

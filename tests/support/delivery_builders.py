@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from imprint.contracts import conversation as facts
 from imprint.contracts import publication
 from imprint.contracts.publication import BlockView, CommittedBlock, Content, Receipt
 from imprint.contracts.runs import ConversationDeleted, RunClosed, RunProgress, RunTransitioned
@@ -14,8 +16,8 @@ from imprint.delivery.frames import FrameDraft, RunProjection, terminal_drafts
 from imprint.delivery.handling import step
 
 __all__ = [
-    "Run", "block", "closed", "deleted", "preview", "progress", "published", "receipt", "rejected", "revision_rejected",
-    "running", "save_failed", "save_unknown", "settled", "unchanged", "withdrawn",
+    "Run", "block", "closed", "deleted", "fact", "preview", "progress", "published", "receipt", "rejected",
+    "revision_rejected", "running", "save_failed", "save_unknown", "settled", "unchanged", "withdrawn",
 ]
 
 
@@ -133,3 +135,19 @@ class Run:
 
     def events(self) -> list[str]:
         return [e for _, e, _ in self.frames]
+
+
+FACTS = {cls.model_fields["type"].default.split(".", 1)[1]: cls for cls in facts.CONVERSATION_FACTS}
+"""The Journal's conversation facts (X12) by their short name: ``question_queued`` …"""
+
+
+def fact(name: str, run_id: str, conversation: str, sequence: int, *, running: list[str] = (),  # type: ignore[assignment]
+         queued: list[str] = (), account: str = "acct-1", **extra: Any) -> Any:  # type: ignore[assignment]
+    """One conversation fact as the Journal announces it (``name``: ``question_queued``, ``run_interrupted`` …)."""
+    cls = FACTS[name]
+    if "policy" in cls.model_fields and "policy" not in extra:
+        extra["policy"] = "enqueue"
+    if "request_id" in cls.model_fields and "request_id" not in extra:
+        extra["request_id"] = uuid.uuid4()
+    return cls(conversation_id=conversation, account_id=account, run_id=run_id, message_id=f"msg-{run_id}",
+               sequence=sequence, running=list(running), queued=list(queued), **extra)

@@ -48,7 +48,8 @@ from imprint.contracts.publication import (
     BlockView,
 )
 from imprint.contracts.runs import TERMINAL_STATES, ConversationDeleted, RunClosed, RunProgress, RunTransitioned
-from imprint.delivery import merge
+from imprint.delivery import conversation, merge
+from imprint.delivery.conversation import Turn
 from imprint.delivery.notices import Notice, withdrawn_after_end
 from imprint.delivery.frame import (  # a frame's kinds and values stay importable from here too
     CONTENT, CONTENT_CHUNK, DONE, ERROR, EVIDENCE, FRAME_KINDS, PREVIEW, PROGRESS, PUBLICATION, REJECTED, RESET,
@@ -98,6 +99,8 @@ class Step:
     """Blocks that stopped being shown after ``done``: their frames lose their bodies."""
     notices: list[Notice] = field(default_factory=list)
     """What the run's conversation is told of those blocks (D7, :mod:`imprint.delivery.notices`)."""
+    turns: list[Turn] = field(default_factory=list)
+    """What the run's conversation stream is told of its question (D9, :mod:`imprint.delivery.conversation`)."""
     purge_conversation: str | None = None
 
 
@@ -125,6 +128,18 @@ def transitioned(p: RunProjection, message: RunTransitioned, out: Step) -> Step:
     p.reason = message.reason if message.state in TERMINAL_STATES else None
     if not p.terminal:
         out.drafts.append(draft(RUN_STATUS, p.status(), key=RUN_STATUS))
+    turn = conversation.transitioned(run_id=p.run_id, conversation_id=p.conversation_id, state=message.state,
+                                     reason=p.reason, sequence=message.sequence)
+    if turn is not None:
+        out.turns.append(turn)
+    return out
+
+
+def told(p: RunProjection, message: Any, out: Step) -> Step:
+    """A conversation fact of the run's question (X12): a turn of its conversation stream (D9),
+    no frame of the run (its lifecycle has its own)."""
+    if _adopt_identity(p, message.account_id, message.conversation_id):
+        out.turns.append(conversation.of_fact(message))
     return out
 
 
@@ -139,6 +154,10 @@ def closed(p: RunProjection, message: RunClosed, out: Step) -> Step:
         return out  # one closed record, one terminal (D3)
     p.closed = True
     p.message_id = message.message_id
+    if p.state != message.state:  # its transition not heard (yet): the conversation learns the end here
+        turn = conversation.transitioned(run_id=p.run_id, conversation_id=p.conversation_id, state=message.state,
+                                         reason=p.reason, sequence=p.sequence + 1)
+        out.turns.extend([turn] if turn is not None else [])
     p.state, p.outcome = message.state, message.outcome
     p.answer_text = message.answer_text
     p.evidence = [i.model_dump(mode="json") for i in message.evidence]

@@ -25,6 +25,8 @@ message's :class:`Context`; :func:`handle` returns the frames it appended (:clas
 ``answer.withdrawn``           the block leaves current display (P21)
 ``answer.rejected`` …          the rejection a client may see (D6)
 ``answer.save_unknown``/…      a preview whose save is unknown or failed (P15)
+``conversation.question_*`` …  a turn of the run's conversation stream (D9): the Journal's fact
+                               of its question (X12) and the queue after it; no frame of the run
 =============================  ================================================================
 """
 
@@ -45,6 +47,7 @@ from imprint.contracts.publication import (
     AnswerUnchanged,
     AnswerWithdrawn,
 )
+from imprint.contracts.conversation import CONVERSATION_FACTS
 from imprint.contracts.runs import ConversationDeleted, RunClosed, RunProgress, RunTransitioned
 from imprint.delivery import frames, merge, projection
 from imprint.delivery.frames import PREVIEW, PUBLICATION, REJECTED, WITHDRAWN, Publication, RunProjection, Step
@@ -121,6 +124,7 @@ HANDLERS: dict[type, Handler] = {
     AnswerRevisionRejected: _publication(REJECTED, frames.no_fields, merge.target_block, merge.on_revision_rejected),
     AnswerSaveUnknown: _publication(PREVIEW, frames.save_unknown_fields, merge.outcome_blocks, merge.on_save_unknown),
     AnswerSaveFailed: _publication(PREVIEW, frames.save_failed_fields, merge.outcome_blocks, merge.on_save_failed),
+    **{fact: Handler(frames.told) for fact in CONVERSATION_FACTS},
 }
 """One table: a reader finds what happens to a message by its type here."""
 

@@ -13,6 +13,9 @@ for, with per-run ids (D1). Rules of the stream decided here, once:
   (no frame follows ``done``; a client replaying from the start sees it withdrawn) and
   gives the run's conversation a notice (D7, :mod:`imprint.delivery.notices`): the
   clients that already hold the run learn it there, numbered in the same transaction.
+* **A question's place in its conversation** (D9, :mod:`imprint.delivery.conversation`) is
+  an entry of the conversation stream, numbered in the same transaction (with a copy of
+  every notice), so every tab of the conversation folds the same list.
 
 Storage, SQL and Kafka stay in ``services/delivery``."""
 
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from imprint.delivery import merge
+from imprint.delivery.conversation import Turn
 from imprint.delivery.frames import DONE, SUMMARY, FrameDraft, RunProjection, Step, terminal_drafts
 from imprint.delivery.notices import Notice
 from imprint.delivery.summary import validate_stream
@@ -62,6 +66,9 @@ class ViewWorkspace(Protocol):
     def notice(self, run: ProjectedRun, notice: Notice) -> None:
         """D7: tell the run's conversation (numbered per conversation when the poll commits)."""
 
+    def turn(self, run: ProjectedRun, turn: Turn) -> None:
+        """D9: tell the run's conversation stream (numbered per conversation when the poll commits)."""
+
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         """X8: drop every private body of the conversation's runs."""
 
@@ -79,6 +86,8 @@ def append(ws: ViewWorkspace, run: ProjectedRun, result: Step, trace: str | None
         ws.strip(run, f"block:{block_id}", "withdrawn")
     for notice in result.notices:
         ws.notice(run, notice)
+    for turn in result.turns:
+        ws.turn(run, turn)
     return appended
 
 

@@ -51,6 +51,13 @@ the notices of one message to ``readUIMessageStream({message, stream})`` (or app
 them to ``useChat``'s messages with ``setMessages``) and the block reads withdrawn where
 it was. No ``start``: a notices stream belongs to no message of its own.
 
+**The conversation stream (D9).** ``GET /v1/ai-sdk/conversations/{id}/events`` is the
+conversation as one message of its own (:func:`conversation_message_id`): ``start``, then
+each question as a ``data-turn`` part whose ``id`` is its run id (the SDK replaces it in
+place as the question moves: waiting, running, ended, cancelled…) and each notice as a
+``data-notice`` part (:func:`conversation_part`), each with its SSE ``id`` (the entry's)
+for a client that resumes. The parts' order is the order the questions were first heard of.
+
 Everything in a part is what the SSE frame already carries (client-safe, D6)."""
 
 from __future__ import annotations
@@ -97,6 +104,19 @@ def notice_part(notice: dict[str, Any]) -> Part:
         "run_id": run_id, "message_id": message_id(run_id), "notice_id": notice.get("notice_id")}}
 
 
+def conversation_message_id(conversation_id: str) -> str:
+    """The id of a conversation's own message (D9): its questions and their queue."""
+    return f"imprint-conversation-{conversation_id}"
+
+
+def conversation_part(event: str, data: dict[str, Any]) -> Part:
+    """An entry of a conversation stream (D9) as a data part: a ``turn`` replaces its
+    question's part (``id``: the run), a ``notice`` is a part of its own."""
+    if event == "turn":
+        return {"type": "data-turn", "id": str(data["run_id"]), "data": data}
+    return {"type": "data-notice", "id": f"{data.get('run_id')}:{data.get('block_id')}", "data": data}
+
+
 def reset_part(data: dict[str, Any]) -> Part:
     """D8's reset as a transient part (never kept in a message)."""
     return {"type": "data-reset", "data": {k: data.get(k) for k in ("reason", "last_event_id", "last_id")},
@@ -119,6 +139,19 @@ def notice_event(frame: Frame) -> bytes:
     notice's :func:`notice_part`, or D8's :func:`reset_part`."""
     data = frame.data if isinstance(frame.data, dict) else {}
     part = reset_part(data) if frame.event == RESET else notice_part(data)
+    return f"id: {frame.id}\n".encode() + encode(part)
+
+
+def conversation_opening(conversation_id: str) -> bytes:
+    """A conversation stream's AI SDK form opens its own message (D9)."""
+    return encode({"type": "start", "messageId": conversation_message_id(conversation_id)})
+
+
+def conversation_event(frame: Frame) -> bytes:
+    """An entry of a conversation stream in its AI SDK form (D9): its SSE ``id``, then its
+    :func:`conversation_part`, or D8's :func:`reset_part`."""
+    data = frame.data if isinstance(frame.data, dict) else {}
+    part = reset_part(data) if frame.event == RESET else conversation_part(frame.event, data)
     return f"id: {frame.id}\n".encode() + encode(part)
 
 

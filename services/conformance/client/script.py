@@ -166,6 +166,11 @@ class MemoryView:
             if held == key:
                 self._skeleton(frame_id, reason)
 
+    def turn(self, run: HeldRun, turn: Any) -> None:
+        """A conversation's turns (D9) are not played to clients: the cases are run streams and
+        their notices."""
+        return None
+
     def notice(self, run: HeldRun, notice: Notice) -> None:
         notice_id = len(self.notices) + 1
         self.notices.append(Frame(f"notices:{self.conversation_id}", notice_id, NOTICE_EVENT,

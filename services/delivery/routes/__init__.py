@@ -5,6 +5,7 @@
 * :mod:`.runs` — answer/execution snapshots, client receipts, cancel (D4/D5);
 * :mod:`.conversations` — history and delete requests (D5/X8);
 * :mod:`.notices` — a conversation's notices stream and its tickets (D7), also as AI SDK parts;
+* :mod:`.conversation_stream` — a conversation's stream of turns and notices and its queue (D9);
 * :mod:`.ops` — health, readiness, metrics and the reference web client.
 
 Each module has ``router(ctx) -> APIRouter``; ``create_app`` includes them."""

@@ -9,8 +9,9 @@
   ``data-block`` parts (:func:`imprint.delivery.ui_message_stream.notice_part`), for a
   front end on the ``ai`` package (``DefaultChatTransport.reconnectToStream`` with this
   URL from ``prepareReconnectToStreamRequest``), resumed the same way.
-* ``POST /v1/conversations/{conversation_id}/stream-tickets`` — a ticket that opens these
-  two and nothing else (``?ticket=``), for the browser's own ``EventSource``.
+* ``POST /v1/conversations/{conversation_id}/stream-tickets`` — a ticket that opens the
+  conversation's streams (these two, and its conversation stream, D9) and nothing else
+  (``?ticket=``), for the browser's own ``EventSource``.
 
 Isolation is D6's: only the conversation's account reads it; another account's
 conversation, and one Delivery never heard of, answer 404 after the same bounded wait as
@@ -28,6 +29,7 @@ from fastapi.responses import Response
 from imprint.delivery.frames import RESET, Frame
 from imprint.delivery.reset import Reset, resume
 from services.common.observability import get_logger
+from services.delivery.notices import NOTICES, NoticeFeeds
 from services.delivery.routes import UNAUTHORIZED, Shared, rate_limited, resume_position
 from services.delivery.stream import DeliveryReport, EventStream, SSEFrames, StreamFormat, UINoticeParts
 from services.delivery.view_tables import notice_feed
@@ -51,26 +53,7 @@ def router(ctx: Shared) -> APIRouter:
 
     async def notices(conversation_id: str, account: str, request: Request, query_id: str | None,
                       form: StreamFormat, stream: str) -> EventStream:
-        last = resume_position(request, query_id, "notice")
-        await ctx.awaited_conversation(conversation_id, account)
-        feed = notice_feed(conversation_id)
-        head = await asyncio.to_thread(ctx.store.notices.run, feed)
-        start = resume(last, last_frame_id=head.last_frame_id, terminal=False)  # a notices stream has no end
-        reset = start if isinstance(start, Reset) else None
-        report = DeliveryReport(run_id=conversation_id, account_id=account, connection_id=uuid.uuid4().hex,
-                                resumed_from=last, stream=stream, reset=reset.reason if reset else None)
-        ticket = getattr(request.state, "ticket", None)
-
-        async def ended(report: DeliveryReport) -> None:
-            # No delivery fact: those are a run's (D4). A ticket's use extends its life.
-            if ticket is not None:
-                await asyncio.to_thread(ctx.tickets.touch, ticket, feed)
-            log.info("notices stream ended", conversation_id=conversation_id, stream=stream, notices=report.frames,
-                     last_event_id=report.last_event_id, resumed_from=last, reset=report.reset)
-
-        return EventStream(run_id=feed, last_id=start.after, store=ctx.store.notices, notifier=ctx.notifier,
-                           config=ctx.config, metrics=ctx.metrics, report=report, report_to=ended, form=form,
-                           reset=Frame(feed, reset.after, RESET, reset.payload(), "") if reset else None)
+        return await feed_stream(ctx, ctx.store.notices, conversation_id, account, request, query_id, form, stream)
 
     @api.get("/v1/conversations/{conversation_id}/notices", responses=NOTICES_RESPONSE, response_class=Response)
     async def notices_stream(conversation_id: str, request: Request, account: StreamAccount,
@@ -88,13 +71,43 @@ def router(ctx: Shared) -> APIRouter:
     @api.post("/v1/conversations/{conversation_id}/stream-tickets", status_code=201,
               responses={**UNAUTHORIZED, **NOT_FOUND})
     async def notices_ticket(conversation_id: str, account: Limited) -> dict[str, Any]:
-        """A short-lived ticket that opens this conversation's notices streams (``?ticket=``)
+        """A short-lived ticket that opens this conversation's streams — its notices, its
+        conversation stream (``?ticket=``)
         without a header; it expires ``expires_in`` seconds after its last use."""
         await ctx.awaited_conversation(conversation_id, account)
         ticket, ttl = await asyncio.to_thread(ctx.tickets.mint, account, notice_feed(conversation_id))
         ctx.metrics.tickets.inc()
         return {"ticket": ticket, "expires_in": ttl, "conversation_id": conversation_id,
                 "notices_url": f"/v1/conversations/{conversation_id}/notices?ticket={ticket}",
-                "ui_notices_url": f"/v1/ai-sdk/conversations/{conversation_id}/notices?ticket={ticket}"}
+                "ui_notices_url": f"/v1/ai-sdk/conversations/{conversation_id}/notices?ticket={ticket}",
+                "events_url": f"/v1/conversations/{conversation_id}/events?ticket={ticket}",
+                "ui_events_url": f"/v1/ai-sdk/conversations/{conversation_id}/events?ticket={ticket}"}
 
     return api
+
+
+async def feed_stream(ctx: Shared, source: NoticeFeeds, conversation_id: str, account: str, request: Request,
+                      query_id: str | None, form: StreamFormat, stream: str) -> EventStream:
+    """One of a conversation's feeds (its notices, D7; its stream, D9) after the position the
+    request holds, then live: 404 after the same wait for another account's conversation (D6);
+    an id beyond the feed's last starts over with a ``reset`` (D8)."""
+    last = resume_position(request, query_id, "notice" if source.kind is NOTICES else "entry")
+    await ctx.awaited_conversation(conversation_id, account)
+    feed = source.kind.key(conversation_id)
+    head = await asyncio.to_thread(source.run, feed)
+    start = resume(last, last_frame_id=head.last_frame_id, terminal=False)  # a conversation's feed has no end
+    reset = start if isinstance(start, Reset) else None
+    report = DeliveryReport(run_id=conversation_id, account_id=account, connection_id=uuid.uuid4().hex,
+                            resumed_from=last, stream=stream, reset=reset.reason if reset else None)
+    ticket = getattr(request.state, "ticket", None)
+
+    async def ended(report: DeliveryReport) -> None:
+        # No delivery fact: those are a run's (D4). A ticket's use extends its life.
+        if ticket is not None:
+            await asyncio.to_thread(ctx.tickets.touch, ticket, notice_feed(conversation_id))
+        log.info("conversation feed ended", conversation_id=conversation_id, stream=stream, entries=report.frames,
+                 last_event_id=report.last_event_id, resumed_from=last, reset=report.reset)
+
+    return EventStream(run_id=feed, last_id=start.after, store=source, notifier=ctx.notifier,
+                       config=ctx.config, metrics=ctx.metrics, report=report, report_to=ended, form=form,
+                       reset=Frame(feed, reset.after, RESET, reset.payload(), "") if reset else None)

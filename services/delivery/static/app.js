@@ -17,11 +17,18 @@
  *   reconnect right after it asks for the whole view;
  * - reports client.received / client.rendered (and client.conflict) receipts, naming
  *   itself (a client id per page load) and the revision of every block it shows;
- * - once the run's stream ended, follows the conversation's notices (D7: nothing follows
- *   `done`, so a block withdrawn after it arrives there): GET …/conversations/{id}/notices
- *   with its own ticket, resumed with Last-Event-ID; a notice about a block the page shows
+ * - learns of a withdrawal after the run's end (D7: nothing follows `done`) from the
+ *   notices its conversation stream carries (below): a notice about a block the page shows
  *   marks it withdrawn in place (its text is no longer shown) and is acknowledged with a
  *   client.received receipt naming the notice;
+ * - follows the run's conversation stream (D9: GET …/conversations/{id}/events with the
+ *   conversation's ticket, resumed with Last-Event-ID; one connection for the queue and the
+ *   notices, so two tabs stay within a browser's six connections to a host): every question of the conversation
+ *   in order with its state, and the queue under the live answer, the same in every tab;
+ *   a waiting question can be cancelled or sent now (POST …/queue/{run}/cancel|send-now,
+ *   a 409 says it had already started). Once the answer shown has ended and a later
+ *   question started, the page moves on to it, keeping the ended answer's blocks above.
+ *   With #conversation=<id>&token=… (no run) it shows the conversation's live question;
  * - "Stop generating" asks the run to stop (POST …/cancel, X11: never a dropped connection)
  *   and says which saved blocks the answer names as kept; a preview the stopped run never
  *   saved is dropped from the page, and the page says so;
@@ -115,8 +122,9 @@
     stop: null,             // X11: {kept: {as_of_event_id, blocks}} once a stop was accepted
     dropped: [],            // block ids whose unsaved preview a stopped run dropped
     clientId: newClientId(),
-    notices: { conversationId: "", last: 0, source: null, connections: 0, duplicates: 0, acked: new Set(),
-               retryDelay: 500 },
+    notices: { last: 0, duplicates: 0, acked: new Set() },
+    conversation: { id: "", last: 0, source: null, connections: 0, duplicates: 0, retryDelay: 500,
+                    questions: new Map(), queue: [], running: [], earlier: [] },
   };
   window.imprintClient = client;
 
@@ -373,12 +381,8 @@
     stop_requested: "stopped at your request",
   };
 
-  /** D8: the stream starts over. Everything held is forgotten; what follows is the
-   * whole current view from frame 1, checked on its own (D3). */
-  function reset(raw) {
-    let data = {};
-    try { data = JSON.parse(raw) || {}; } catch (e) { /* the reset holds even without its detail */ }
-    client.resets += 1;
+  /** Everything held of the run shown: a reset (D8) or the next question's answer (D9). */
+  function forget() {
     client.held.clear();
     client.lastId = 0;
     client.blocks.clear();
@@ -394,6 +398,15 @@
     $("closed").hidden = true;
     $("integrity").dataset.state = "pending";
     $("integrity").textContent = "stream not finished";
+  }
+
+  /** D8: the stream starts over. Everything held is forgotten; what follows is the
+   * whole current view from frame 1, checked on its own (D3). */
+  function reset(raw) {
+    let data = {};
+    try { data = JSON.parse(raw) || {}; } catch (e) { /* the reset holds even without its detail */ }
+    client.resets += 1;
+    forget();
     notice(`The stream started over: it could not continue after frame ${data.last_event_id}; `
       + "showing the answer as it stands now.");
     scheduleRender();
@@ -436,7 +449,7 @@
       requestReceipt("client.received", true);
       render();
       requestReceipt("client.rendered", true);
-      followNotices();
+      followNext();
       return;
     }
     if (event === "stream-summary") {
@@ -644,57 +657,10 @@
   }
 
   // ---------------------------------------------------------------- notices (D7)
-  /** The run's conversation's notices, from the last one held: after `done` a withdrawal
-   *  reaches an open page only here. Notices about other runs, or blocks this page does not
-   *  show, change nothing and are not acknowledged (this page never showed them). */
-  async function followNotices() {
-    const n = client.notices;
-    if (client.stopped || n.source) return;
-    if (!n.conversationId) {
-      const run = await get(`/v1/runs/${encodeURIComponent(client.runId)}`);
-      if (run === null) return;
-      if (run === undefined || !run.conversation_id) return retryNotices();
-      n.conversationId = run.conversation_id;
-    }
-    const path = `/v1/conversations/${encodeURIComponent(n.conversationId)}`;
-    let ticket;
-    try {
-      const response = await fetch(`${path}/stream-tickets`, {
-        method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + client.token } });
-      if (response.status === 401 || response.status === 404) return;  // the run stream says so already
-      if (!response.ok) return retryNotices();
-      ticket = (await response.json()).ticket;
-    } catch (e) {
-      return retryNotices();
-    }
-    if (client.stopped) return;
-    let url = `${path}/notices?ticket=${encodeURIComponent(ticket)}`;
-    if (n.last > 0) url += `&last_event_id=${n.last}`;  // a new source sends no Last-Event-ID
-    const source = new EventSource(url);
-    n.source = source;
-    source.onopen = () => { n.connections += 1; n.retryDelay = 500; };
-    const onNotice = (event) => {
-      if (n.source !== source || !(event instanceof MessageEvent)) return;
-      if (event.type === "reset") { n.last = 0; return; }  // D8: every notice again from 1, applied once each
-      handleNotice(Number(event.lastEventId), event.data);
-    };
-    source.addEventListener("notice", onNotice);
-    source.addEventListener("reset", onNotice);
-    source.onerror = () => {
-      if (n.source !== source || source.readyState !== EventSource.CLOSED) return;  // the browser reconnects
-      n.source = null;  // refused (an expired ticket): a new ticket, from the last notice held
-      retryNotices();
-    };
-  }
-
-  function retryNotices() {
-    const n = client.notices;
-    if (client.stopped) return;
-    const delay = n.retryDelay;
-    n.retryDelay = Math.min(10000, n.retryDelay * 2);
-    setTimeout(followNotices, delay);
-  }
-
+  /** A notice of the run's conversation, as its conversation stream carries it (D9): after
+   *  `done` a withdrawal reaches an open page only there. Notices about other runs, or blocks
+   *  this page does not show, change nothing and are not acknowledged (this page never showed
+   *  them). `id` is the notice's own id in the conversation. */
   function handleNotice(id, raw) {
     const n = client.notices;
     if (!Number.isInteger(id) || id <= n.last) { n.duplicates += 1; return; }
@@ -715,6 +681,183 @@
     }
   }
 
+  // ---------------------------------------------------------------- the conversation (D9)
+  /** The conversation stream, from the last entry held: its questions in order with their
+   *  states and the queue (the newest fact's), what every tab of the conversation shows. */
+  async function followConversation() {
+    const c = client.conversation;
+    if (client.stopped || c.source) return;
+    if (!c.id) {
+      const run = client.runId ? await get(`/v1/runs/${encodeURIComponent(client.runId)}`) : undefined;
+      if (!run || !run.conversation_id) return retryConversation();  // Delivery may not know the run yet
+      c.id = run.conversation_id;
+    }
+    const path = `/v1/conversations/${encodeURIComponent(c.id)}`;
+    let ticket;
+    try {
+      const response = await fetch(`${path}/stream-tickets`, {
+        method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + client.token } });
+      if (response.status === 401) return;
+      if (!response.ok) return retryConversation();  // 404: no question of it is known yet
+      ticket = (await response.json()).ticket;
+    } catch (e) {
+      return retryConversation();
+    }
+    if (client.stopped) return;
+    let url = `${path}/events?ticket=${encodeURIComponent(ticket)}`;
+    if (c.last > 0) url += `&last_event_id=${c.last}`;
+    const source = new EventSource(url);
+    c.source = source;
+    source.onopen = () => { c.connections += 1; c.retryDelay = 500; };
+    const onEntry = (event) => {
+      if (c.source !== source || !(event instanceof MessageEvent)) return;
+      handleEntry(Number(event.lastEventId), event.type, event.data);
+    };
+    for (const kind of ["turn", "notice", "reset"]) source.addEventListener(kind, onEntry);
+    source.onerror = () => {
+      if (c.source !== source || source.readyState !== EventSource.CLOSED) return;  // the browser reconnects
+      c.source = null;
+      retryConversation();
+    };
+  }
+
+  function retryConversation() {
+    const c = client.conversation;
+    if (client.stopped) return;
+    const delay = c.retryDelay;
+    c.retryDelay = Math.min(5000, c.retryDelay * 2);
+    setTimeout(followConversation, delay);
+  }
+
+  const ENDED_KINDS = new Set(["ended", "refused", "cancelled", "merged", "steered"]);
+  const ENDED_STATES = new Set(["completed", "stopped", "failed", "throttled", "rejected"]);
+
+  function questionEnded(q) { return ENDED_KINDS.has(q.kind) || ENDED_STATES.has(q.state); }
+
+  /** One entry, folded as imprint.delivery.conversation.fold folds it. */
+  function handleEntry(id, event, raw) {
+    const c = client.conversation;
+    if (event === "reset") {  // D8: every entry again from 1
+      c.last = 0; c.questions.clear(); c.queue = []; c.running = [];
+      return;
+    }
+    if (!Number.isInteger(id) || id <= c.last) { c.duplicates += 1; return; }
+    c.last = id;
+    let d;
+    try { d = JSON.parse(raw); } catch (e) { return; }
+    if (!d) return;
+    if (event === "notice") { handleNotice(Number(d.notice_id), raw); return; }
+    if (event !== "turn") return;
+    let q = c.questions.get(d.run_id);
+    if (!q) { q = { run_id: d.run_id, kind: null, state: null }; c.questions.set(d.run_id, q); }
+    if (d.kind === "transition") {
+      q.state = d.state;
+    } else {
+      q.kind = d.kind;
+      for (const name of ["message_id", "policy", "reason", "by", "end"]) if (d[name] != null) q[name] = d[name];
+      if (d.kind === "ended" && d.state) q.state = d.state;
+      if (Array.isArray(d.queued)) { c.queue = d.queued.slice(); c.running = (d.running || []).slice(); }
+    }
+    renderConversation();
+    followNext();
+  }
+
+  const KIND_LABEL = { queued: "waiting", started: "started", refused: "refused", cancelled: "cancelled",
+    sent_now: "sent now", merged: "merged", steered: "handed to the live answer", interrupted: "interrupted",
+    ended: "ended" };
+
+  function renderConversation() {
+    const c = client.conversation;
+    const list = $("questions");
+    list.replaceChildren();
+    for (const q of c.questions.values()) {
+      const li = document.createElement("li");
+      li.dataset.runId = q.run_id;
+      li.dataset.kind = q.kind || "";
+      li.dataset.state = q.state || "";
+      if (q.run_id === client.runId) li.dataset.shown = "true";
+      const what = q.kind ? KIND_LABEL[q.kind] || q.kind : q.state || "";
+      li.dataset.end = q.end || "";
+      li.textContent = `${q.run_id}: ${what}${q.end ? " — " + q.end : ""}${q.state && q.kind ? " (" + q.state + ")" : ""}`
+        + (q.reason && q.reason !== q.end ? " — " + q.reason : "") + (q.by ? " — by " + q.by : "");
+      list.appendChild(li);
+    }
+    const queue = $("queue");
+    queue.replaceChildren();
+    for (const runId of c.queue) {
+      const li = document.createElement("li");
+      li.dataset.runId = runId;
+      const label = document.createElement("span");
+      label.textContent = runId;
+      const cancel = document.createElement("button");
+      cancel.type = "button"; cancel.className = "cancel-queued"; cancel.textContent = "Cancel";
+      cancel.addEventListener("click", () => queueAction(runId, "cancel", cancel));
+      const now = document.createElement("button");
+      now.type = "button"; now.className = "send-now"; now.textContent = "Send now";
+      now.addEventListener("click", () => queueAction(runId, "send-now", now));
+      li.append(label, " ", cancel, " ", now);
+      queue.appendChild(li);
+    }
+    $("conversation").hidden = c.questions.size === 0;
+  }
+
+  async function queueAction(runId, action, button) {
+    const c = client.conversation;
+    button.disabled = true;
+    const answer = await postForAnswer(
+      `/v1/conversations/${encodeURIComponent(c.id)}/queue/${encodeURIComponent(runId)}/${action}`, {});
+    if (answer.status === 409 && answer.body) {
+      notice(`The question ${runId} had already started: it can no longer be ${action === "cancel" ? "cancelled" : "sent now"}.`);
+    } else if (answer.status !== 202) {
+      notice("The request was not accepted.");
+      button.disabled = false;
+    }
+  }
+
+  /** Move on to the conversation's next answer once the one shown has ended (its blocks stay
+   *  above); with no run yet (#conversation=…), show its live question. */
+  function followNext() {
+    const c = client.conversation;
+    if (client.stopped) return;
+    const shown = client.runId ? c.questions.get(client.runId) : null;
+    if (client.runId && !client.done) return;
+    if (client.runId && shown === undefined) return;
+    const candidates = c.running.filter((r) => r !== client.runId && !c.earlier.includes(r));
+    let next = candidates[0];
+    if (!next && !client.runId) {
+      const all = Array.from(c.questions.values()).filter((q) => !c.queue.includes(q.run_id));
+      next = (all.find((q) => !questionEnded(q)) || all[all.length - 1] || {}).run_id;
+    }
+    if (next) showRun(next);
+  }
+
+  function showRun(runId) {
+    const c = client.conversation;
+    if (client.runId) {
+      const kept = $("blocks").cloneNode(true);
+      kept.removeAttribute("id");
+      kept.className = "earlier-answer";
+      kept.dataset.runId = client.runId;
+      $("earlier").appendChild(kept);
+      c.earlier.push(client.runId);
+    }
+    if (client.source) { client.source.close(); client.source = null; }
+    if (client.abort) { client.abort.abort(); client.abort = null; }
+    forget();
+    client.done = false;
+    client.stop = null;
+    client.dropped = [];
+    client.retryDelay = 250;
+    client.runId = runId;
+    $("run-id").value = runId;
+    $("cancel").disabled = false;
+    $("status").textContent = "—";
+    $("status").dataset.state = "";
+    render();
+    renderConversation();
+    connect();
+  }
+
   /** GET with the bearer token: the JSON, null (refused: nothing to do) or undefined (try again). */
   async function get(path) {
     try {
@@ -729,7 +872,7 @@
   function stop() {
     client.stopped = true;
     if (client.source) { client.source.close(); client.source = null; }
-    if (client.notices.source) { client.notices.source.close(); client.notices.source = null; }
+    if (client.conversation.source) { client.conversation.source.close(); client.conversation.source = null; }
     $("connection").dataset.state = "closed";
     $("connection").textContent = "closed";
   }
@@ -751,12 +894,14 @@
   function start(runId, token) {
     const wanted = params().get("transport");
     client.transport = wanted === "fetch" || typeof window.EventSource !== "function" ? "fetch" : "eventsource";
-    client.runId = runId;
     client.token = token;
-    $("run-id").value = runId;
     $("token").value = token;
+    if (!runId) { followConversation(); return; }  // #conversation=…: its live question comes from its stream
+    client.runId = runId;
+    $("run-id").value = runId;
     $("cancel").disabled = false;
     connect();
+    followConversation();
   }
 
   $("connect").addEventListener("submit", (e) => {
@@ -796,5 +941,6 @@
   const p = params();
   const run = p.get("run");
   const token = p.get("token");
-  if (run && token) start(run, token);
+  if (p.get("conversation")) client.conversation.id = p.get("conversation");
+  if ((run || client.conversation.id) && token) start(run || "", token);
 })();

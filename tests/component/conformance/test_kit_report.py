@@ -8,16 +8,17 @@ import io
 import json
 
 import pytest
+import structlog
 
 from services.cli import main
 from services.conformance.report import Case, Report
 from services.conformance.sse import Read, _line
 
 
-@pytest.mark.rule("D9")
+@pytest.mark.rule("D10")
 def test_the_report_names_each_case_its_rule_and_what_was_seen() -> None:
     report = Report(kit="server", target="http://deployment")
-    report.add(Case(case="path/unbuffered/1", rule="D9", passed=False, family="path",
+    report.add(Case(case="path/unbuffered/1", rule="D10", passed=False, family="path",
                     seen="frame 1 did not arrive within 5 s: nginx `proxy_buffering off;`"))
     report.add(Case(case="resume/header/3", rule="D1", passed=True, family="resume", seen="ids 4..9"))
     report.notes.append("runs made on Kafka")
@@ -44,7 +45,17 @@ def test_the_reader_parses_events_comments_and_retry_as_the_html_standard_does()
     assert read.events[0].json == {"a": 1}
 
 
-@pytest.mark.rule("D9")
+@pytest.fixture
+def logging_kept() -> object:
+    """The command configures the process's logging (cached loggers included); the tests that
+    run after it in this process capture logs with the configuration they started with."""
+    kept = structlog.get_config()
+    yield
+    structlog.configure(**kept)
+
+
+@pytest.mark.rule("D10")
+@pytest.mark.usefixtures("logging_kept")
 def test_the_command_refuses_what_it_does_not_know_in_one_line() -> None:
     with pytest.raises(SystemExit) as refused:
         main(["conformance", "server", "--url", "http://127.0.0.1:9", "--token", "x.y.z", "--run", "r",

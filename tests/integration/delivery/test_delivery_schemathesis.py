@@ -40,9 +40,13 @@ OWNER, STRANGER = "acct-1", "acct-2"
 SEEDED = {"run_id": RUN, "conversation_id": CONVERSATION}
 
 
-FOLLOWED = ("/v1/conversations/{conversation_id}/notices", "/v1/ai-sdk/conversations/{conversation_id}/notices")
-"""Streams that never end by themselves (D7: a conversation's notices are followed until the
-client leaves): read for a moment, which is all a status and a first event need."""
+FOLLOWED = ("/v1/conversations/{conversation_id}/notices", "/v1/ai-sdk/conversations/{conversation_id}/notices",
+            "/v1/conversations/{conversation_id}/events", "/v1/ai-sdk/conversations/{conversation_id}/events")
+"""Streams that never end by themselves (D7, D9: a conversation's notices and its stream are
+followed until the client leaves): read for a moment, which is all a status and a first event need.
+Each such request costs that moment, and they all share one response (the conversation's feed
+stream) over a conversation id, a position and a ticket: a few examples each (:data:`FOLLOWED_EXAMPLES`)."""
+FOLLOWED_EXAMPLES = 6
 
 
 def seed(delivery: Delivery) -> None:
@@ -82,7 +86,7 @@ def test_delivery_survives_schemathesis_without_a_server_error(delivery: Deliver
                  or f"{{{name}}}" in operation.path]
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+            @settings(max_examples=FOLLOWED_EXAMPLES if operation.path in FOLLOWED else EXAMPLES, deadline=None, database=None, derandomize=True,
                       phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
             @given(case=operation.as_strategy(generation_mode=mode))
             def exercise(case: Any) -> None:

@@ -18,7 +18,7 @@ from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
-from services.delivery.view_tables import notice_feed
+from services.delivery.view_tables import conversation_feed, notice_feed
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
 from tests.support.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn
@@ -56,7 +56,8 @@ def held(store: ViewStore, run_id: str = RUN) -> list[tuple[int, str, object]]:
 @pytest.mark.rule("D1")
 def test_frame_ids_are_per_run_and_monotonic_from_one(store: ViewStore) -> None:
     feed = Feed()
-    assert store.process(feed(running("r-a"), running("r-b"), published("r-a", "b1", 1, "x"))) == ["r-a", "r-b"]
+    assert store.process(feed(running("r-a"), running("r-b"), published("r-a", "b1", 1, "x"))) == [
+        "r-a", conversation_feed("conv-r-a"), "r-b", conversation_feed("conv-r-b")], "the runs, and their conversations' streams (D9)"
     assert [f.id for f in store.frames_after("r-a", 0)] == [1, 2]
     assert [f.id for f in store.frames_after("r-b", 0)] == [1]
     assert [f.id for f in store.frames_after("r-a", 1)] == [2]
@@ -127,8 +128,8 @@ def test_a_withdrawal_after_done_strips_bodies_but_keeps_the_stream_valid(store:
     feed = Feed()
     store.process(feed(running(RUN), published(RUN, "b1", 1, "soon revoked"), settled(RUN), closed(RUN, "t")))
     count = len(held(store))
-    # no frame for the run's stream (it is done); its conversation's notices hear it (D7)
-    assert store.process(feed(withdrawn(RUN, "b1", 1))) == [notice_feed(f"conv-{RUN}")]
+    # no frame for the run's stream (it is done); its conversation's notices hear it (D7), and its stream (D9)
+    assert store.process(feed(withdrawn(RUN, "b1", 1))) == [notice_feed(f"conv-{RUN}"), conversation_feed(f"conv-{RUN}")]
     frames = held(store)
     assert len(frames) == count and validate_stream(frames).ok
     assert "soon revoked" not in json.dumps(frames)
