@@ -39,6 +39,11 @@ def fuzz_values(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
+def fuzz_requests(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--fuzz-requests"))
+
+
+@pytest.fixture
 def fuzz_seed(request: pytest.FixtureRequest) -> int:
     return int(request.config.getoption("--fuzz-seed"))
 
