@@ -23,6 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
                             "rule(id): the rule this test proves (a P/R/X/D id, each defined in docs/rules.md)")
     config.addinivalue_line("markers", "backends(*names, reason): the store backends a test runs on (default: "
                                        "both); fewer than both names, in ``reason``, the mechanism only they have")
+    config.addinivalue_line("markers", "fuzz: the bounded fuzz tier (hostile Kafka records on every consumed "
+                                       "topic, schemathesis on the HTTP API); sized by --fuzz-values/--fuzz-requests")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +48,18 @@ def fuzz_requests(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def fuzz_seed(request: pytest.FixtureRequest) -> int:
     return int(request.config.getoption("--fuzz-seed"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fuzz tier's counts (what each fuzz test recorded as its ``fuzz`` property), after
+    every run that had one; from the workers too (a report carries its properties)."""
+    tables = [value for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+              if getattr(report, "when", "call") == "call"
+              for name, value in getattr(report, "user_properties", ()) if name == "fuzz"]
+    if tables:
+        terminalreporter.section("fuzz tier")
+        for table in tables:
+            terminalreporter.write_line(table)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

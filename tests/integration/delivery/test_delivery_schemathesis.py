@@ -35,7 +35,7 @@ from schemathesis.generation import GenerationMode
 from tests.integration.delivery.support import Delivery
 from tests.support.delivery_builders import closed, published, running, settled
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
 RUN, CONVERSATION = "run-fuzz", "conv-run-fuzz"
 OWNER, STRANGER = "acct-1", "acct-2"
@@ -77,7 +77,8 @@ def examples_per_operation(schema: Any, requests_wanted: int) -> int:
 
 @pytest.mark.rule("D6")
 @pytest.mark.rule("D1")
-def test_delivery_survives_schemathesis_without_a_server_error(delivery: Delivery, fuzz_requests: int) -> None:
+def test_delivery_survives_schemathesis_without_a_server_error(delivery: Delivery, fuzz_requests: int,
+                                                              record_property: Any) -> None:
     seed(delivery)
     schema = schemathesis.openapi.from_dict(delivery.app.openapi())
     tokens = {OWNER: delivery.token(OWNER), STRANGER: delivery.token(STRANGER)}
@@ -171,9 +172,11 @@ def test_delivery_survives_schemathesis_without_a_server_error(delivery: Deliver
             if response.status_code not in (401, 431):
                 failures.append(f"{response.status_code} forged bearer {token[:20]!r} on {path}")
 
-    print(f"schemathesis: {sum(sent.values())} requests over {len(operations(schema))} operations "
-          f"({examples} examples per operation and mode); "
-          f"statuses {dict(sorted(statuses.items()))}; no negative inputs for {no_negative}")
+    backend = "postgres" if delivery.settings.database_url else "sqlite"
+    summary = (f"schemathesis on Delivery ({backend}): {sum(sent.values())} requests over {len(operations(schema))} "
+               f"operations ({examples} examples per operation and mode); statuses {dict(sorted(statuses.items()))}")
+    record_property("fuzz", summary)
+    print(f"{summary}; no negative inputs for {no_negative}")
     for label, count in sorted(sent.items()):
         print(f"  {count:4d}  {label}")
     assert sum(sent.values()) >= fuzz_requests * 0.8, f"only {sum(sent.values())} requests of {fuzz_requests}"
