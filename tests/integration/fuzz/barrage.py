@@ -79,6 +79,9 @@ class Part:
     """The base run's record, read through ``reader``."""
     applies: frozenset[str] | None = None
     """The types the consumer decodes, when it leaves others undecoded by their header."""
+    classify: Callable[[Any, Topic, list[tuple[Message, int]]], list[str]] | None = None
+    """What became of each decoded hostile message (with its size) of a topic, read through
+    ``reader`` (e.g. ``refused:<reason>``): an assertion fails for one with no outcome."""
 
 
 async def produce(settings: Settings, topic: Topic, records: Sequence[Record]) -> list[tuple[int, int]]:
@@ -160,30 +163,32 @@ async def dead_letters(settings: Settings, consumer: str) -> list[DeadLetter]:
         await reader.stop()
 
 
-def expected(topic: Topic, record: Record, applies: frozenset[str] | None) -> str:
-    """What the contract says becomes of a record (the consumer must agree)."""
+def expected(topic: Topic, record: Record, applies: frozenset[str] | None) -> tuple[str, Any]:
+    """What the contract says becomes of a record (the consumer must agree), and the message
+    it decodes to."""
     if applies is not None:
         kind = next((v.decode("utf-8", "replace") for k, v in record.headers if k == "type"), None)
         if kind is not None and kind not in applies and TOPIC_OF_TYPE.get(kind) == topic:
-            return "left_undecoded"
+            return "left_undecoded", None
     if len(record.value) > TRANSPORT_CAP_BYTES:
-        return "dead_letter"
+        return "dead_letter", None
     try:
-        decode(topic, record.value)
+        return "applied", decode(topic, record.value)
     except Exception:  # noqa: BLE001 — the oracle: anything that does not decode is refused
-        return "dead_letter"
-    return "applied"
+        return "dead_letter", None
 
 
 def outcomes(settings: Settings, topic: Topic, records: Sequence[Record], positions: Sequence[tuple[int, int]],
-             letters: Sequence[DeadLetter], applies: frozenset[str] | None, seed: int) -> Counter[str]:
+             letters: Sequence[DeadLetter], part: Part, app: Any, seed: int) -> Counter[str]:
     """Each record's outcome, checked against the contract; their counts."""
+    applies = part.applies
+    decoded: list[tuple[Message, int]] = []
     by_position = {(letter.partition, letter.offset): letter for letter in letters
                    if letter.topic == settings.topic(topic)}
     counts: Counter[str] = Counter()
     problems: list[str] = []
     for record, position in zip(records, positions, strict=True):
-        want = expected(topic, record, applies)
+        want, message = expected(topic, record, applies)
         letter = by_position.pop(position, None)
         if want == "dead_letter":
             if letter is None:
@@ -199,9 +204,13 @@ def outcomes(settings: Settings, topic: Topic, records: Sequence[Record], positi
             if letter.reason != "processing_error":
                 problems.append(f"{position} {record.kind}: {want} by the contract, dead-lettered {letter.reason}")
             counts[f"dead_letter:{letter.reason}"] += 1
+        elif want == "applied" and not record.valid and part.classify is not None:
+            decoded.append((message, len(record.value)))
         else:
             counts["valid:applied" if record.valid else want] += 1
     problems += [f"{position}: a dead letter for no record sent" for position in by_position]
+    if decoded and part.classify is not None:
+        counts.update(f"applied:{label}" for label in part.classify(app, topic, decoded))
     assert not problems, (f"seed {seed}, {topic}: {len(problems)} records without their outcome:\n"
                           + "\n".join(problems[:20]))
     return counts
@@ -242,7 +251,7 @@ def fuzz(part: Part, settings: Settings, values: int, seed: int) -> str:
         with part.reader(s) as app:
             assert part.snapshot(app) == before, f"{replay}: the run committed before the barrage changed"
             for plan, reference, (records, positions, valid) in zip(part.plans, references, sent, strict=True):
-                counts = outcomes(s, plan.topic, records, positions, letters, part.applies, seed)
+                counts = outcomes(s, plan.topic, records, positions, letters, part, app, seed)
                 assert sum(counts.values()) == len(records), f"{replay}: outcomes {counts} != {len(records)} sent"
                 wrong = [m for m in valid if plan.effect(app, m) != reference]
                 assert not wrong, (f"{replay}, {plan.topic}: {len(wrong)} of {len(valid)} valid messages not applied "

@@ -14,7 +14,8 @@ import pytest
 
 from imprint.contracts.control import RunLeaseLapsed
 from imprint.contracts.topics import Topic
-from imprint.publication import PublicationRun
+from imprint.publication import IntakeRefusal, PublicationRun, intake
+from imprint.publication.handling import CANDIDATE_TYPES
 from imprint.publication.sources import SourceRecord
 from services.common.settings import Settings
 from services.publication.application import PublicationLog, open_log
@@ -39,6 +40,37 @@ def lapsed(run: str) -> RunLeaseLapsed:
     return RunLeaseLapsed(run_id=run, account_id=ACCOUNT, conversation_id=f"conv-{run}")
 
 
+def proposals(app: PublicationLog, topic: Topic, decoded: list[tuple[Any, int]]) -> list[str]:
+    """A proposal's outcome in its run's log: its candidate settled, or refused with the reason
+    intake gives (P2, P3) or the run gives (X1: never admitted, X10: lost…); another runtime
+    message is applied by its type. A candidate id settled before (a copy of a proposal) is
+    settled: nothing new is recorded for it. Other topics: applied by type."""
+    runs: dict[str, tuple[Any, set[tuple[str | None, str]]]] = {}
+    labels = []
+    for message, size in decoded:
+        if topic is not Topic.RUNTIME or message.type not in CANDIDATE_TYPES:
+            labels.append(message.type)
+            continue
+        if message.run_id not in runs:
+            run = app.run(message.run_id)
+            refused = {(e.candidate_id, e.reason) for e in app.events.get(PublicationRun.id_for(message.run_id))
+                       if type(e).__name__ == "CandidateRefused"}
+            runs[message.run_id] = (run, refused)
+        run, refused = runs[message.run_id]
+        assert run is not None, f"run {message.run_id!r} of a decoded proposal is not in the log"
+        result = intake(message, envelope_size=size)
+        reasons = sorted(reason for candidate, reason in refused if candidate == result.candidate_id)
+        if isinstance(result, IntakeRefusal):
+            assert result.reason in reasons, f"{message.run_id}: the intake refusal {result.reason} is not recorded"
+            labels.append(f"{message.type}:refused:{result.reason}")
+        elif run.settled(result.candidate_id) is not None:
+            labels.append(f"{message.type}:settled")
+        else:
+            assert reasons, f"{message.run_id}: candidate {result.candidate_id!r} neither settled nor refused"
+            labels.append(f"{message.type}:refused:{reasons[0]}")
+    return labels
+
+
 PUBLICATION = Part(
     "publication",
     [
@@ -57,6 +89,7 @@ PUBLICATION = Part(
     reader=log,
     snapshot=lambda app: [(type(e).__name__, e.originator_version)
                           for e in app.events.get(PublicationRun.id_for(BASE_RUN))],
+    classify=proposals,
 )
 
 
