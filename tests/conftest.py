@@ -31,8 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fuzz-values", type=int, default=10_000,
                      help="records per consumed topic in the Kafka fuzz tier (tests/integration/fuzz)")
     parser.addoption("--fuzz-seed", type=int, default=46, help="the fuzz tier's seed (printed by every fuzz test)")
-    parser.addoption("--fuzz-requests", type=int, default=10_000,
-                     help="HTTP requests the schemathesis fuzz tier sends per store backend")
+    parser.addoption("--fuzz-requests", type=int, default=5_000,
+                     help="HTTP requests the schemathesis fuzz tier sends per store backend (both: twice this)")
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 A real Delivery (uvicorn on 127.0.0.1, Kafka, its store on each backend) serves a seeded account's
 run and conversation. The document is FastAPI's own, the one Delivery serves at
 ``/openapi.json``, taken from the running app object. For every operation schemathesis generates requests that fit the schema
-and requests that do not (bounded: a few dozen examples per operation and mode, no
-shrinking), and each is sent:
+and requests that do not (bounded: ``--fuzz-requests`` per backend, 5,000 by default, spread
+over the operations; no shrinking), sent by :data:`SENDERS` threads, and each is sent:
 
 * as generated, with the owner's token;
 * with the path's run or conversation id replaced by the seeded one, with the owner's
@@ -13,8 +13,10 @@ shrinking), and each is sent:
   and the owner's token: the two answers must be the same (D6: another account's
   run is indistinguishable from a missing one).
 
-No response may be a server error (5xx), and none may carry a Python traceback. Every
-failure is collected with its curl command, so one run reports them all."""
+No response may be a server error (5xx), and none may carry a Python traceback. A second
+account's finished run is seeded too: no response to one account may carry words only the
+other's run holds (D6). Every failure is collected with its curl command, so one run
+reports them all; the counts are printed with the fuzz tier's (``fuzz`` property)."""
 
 from __future__ import annotations
 
