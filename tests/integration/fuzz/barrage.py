@@ -22,7 +22,6 @@ The seed is printed and named in every failure (``--fuzz-seed`` replays it)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import hashlib
 import time
 from collections import Counter
@@ -118,7 +117,8 @@ def send_valid(settings: Settings, messages: Sequence[Message]) -> None:
         asyncio.run(produce(settings, topic, records))
 
 
-async def wait_consumed(settings: Settings, consumer: str, topics: Sequence[Topic], timeout: float) -> None:
+async def wait_consumed(settings: Settings, consumer: str, topics: Sequence[Topic], timeout: float,
+                        replay: str = "") -> None:
     """No stall: the group's committed offsets reach the end of every partition of ``topics``."""
     probe = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=f"{settings.group_prefix}.{consumer}",
                              enable_auto_commit=False)
@@ -137,7 +137,7 @@ async def wait_consumed(settings: Settings, consumer: str, topics: Sequence[Topi
             if not behind:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"{consumer} stalled: committed/end {behind}")
+                raise AssertionError(f"{replay}: {consumer} stalled: committed/end {behind}")
             await asyncio.sleep(0.5)
     finally:
         await probe.stop()
@@ -227,13 +227,13 @@ def fuzz(part: Part, settings: Settings, values: int, seed: int) -> str:
     asyncio.run(raise_limit(s, topics))
     with Stack(s, parts=(part.name,)) as stack:
         send_valid(s, [*part.base, *(m for plan in part.plans for m in plan.setup(n_valid))])
-        asyncio.run(wait_consumed(s, part.name, topics, timeout=120))
+        asyncio.run(wait_consumed(s, part.name, topics, timeout=120, replay=replay))
         send_valid(s, [plan.reference for plan in part.plans])  # after their runs' admission (another topic)
-        asyncio.run(wait_consumed(s, part.name, topics, timeout=120))
+        asyncio.run(wait_consumed(s, part.name, topics, timeout=120, replay=replay))
         with part.reader(s) as app:
             before = part.snapshot(app)
             references = [plan.effect(app, plan.reference) for plan in part.plans]
-        assert before and all(references), f"the base run or a reference was not applied: {before} {references}"
+        assert before and all(references), f"{replay}: the base run or a reference was not applied: {references}"
 
         sent = []
         started = time.monotonic()
@@ -242,7 +242,7 @@ def fuzz(part: Part, settings: Settings, values: int, seed: int) -> str:
             records = barrage(seed + index, plan.seeds, valid, values, types=TYPES)
             sent.append((records, asyncio.run(produce(s, plan.topic, records)), valid))
         produced = time.monotonic() - started
-        asyncio.run(wait_consumed(s, part.name, topics, timeout=float(os.environ.get("FUZZ_STALL_SECONDS", 420))))
+        asyncio.run(wait_consumed(s, part.name, topics, timeout=240, replay=replay))
         consumed = time.monotonic() - started
         assert stack.processes[part.name].poll() is None, f"{replay}: {part.name} crashed"
         letters = asyncio.run(dead_letters(s, part.name))
