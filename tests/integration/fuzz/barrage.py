@@ -9,9 +9,10 @@ every :data:`VALID_EVERY`. Then:
   the end of every partition of the topics;
 * every record ends in a typed outcome, counted: a dead letter naming its offset with the
   original bytes (sha256, size, and the bytes themselves when not cut), or — what the
-  contract decodes — applied by the part (a refusal it records or the effect it has), or —
-  a record whose ``type`` header names a type of the topic the part does not act on — left
-  undecoded (``applies``); the counts add up to the records sent;
+  contract decodes — applied by the part (a refusal it records or the effect it has;
+  ``ignored`` when its type is none of the part's business, ``applies``), or — a record
+  whose ``type`` header names a type of the topic the part does not act on — left
+  undecoded; the counts add up to the records sent;
 * each valid interleaved message is applied exactly once: its effect is the effect the same
   kind of message had on a run or source of its own before the barrage (the same events,
   or the same view);
@@ -206,6 +207,8 @@ def outcomes(settings: Settings, topic: Topic, records: Sequence[Record], positi
             counts[f"dead_letter:{letter.reason}"] += 1
         elif want == "applied" and not record.valid and part.classify is not None:
             decoded.append((message, len(record.value)))
+        elif want == "applied" and not record.valid:  # decoded; the part's business, or not (``applies``)
+            counts[f"{'ignored' if applies is not None and message.type not in applies else 'applied'}:{message.type}"] += 1
         else:
             counts["valid:applied" if record.valid else want] += 1
     problems += [f"{position}: a dead letter for no record sent" for position in by_position]
