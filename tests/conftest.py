@@ -24,14 +24,16 @@ def pytest_configure(config: pytest.Config) -> None:
                             "rule(id): the rule this test proves (a P/R/X/D id, each defined in docs/rules.md)")
     config.addinivalue_line("markers", "backends(*names, reason): the store backends a test runs on (default: "
                                        "both); fewer than both names, in ``reason``, the mechanism only they have")
+    config.addinivalue_line("markers", "fuzz: the bounded fuzz tier (hostile Kafka records on every consumed "
+                                       "topic, schemathesis on the HTTP API); sized by --fuzz-values/--fuzz-requests")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fuzz-values", type=int, default=10_000,
                      help="records per consumed topic in the Kafka fuzz tier (tests/integration/fuzz)")
     parser.addoption("--fuzz-seed", type=int, default=46, help="the fuzz tier's seed (printed by every fuzz test)")
-    parser.addoption("--fuzz-requests", type=int, default=10_000,
-                     help="HTTP requests the schemathesis fuzz tier sends per store backend")
+    parser.addoption("--fuzz-requests", type=int, default=5_000,
+                     help="HTTP requests the schemathesis fuzz tier sends per store backend (both: twice this)")
 
 
 @pytest.fixture
@@ -40,8 +42,25 @@ def fuzz_values(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
+def fuzz_requests(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--fuzz-requests"))
+
+
+@pytest.fixture
 def fuzz_seed(request: pytest.FixtureRequest) -> int:
     return int(request.config.getoption("--fuzz-seed"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fuzz tier's counts (what each fuzz test recorded as its ``fuzz`` property), after
+    every run that had one; from the workers too (a report carries its properties)."""
+    tables = [value for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+              if getattr(report, "when", "call") == "call"
+              for name, value in getattr(report, "user_properties", ()) if name == "fuzz"]
+    if tables:
+        terminalreporter.section("fuzz tier")
+        for table in tables:
+            terminalreporter.write_line(table)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

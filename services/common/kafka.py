@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError
-from eventsourcing.persistence import PersistenceError
+from eventsourcing.persistence import DataError, PersistenceError
 from faststream.kafka import KafkaBroker
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
@@ -262,6 +262,12 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Failures worth retrying the same batch for: the database or the broker, not the message."""
 
+DATA_ERRORS: tuple[type[BaseException], ...] = (DataError, psycopg.DataError)
+"""The database refusing a message's own values (DB-API's ``DataError``: e.g. a NUL character,
+which PostgreSQL's text columns cannot hold, in an id a message names). eventsourcing wraps it
+as a :class:`PersistenceError` like a lost connection, but a retry fails the same way: it is
+the message's failure, isolated and dead-lettered, not a reason to stall the partition."""
+
 
 async def apply_isolating_poison(
     handle: BatchHandler, inbound: list[Inbound], consumer: str
@@ -271,9 +277,9 @@ async def apply_isolating_poison(
     try:
         await handle(inbound)
         return []
-    except TRANSIENT_ERRORS:
-        raise
-    except Exception:
+    except Exception as error:
+        if isinstance(error, TRANSIENT_ERRORS) and not isinstance(error, DATA_ERRORS):
+            raise
         if len(inbound) == 1:
             item = inbound[0]
             log.exception("message could not be applied; dead-lettering it", consumer=consumer,

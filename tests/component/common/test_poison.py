@@ -6,7 +6,8 @@ import asyncio
 import base64
 
 import pytest
-from eventsourcing.persistence import OperationalError
+import psycopg
+from eventsourcing.persistence import DataError, OperationalError
 
 from services.common.inbound import Inbound
 from services.common.kafka import apply_isolating_poison
@@ -36,3 +37,20 @@ def test_a_transient_failure_is_raised_for_a_retry_of_the_whole_batch() -> None:
 
     with pytest.raises(OperationalError):
         asyncio.run(apply_isolating_poison(handle, batch(3), "publication"))
+
+
+@pytest.mark.parametrize("refusal", [DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"),
+                                     psycopg.DataError("invalid byte sequence for encoding")])
+def test_a_value_the_database_refuses_is_the_messages_failure_not_a_retry(refusal: Exception) -> None:
+    """Found by the fuzz tier: a block id with a NUL character stalled Delivery on PostgreSQL,
+    its batch retried for ever because eventsourcing's ``DataError`` is a ``PersistenceError``."""
+    applied: list[int] = []
+
+    async def handle(items: list[Inbound]) -> None:
+        if any(item.offset == 1 for item in items):
+            raise refusal
+        applied.extend(item.offset for item in items)
+
+    letters = asyncio.run(apply_isolating_poison(handle, batch(3), "delivery"))
+    assert applied == [0, 2]
+    assert [(l.offset, l.reason) for l in letters] == [(1, "processing_error")]

@@ -3,8 +3,8 @@
 A real Delivery (uvicorn on 127.0.0.1, Kafka, its store on each backend) serves a seeded account's
 run and conversation. The document is FastAPI's own, the one Delivery serves at
 ``/openapi.json``, taken from the running app object. For every operation schemathesis generates requests that fit the schema
-and requests that do not (bounded: a few dozen examples per operation and mode, no
-shrinking), and each is sent:
+and requests that do not (bounded: ``--fuzz-requests`` per backend, 5,000 by default, spread
+over the operations; no shrinking), sent by :data:`SENDERS` threads, and each is sent:
 
 * as generated, with the owner's token;
 * with the path's run or conversation id replaced by the seeded one, with the owner's
@@ -13,13 +13,18 @@ shrinking), and each is sent:
   and the owner's token: the two answers must be the same (D6: another account's
   run is indistinguishable from a missing one).
 
-No response may be a server error (5xx), and none may carry a Python traceback. Every
-failure is collected with its curl command, so one run reports them all."""
+No response may be a server error (5xx), and none may carry a Python traceback. A second
+account's finished run is seeded too: no response to one account may carry words only the
+other's run holds (D6). Every failure is collected with its curl command, so one run
+reports them all; the counts are printed with the fuzz tier's (``fuzz`` property)."""
 
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,15 +34,21 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 
-from tests.integration.delivery.support import Delivery
+from services.common.settings import Settings
+from tests.integration.delivery.support import Delivery, start_delivery
 from tests.support.delivery_builders import closed, published, running, settled
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
-EXAMPLES = 25
 RUN, CONVERSATION = "run-fuzz", "conv-run-fuzz"
 OWNER, STRANGER = "acct-1", "acct-2"
 SEEDED = {"run_id": RUN, "conversation_id": CONVERSATION}
+THEIRS = "run-fuzz-theirs"
+SECRET = {OWNER: "owner-secret-5f1c", STRANGER: "stranger-secret-9a7e"}
+"""Words only each account's run holds: a response to the other account must never carry them."""
+SENDERS = 16
+"""Requests in flight at once: most of a request's time is the server waiting (a stream's
+open wait, a followed stream's read), not the CPU."""
 
 
 FOLLOWED = ("/v1/conversations/{conversation_id}/notices", "/v1/ai-sdk/conversations/{conversation_id}/notices",
@@ -50,64 +61,113 @@ FOLLOWED_EXAMPLES = 6
 
 
 def seed(delivery: Delivery) -> None:
-    """A finished run (its stream ends after ``done``, so the SSE operation returns)."""
-    delivery.feeder.send(running(RUN), published(RUN, "b1", 1, "First block.", 1),
-                         published(RUN, "b2", 1, "Second block.", 2), settled(RUN), closed(RUN))
+    """A finished run of each account (a stream ends after ``done``, so the SSE operation returns)."""
+    delivery.feeder.send(running(RUN), published(RUN, "b1", 1, f"First block {SECRET[OWNER]}.", 1),
+                         published(RUN, "b2", 1, "Second block.", 2), settled(RUN), closed(RUN, SECRET[OWNER]))
+    delivery.feeder.send(running(THEIRS, STRANGER), published(THEIRS, "t1", 1, f"Their block {SECRET[STRANGER]}.", 1),
+                         settled(THEIRS), closed(THEIRS, SECRET[STRANGER], account=STRANGER))
+
+
+@pytest.fixture
+def delivery(isolated: Settings) -> Iterator[Delivery]:
+    """The package's Delivery (``conftest.py``), its POST rate limit out of the way: a request
+    the limiter answers (429) never reaches the code behind it."""
+    settings = isolated.model_copy(update={"sse_keepalive_seconds": 0.5, "stream_open_wait_seconds": 0.1})
+    yield from start_delivery(settings, rate_limit=(1_000_000, 60.0))
 
 
 def operations(schema: Any) -> list[Any]:
     return [result.ok() for result in schema.get_all_operations()]
 
 
+def examples_per_operation(schema: Any, requests_wanted: int) -> int:
+    """Examples per operation and mode for about ``requests_wanted`` requests: an operation
+    with a run or conversation id sends four requests per example (see the module's doc)."""
+    def modes(op: Any) -> int:  # a path's free string has no negative case; a query, header or body has
+        return 2 if len(op.query) or len(op.headers) or len(op.body) else 1
+
+    per_example = sum(modes(op) * (4 if any(f"{{{n}}}" in op.path for n in SEEDED) else 1) for op in operations(schema))
+    return max(requests_wanted // per_example + 1, 5)
+
+
 @pytest.mark.rule("D6")
 @pytest.mark.rule("D1")
-def test_delivery_survives_schemathesis_without_a_server_error(delivery: Delivery) -> None:
+def test_delivery_survives_schemathesis_without_a_server_error(delivery: Delivery, fuzz_requests: int,
+                                                              record_property: Any) -> None:
     seed(delivery)
     schema = schemathesis.openapi.from_dict(delivery.app.openapi())
-    owner, stranger = delivery.token(OWNER), delivery.token(STRANGER)
-    session = requests.Session()
+    tokens = {OWNER: delivery.token(OWNER), STRANGER: delivery.token(STRANGER)}
+    examples = examples_per_operation(schema, fuzz_requests)
+    sessions = threading.local()
+    lock = threading.Lock()
     failures: list[str] = []
     sent: Counter[str] = Counter()
     statuses: Counter[int] = Counter()
     no_negative: list[str] = []
 
-    def send(case: Any, token: str, label: str) -> requests.Response:
-        followed = case.operation.path in FOLLOWED
-        response = case.call(base_url=delivery.url, session=session, headers={"Authorization": f"Bearer {token}"},
-                             timeout=(5, 0.3) if followed else 20)
-        sent[label] += 1
-        statuses[response.status_code] += 1
-        if response.status_code >= 500 or re.search(r"Traceback \(most recent call last\)", response.text):
-            failures.append(f"{response.status_code} {label}: {case.as_curl_command()}")
+    def send(case: Any, account: str, label: str) -> requests.Response:
+        if not hasattr(sessions, "session"):
+            sessions.session = requests.Session()
+        headers = {"Authorization": f"Bearer {tokens[account]}"}
+        if case.operation.path in FOLLOWED:  # its status and first bytes (a frame or a keep-alive), then the client leaves
+            with sessions.session.request(**case.as_transport_kwargs(delivery.url, headers), stream=True,
+                                          timeout=(10, 30)) as response:
+                text = next(response.iter_content(4096), b"").decode("utf-8", "replace")
+        else:
+            response = case.call(base_url=delivery.url, session=sessions.session, headers=headers, timeout=(10, 30))
+            text = response.text
+        other = SECRET[STRANGER if account == OWNER else OWNER]
+        with lock:
+            sent[label] += 1
+            statuses[response.status_code] += 1
+            if response.status_code >= 500 or re.search(r"Traceback \(most recent call last\)", text):
+                failures.append(f"{response.status_code} {label}: {case.as_curl_command()}")
+            if other in text:
+                failures.append(f"D6 leak: {account} was shown another account's run ({label}): {case.as_curl_command()}")
         return response
 
-    for operation in operations(schema):
-        names = [name for name in SEEDED if name in (operation.path_parameters or {})
-                 or f"{{{name}}}" in operation.path]
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+    def exercise(operation: Any, mode: Any, names: list[str], case: Any) -> None:
+        label = f"{operation.method.upper()} {operation.path} [{mode.value}]"
+        send(case, OWNER, label)
+        if not names:
+            return
+        case.path_parameters = {**(case.path_parameters or {}), **{n: SEEDED[n] for n in names}}
+        send(case, OWNER, label + " seeded")
+        foreign = send(case, STRANGER, label + " foreign")
+        case.path_parameters = {**case.path_parameters, **{n: "never-existed" for n in names}}
+        missing = send(case, OWNER, label + " missing")
+        if foreign.status_code != missing.status_code and 429 not in (foreign.status_code, missing.status_code):
+            with lock:
+                failures.append(f"D6 {label}: another account's id answers {foreign.status_code}, "
+                                f"a missing id {missing.status_code}: {case.as_curl_command()}")
 
-            @settings(max_examples=FOLLOWED_EXAMPLES if operation.path in FOLLOWED else EXAMPLES, deadline=None, database=None, derandomize=True,
-                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
-            @given(case=operation.as_strategy(generation_mode=mode))
-            def exercise(case: Any) -> None:
-                label = f"{operation.method.upper()} {operation.path} [{mode.value}]"
-                send(case, owner, label)
-                if not names:
-                    return
-                case.path_parameters = {**(case.path_parameters or {}), **{n: SEEDED[n] for n in names}}
-                send(case, owner, label + " seeded")
-                foreign = send(case, stranger, label + " foreign")
-                case.path_parameters = {**case.path_parameters, **{n: "never-existed" for n in names}}
-                missing = send(case, owner, label + " missing")
-                if foreign.status_code != missing.status_code and 429 not in (foreign.status_code, missing.status_code):
-                    failures.append(f"D6 {label}: another account's id answers {foreign.status_code}, "
-                                    f"a missing id {missing.status_code}: {case.as_curl_command()}")
+    # Cases are generated here (hypothesis, one thread) and sent by SENDERS threads.
+    with ThreadPoolExecutor(SENDERS) as senders:
+        pending = []
+        for operation in operations(schema):
+            names = [name for name in SEEDED if name in (operation.path_parameters or {})
+                     or f"{{{name}}}" in operation.path]
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            try:
-                exercise()
-            except Unsatisfiable:  # an operation without inputs has no negative cases
-                assert mode is GenerationMode.NEGATIVE, operation.path
-                no_negative.append(f"{operation.method.upper()} {operation.path}")
+                def generator(operation: Any, mode: Any, names: list[str]) -> Callable[[], None]:
+                    @settings(max_examples=min(examples, FOLLOWED_EXAMPLES) if operation.path in FOLLOWED else examples,
+                              deadline=None, database=None, derandomize=True,
+                              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+                    @given(case=operation.as_strategy(generation_mode=mode))
+                    def generate(case: Any) -> None:
+                        pending.append(senders.submit(exercise, operation, mode, names, case))
+
+                    return generate
+
+                try:
+                    generator(operation, mode, names)()
+                except Unsatisfiable:  # an operation without inputs has no negative cases
+                    assert mode is GenerationMode.NEGATIVE, operation.path
+                    no_negative.append(f"{operation.method.upper()} {operation.path}")
+        for future in pending:
+            future.result()
+    session = requests.Session()
+    owner = tokens[OWNER]
 
     # What the document cannot describe: the bearer token and the SSE resume header.
     hostile_ids = ["9" * 400, "-0", "\u0663", "7 ", "0x10", "1_000", "+5", "NaN", "9223372036854775808"]
@@ -128,9 +188,12 @@ def test_delivery_survives_schemathesis_without_a_server_error(delivery: Deliver
             if response.status_code not in (401, 431):
                 failures.append(f"{response.status_code} forged bearer {token[:20]!r} on {path}")
 
-    print(f"schemathesis: {sum(sent.values())} requests over {len(operations(schema))} operations; "
-          f"statuses {dict(sorted(statuses.items()))}; no negative inputs for {no_negative}")
+    backend = "postgres" if delivery.settings.database_url else "sqlite"
+    summary = (f"schemathesis on Delivery ({backend}): {sum(sent.values())} requests over {len(operations(schema))} "
+               f"operations ({examples} examples per operation and mode); statuses {dict(sorted(statuses.items()))}")
+    record_property("fuzz", summary)
+    print(f"{summary}; no negative inputs for {no_negative}")
     for label, count in sorted(sent.items()):
         print(f"  {count:4d}  {label}")
-    assert sum(sent.values()) > 10 * len(operations(schema))
+    assert sum(sent.values()) >= fuzz_requests * 0.8, f"only {sum(sent.values())} requests of {fuzz_requests}"
     assert not failures, "\n".join(failures[:20])
