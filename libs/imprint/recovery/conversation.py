@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imprint.journal.conversation import QUEUE_FACTS, Conversation
-from imprint.recovery.journal_facts import event_time, refusal
+from imprint.recovery.journal_facts import event_time, read_event, refusal
 
 
 @dataclass
@@ -62,11 +62,7 @@ class ConversationFold:
     def of(cls, conversation_id: str, events: Iterable[Any]) -> dict[str, Any]:
         fold = cls(conversation_id)
         for event in events:
-            row = CONVERSATION_FACTS.get(type(event))
-            if row is None:
-                fold.unread.append(type(event).__qualname__)
-            else:
-                row(fold, event)
+            read_event(fold, CONVERSATION_FACTS, event, fold.unread)
         return fold.document()
 
     def document(self) -> dict[str, Any]:

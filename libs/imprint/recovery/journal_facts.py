@@ -16,9 +16,9 @@ The events come from an adapter that reads the journal's store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from imprint.journal.conditions import QcsIdentity
 from imprint.journal.conversation import QUEUE_FACTS, Conversation
@@ -78,6 +78,20 @@ class JournalRun:
                 "steered": list(self.steered), "unread": list(self.unread)}
 
 
+Fold = TypeVar("Fold")
+
+
+def read_event(fold: Fold, rows: Mapping[type, Callable[[Fold, Any], None]], event: Any, unread: list[str],
+               passed: Container[type] = ()) -> None:
+    """One stored event read by its type's row of ``rows``; a type no row names and ``passed``
+    does not list is named in ``unread`` (newer than this code), never skipped."""
+    row = rows.get(type(event))
+    if row is not None:
+        row(fold, event)
+    elif type(event) not in passed:
+        unread.append(type(event).__qualname__)
+
+
 def event_time(event: Any) -> str:
     """A stored event's time (RFC 3339), as recovery's documents show it."""
     return event.timestamp.isoformat()  # type: ignore[no-any-return]
@@ -115,11 +129,7 @@ class ExecutionFold:
         return fold.run()
 
     def apply(self, event: Any) -> None:
-        handler = JOURNAL_FACTS.get(type(event))
-        if handler is not None:
-            handler(self, event)
-        elif type(event) not in NOT_COMPARED:
-            self.unread.append(type(event).__qualname__)
+        read_event(self, JOURNAL_FACTS, event, self.unread, NOT_COMPARED)
 
     def run(self) -> JournalRun:
         return JournalRun(
