@@ -258,3 +258,10 @@ class Conversation(Aggregate):
         if event_id in self.processed:
             return
         self.trigger_event(self.Refused, event_id=event_id, message_type=message_type, code=refusal.code.value, detail=refusal.detail)
+
+
+QUEUE_FACTS: tuple[type[QueueEvent], ...] = (
+    Conversation.QuestionQueued, Conversation.QuestionStarted, Conversation.QuestionRefused,
+    Conversation.QuestionCancelled, Conversation.QuestionSentNow, Conversation.QuestionMerged,
+    Conversation.QuestionSteered, Conversation.RunInterrupted, Conversation.QuestionEnded)
+"""Every queue fact (X12) a ``Conversation`` stores: one list for the tables that read them."""

@@ -5,7 +5,7 @@ grants, receipts and effects — P19). Values only: the aggregate that appends t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
@@ -54,43 +54,27 @@ class AnswerExecutionRequest:
     requested_at: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": REQUEST_SCHEMA,
-            "run_id": self.run_id,
-            "account_id": self.account_id,
-            "conversation_id": self.conversation_id,
-            "message_id": self.message_id,
-            "question": self.question,
-            "normalized_question": self.normalized_question,
-            "qcs": {
-                "qcs_id": self.qcs_id,
-                "inherits_from": self.inherits_from,
-                "conditions": self.conditions,
-                "condition_count": self.condition_count,
-                "condition_sources": dict(self.condition_sources),
-            },
-            "admission_event_id": self.admission_event_id,
-            "requested_at": self.requested_at,
-        }
+        record: dict[str, Any] = {"schema": REQUEST_SCHEMA}
+        for name in REQUEST_FIELDS:
+            (record.setdefault("qcs", {}) if name in QCS_FIELDS else record)[name] = _copied(getattr(self, name))
+        return record
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AnswerExecutionRequest:
         q = d["qcs"]
-        return cls(
-            run_id=d["run_id"],
-            account_id=d["account_id"],
-            conversation_id=d["conversation_id"],
-            message_id=d["message_id"],
-            question=d["question"],
-            normalized_question=d["normalized_question"],
-            qcs_id=q["qcs_id"],
-            inherits_from=q["inherits_from"],
-            conditions=q["conditions"],
-            condition_count=q["condition_count"],
-            condition_sources=dict(q["condition_sources"]),
-            admission_event_id=d["admission_event_id"],
-            requested_at=d["requested_at"],
-        )
+        return cls(**{name: _copied((q if name in QCS_FIELDS else d)[name]) for name in REQUEST_FIELDS})
+
+
+REQUEST_FIELDS = tuple(f.name for f in fields(AnswerExecutionRequest))
+"""The request's fields in their record's order: one list for :meth:`~AnswerExecutionRequest.to_dict`
+and :meth:`~AnswerExecutionRequest.from_dict`."""
+QCS_FIELDS = frozenset({"qcs_id", "inherits_from", "conditions", "condition_count", "condition_sources"})
+"""The request's fields its record keeps under ``qcs`` (the question's condition set, X1)."""
+
+
+def _copied(value: Any) -> Any:
+    """A dict value (``condition_sources``) copied, so record and request share no container."""
+    return dict(value) if isinstance(value, dict) else value
 
 
 Text = TypeVar("Text")

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from imprint.journal.conversation import Conversation
+from imprint.journal.conversation import QUEUE_FACTS, Conversation
+from imprint.recovery.journal_facts import event_time, read_event, refusal
 
 
 @dataclass
@@ -61,11 +62,7 @@ class ConversationFold:
     def of(cls, conversation_id: str, events: Iterable[Any]) -> dict[str, Any]:
         fold = cls(conversation_id)
         for event in events:
-            row = CONVERSATION_FACTS.get(type(event))
-            if row is None:
-                fold.unread.append(type(event).__qualname__)
-            else:
-                row(fold, event)
+            read_event(fold, CONVERSATION_FACTS, event, fold.unread)
         return fold.document()
 
     def document(self) -> dict[str, Any]:
@@ -84,20 +81,19 @@ class ConversationFold:
         self.account_id = event.account_id
 
     def bound(self, event: Any) -> None:
-        self.questions.setdefault(event.run_id, Question(event.run_id, event.message_id, _at(event)))
+        self.questions.setdefault(event.run_id, Question(event.run_id, event.message_id, event_time(event)))
 
     def deleted_(self, event: Any) -> None:
-        self.deleted = _at(event)
+        self.deleted = event_time(event)
 
     def refused(self, event: Any) -> None:
-        self.refusals.append({"message_type": event.message_type, "code": event.code, "detail": event.detail,
-                              "at": _at(event)})
+        self.refusals.append(refusal(event))
 
     def queue_fact(self, event: Any) -> None:
         """X12: one fact of the queue; the question it names, and the queue after it."""
         name = type(event).__name__
-        q = self.questions.setdefault(event.run_id, Question(event.run_id, event.message_id, _at(event)))
-        at = _at(event)
+        q = self.questions.setdefault(event.run_id, Question(event.run_id, event.message_id, event_time(event)))
+        at = event_time(event)
         detail = _DETAIL.get(name, lambda e: None)(event)
         self.facts.append({"sequence": event.sequence, "at": at, "fact": name, "run_id": event.run_id,
                            "detail": detail})
@@ -122,10 +118,6 @@ class ConversationFold:
             q.end, q.state, q.reason, q.ended_at = event.end, event.state, event.reason, at
 
 
-def _at(event: Any) -> str:
-    return event.timestamp.isoformat()  # type: ignore[no-any-return]
-
-
 _DECISIONS = {"QuestionStarted": "started", "QuestionQueued": "queued", "QuestionRefused": "refused",
               "QuestionMerged": "merged", "QuestionSteered": "steered"}
 _IMPLIED_POLICY = {"QuestionMerged": "merge", "QuestionSteered": "steer"}
@@ -147,9 +139,6 @@ CONVERSATION_FACTS: dict[type, ConversationHandler] = {
     Conversation.ExecutionBound: ConversationFold.bound,
     Conversation.Deleted: ConversationFold.deleted_,
     Conversation.Refused: ConversationFold.refused,
-    **{event: ConversationFold.queue_fact for event in (
-        Conversation.QuestionQueued, Conversation.QuestionStarted, Conversation.QuestionRefused,
-        Conversation.QuestionCancelled, Conversation.QuestionSentNow, Conversation.QuestionMerged,
-        Conversation.QuestionSteered, Conversation.RunInterrupted, Conversation.QuestionEnded)},
+    **{event: ConversationFold.queue_fact for event in QUEUE_FACTS},
 }
 """Every event type a ``Conversation`` stores, and how the conversation's timeline reads it."""

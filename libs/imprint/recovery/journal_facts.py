@@ -16,12 +16,12 @@ The events come from an adapter that reads the journal's store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from imprint.journal.conditions import QcsIdentity
-from imprint.journal.conversation import Conversation
+from imprint.journal.conversation import QUEUE_FACTS, Conversation
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.leases import LeaseShard
 from imprint.journal.redaction import SourceLinks
@@ -78,8 +78,28 @@ class JournalRun:
                 "steered": list(self.steered), "unread": list(self.unread)}
 
 
-def _at(event: Any) -> str:
+Fold = TypeVar("Fold")
+
+
+def read_event(fold: Fold, rows: Mapping[type, Callable[[Fold, Any], None]], event: Any, unread: list[str],
+               passed: Container[type] = ()) -> None:
+    """One stored event read by its type's row of ``rows``; a type no row names and ``passed``
+    does not list is named in ``unread`` (newer than this code), never skipped."""
+    row = rows.get(type(event))
+    if row is not None:
+        row(fold, event)
+    elif type(event) not in passed:
+        unread.append(type(event).__qualname__)
+
+
+def event_time(event: Any) -> str:
+    """A stored event's time (RFC 3339), as recovery's documents show it."""
     return event.timestamp.isoformat()  # type: ignore[no-any-return]
+
+
+def refusal(event: Any) -> dict[str, Any]:
+    """X2: a message the journal refused (an execution's or a conversation's ``Refused``), with its typed code."""
+    return {"message_type": event.message_type, "code": event.code, "detail": event.detail, "at": event_time(event)}
 
 
 class ExecutionFold:
@@ -109,11 +129,7 @@ class ExecutionFold:
         return fold.run()
 
     def apply(self, event: Any) -> None:
-        handler = JOURNAL_FACTS.get(type(event))
-        if handler is not None:
-            handler(self, event)
-        elif type(event) not in NOT_COMPARED:
-            self.unread.append(type(event).__qualname__)
+        read_event(self, JOURNAL_FACTS, event, self.unread, NOT_COMPARED)
 
     def run(self) -> JournalRun:
         return JournalRun(
@@ -142,23 +158,22 @@ class ExecutionFold:
 
     def _enter(self, state: str, event: Any, reason: str | None) -> None:
         self.state = state
-        self.transitions.append({"state": state, "at": _at(event), "reason": reason})
+        self.transitions.append({"state": state, "at": event_time(event), "reason": reason})
 
     def effect_observed(self, event: Any) -> None:
         """P19: a publication effect the journal observed; compared with the log's commits (R2)."""
         self.effects.append({"kind": event.kind, "candidate_id": event.candidate_id, "block_id": event.block_id,
                              "revision": event.revision, "body_sha256": event.body_sha256,
                              "receipt_id": event.receipt_id, "log_position": event.log_position,
-                             "at": _at(event)})
+                             "at": event_time(event)})
 
     def tool_receipt_recorded(self, event: Any) -> None:
         """P19: the runtime's tool receipt; the report lists settled effects that lack one (R7)."""
-        self.receipts.append({"tool_call_id": event.tool_call_id, "status": event.status, "at": _at(event)})
+        self.receipts.append({"tool_call_id": event.tool_call_id, "status": event.status, "at": event_time(event)})
 
     def refused(self, event: Any) -> None:
         """X2: a message the journal refused about the run, with its typed code."""
-        self.refusals.append({"message_type": event.message_type, "code": event.code, "detail": event.detail,
-                              "at": _at(event)})
+        self.refusals.append(refusal(event))
 
     def erasure(self, event: Any) -> None:
         """X8: the run's conversation was deleted; its private fields are gone."""
@@ -171,11 +186,11 @@ class ExecutionFold:
 
     def stop_request(self, event: Any) -> None:
         """X11: the run's user asked it to stop while it was open (recorded once)."""
-        self.stop_requested = _at(event)
+        self.stop_requested = event_time(event)
 
     def interruption(self, event: Any) -> None:
         """X12: a newer question of the conversation stops the run (a stop request, as X11's)."""
-        self.stop_requested = self.stop_requested or _at(event)
+        self.stop_requested = self.stop_requested or event_time(event)
         self.interrupted_by = event.by_run_id
 
     def steer(self, event: Any) -> None:
@@ -220,9 +235,7 @@ NOT_COMPARED: dict[type, str] = {
     Conversation.Refused: "a refused message about the conversation (X2), not about one run",
     **{event: "X12: a fact of the conversation's queue; the conversation's timeline reads it "
               "(imprint.recovery.conversation, inspect --conversation), a run's end is its own transition"
-       for event in (Conversation.QuestionQueued, Conversation.QuestionStarted, Conversation.QuestionRefused,
-                     Conversation.QuestionCancelled, Conversation.QuestionSentNow, Conversation.QuestionMerged,
-                     Conversation.QuestionSteered, Conversation.RunInterrupted, Conversation.QuestionEnded)},
+       for event in QUEUE_FACTS},
     SourceLinks.Noted: "which executions cite a source begins: the Journal's fan-out for X7",
     SourceLinks.Linked: "which executions cite a source: the Journal's fan-out for X7",
     SourceLinks.Tombstoned: "reaches each linked execution as its own EvidenceRedacted (X7)",

@@ -25,15 +25,14 @@ with the conversation's stream ticket (``POST …/stream-tickets``)."""
 import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from imprint.contracts.conversation import QuestionCancelRequested, QuestionSendNowRequested
 from services.common.observability import get_logger
 from services.delivery.routes import UNAUTHORIZED, Shared, rate_limited
-from services.delivery.routes.notices import NOT_FOUND, feed_stream
-from services.delivery.stream import SSEFrames
+from services.delivery.routes.notices import NOT_FOUND, FeedRoute, feed_routes
 from services.delivery.stream_formats import UIConversationParts
 
 log = get_logger(__name__)
@@ -65,25 +64,12 @@ class QueueAccepted(BaseModel):
 
 def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["conversations"])
-    StreamAccount = Annotated[str, Depends(ctx.stream_account)]
-    Limited = Annotated[str, Depends(rate_limited(ctx))]
-    LastEventId = Annotated[str | None, Query(description="the last entry id held (the Last-Event-ID header wins)")]
-    Ticket = Annotated[str | None, Query(description="a stream ticket instead of the Authorization header")]
-
-    @api.get("/v1/conversations/{conversation_id}/events", responses=EVENTS_RESPONSE, response_class=Response)
-    async def conversation_events(conversation_id: str, request: Request, account: StreamAccount,
-                                  last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
-        """The conversation stream after ``Last-Event-ID`` (D9), then live."""
-        return await feed_stream(ctx, ctx.store.conversations, conversation_id, account, request, last_event_id,
-                                 SSEFrames(), "conversation")
-
-    @api.get("/v1/ai-sdk/conversations/{conversation_id}/events", responses=EVENTS_RESPONSE,
-             response_class=Response, tags=["ai-sdk"])
-    async def ui_conversation_events(conversation_id: str, request: Request, account: StreamAccount,
-                                     last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
-        """The conversation stream as one AI SDK message: ``data-turn`` and ``data-notice`` parts."""
-        return await feed_stream(ctx, ctx.store.conversations, conversation_id, account, request, last_event_id,
-                                 UIConversationParts(conversation_id), "ui-conversation")
+    feed_routes(api, ctx, lambda: ctx.store.conversations, "events", "entry", EVENTS_RESPONSE,
+                FeedRoute("conversation_events", "conversation",
+                          "The conversation stream after ``Last-Event-ID`` (D9), then live."),
+                FeedRoute("ui_conversation_events", "ui-conversation",
+                          "The conversation stream as one AI SDK message: ``data-turn`` and ``data-notice`` parts.",
+                          UIConversationParts))
 
     async def queued(conversation_id: str, run_id: str, account: str) -> JSONResponse | None:
         """A 409 unless ``run_id`` is a question of the conversation still waiting for its turn."""
@@ -100,33 +86,32 @@ def router(ctx: Shared) -> APIRouter:
             return None
         return JSONResponse(status_code=409, content=refusal.model_dump())
 
+    Limited = Annotated[str, Depends(rate_limited(ctx))]
     refused = {409: {"model": QueueRefusal, "description": "the question is not waiting (it started or ended)"},
                **UNAUTHORIZED, **NOT_FOUND}
 
-    @api.post("/v1/conversations/{conversation_id}/queue/{run_id}/cancel", status_code=202,
-              response_model=QueueAccepted, responses=refused)
-    async def cancel_queued(conversation_id: str, run_id: str, account: Limited) -> Any:
-        """Cancel a question still waiting for its turn (the Journal records it; the
-        conversation stream shows it ``cancelled``)."""
-        refusal = await queued(conversation_id, run_id, account)
-        if refusal is not None:
-            return refusal
-        message = QuestionCancelRequested(conversation_id=conversation_id, run_id=run_id, account_id=account)
-        await ctx.publish(message)
-        log.info("queued question cancel requested", conversation_id=conversation_id, run_id=run_id)
-        return QueueAccepted(requested="cancel", run_id=run_id, event_id=str(message.event_id))
+    def queue_route(name: str, action: str, requested: Literal["cancel", "send_now"],
+                    request: type[QuestionCancelRequested | QuestionSendNowRequested], description: str) -> None:
+        """``POST …/queue/{run_id}/<action>``: refused with 409 unless the question still waits
+        (:func:`queued`), else the user's request is published for the Journal to record."""
 
-    @api.post("/v1/conversations/{conversation_id}/queue/{run_id}/send-now", status_code=202,
-              response_model=QueueAccepted, responses=refused)
-    async def send_now(conversation_id: str, run_id: str, account: Limited) -> Any:
-        """Start a waiting question now: the live run is stopped at a commit boundary (X11),
-        its committed blocks stay, and this question follows."""
-        refusal = await queued(conversation_id, run_id, account)
-        if refusal is not None:
-            return refusal
-        message = QuestionSendNowRequested(conversation_id=conversation_id, run_id=run_id, account_id=account)
-        await ctx.publish(message)
-        log.info("queued question send-now requested", conversation_id=conversation_id, run_id=run_id)
-        return QueueAccepted(requested="send_now", run_id=run_id, event_id=str(message.event_id))
+        async def endpoint(conversation_id: str, run_id: str, account: Limited) -> Any:
+            refusal = await queued(conversation_id, run_id, account)
+            if refusal is not None:
+                return refusal
+            message = request(conversation_id=conversation_id, run_id=run_id, account_id=account)
+            await ctx.publish(message)
+            log.info(f"queued question {action} requested", conversation_id=conversation_id, run_id=run_id)
+            return QueueAccepted(requested=requested, run_id=run_id, event_id=str(message.event_id))
 
+        api.add_api_route(f"/v1/conversations/{{conversation_id}}/queue/{{run_id}}/{action}", endpoint,
+                          methods=["POST"], name=name, description=description, status_code=202,
+                          response_model=QueueAccepted, responses=refused)
+
+    queue_route("cancel_queued", "cancel", "cancel", QuestionCancelRequested,
+                "Cancel a question still waiting for its turn (the Journal records it; the\n"
+                "conversation stream shows it ``cancelled``).")
+    queue_route("send_now", "send-now", "send_now", QuestionSendNowRequested,
+                "Start a waiting question now: the live run is stopped at a commit boundary (X11),\n"
+                "its committed blocks stay, and this question follows.")
     return api

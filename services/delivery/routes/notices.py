@@ -21,6 +21,8 @@ a run. A client acknowledges a notice like any receipt: ``POST
 # No "from __future__ import annotations": FastAPI must see the Annotated dependencies.
 import asyncio
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -46,27 +48,12 @@ NOTICES_RESPONSE = {200: {"description": "the conversation's notices (`id`, `eve
 
 def router(ctx: Shared) -> APIRouter:
     api = APIRouter(tags=["notices"])
-    StreamAccount = Annotated[str, Depends(ctx.stream_account)]
     Limited = Annotated[str, Depends(rate_limited(ctx))]
-    LastEventId = Annotated[str | None, Query(description="the last notice id held (the Last-Event-ID header wins)")]
-    Ticket = Annotated[str | None, Query(description="a stream ticket instead of the Authorization header")]
-
-    async def notices(conversation_id: str, account: str, request: Request, query_id: str | None,
-                      form: StreamFormat, stream: str) -> EventStream:
-        return await feed_stream(ctx, ctx.store.notices, conversation_id, account, request, query_id, form, stream)
-
-    @api.get("/v1/conversations/{conversation_id}/notices", responses=NOTICES_RESPONSE, response_class=Response)
-    async def notices_stream(conversation_id: str, request: Request, account: StreamAccount,
-                             last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
-        """The conversation's notices after ``Last-Event-ID`` (D7), then live."""
-        return await notices(conversation_id, account, request, last_event_id, SSEFrames(), "notices")
-
-    @api.get("/v1/ai-sdk/conversations/{conversation_id}/notices", responses=NOTICES_RESPONSE,
-             response_class=Response, tags=["ai-sdk"])
-    async def ui_notices_stream(conversation_id: str, request: Request, account: StreamAccount,
-                                last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
-        """The same notices as AI SDK ``data-block`` parts (header ``x-vercel-ai-ui-message-stream: v1``)."""
-        return await notices(conversation_id, account, request, last_event_id, UINoticeParts(), "ui-notices")
+    feed_routes(api, ctx, lambda: ctx.store.notices, "notices", "notice", NOTICES_RESPONSE,
+                FeedRoute("notices_stream", "notices",
+                          "The conversation's notices after ``Last-Event-ID`` (D7), then live."),
+                FeedRoute("ui_notices_stream", "ui-notices", "The same notices as AI SDK ``data-block`` parts "
+                          "(header ``x-vercel-ai-ui-message-stream: v1``).", lambda _conversation_id: UINoticeParts()))
 
     @api.post("/v1/conversations/{conversation_id}/stream-tickets", status_code=201,
               responses={**UNAUTHORIZED, **NOT_FOUND})
@@ -84,6 +71,42 @@ def router(ctx: Shared) -> APIRouter:
                 "ui_events_url": f"/v1/ai-sdk/conversations/{conversation_id}/events?ticket={ticket}"}
 
     return api
+
+
+@dataclass(frozen=True, slots=True)
+class FeedRoute:
+    """One GET route of a conversation's feed: its operation name (the OpenAPI operation id and
+    summary come from it), the stream's name in logs, its description and its wire form."""
+
+    name: str
+    stream: str
+    description: str
+    form: Callable[[str], StreamFormat] = lambda _conversation_id: SSEFrames()
+    """The form of the stream, made per request from the conversation id."""
+
+
+def feed_routes(api: APIRouter, ctx: Shared, source: Callable[[], NoticeFeeds], feed: str, entry: str,
+                responses: dict[int | str, dict[str, Any]], sse: FeedRoute, ui: FeedRoute) -> None:
+    """The two GET routes of the conversation feed ``source()`` (its notices, D7; its stream,
+    D9): ``/v1/conversations/{conversation_id}/<feed>`` in imprint's SSE and the same under
+    ``/v1/ai-sdk/`` in the AI SDK's form, both through :func:`feed_stream` with the same
+    parameters and refusals; ``entry`` names what an id counts in ``last_event_id``."""
+    StreamAccount = Annotated[str, Depends(ctx.stream_account)]
+    LastEventId = Annotated[str | None, Query(description=f"the last {entry} id held (the Last-Event-ID header wins)")]
+    Ticket = Annotated[str | None, Query(description="a stream ticket instead of the Authorization header")]
+
+    def add(route: FeedRoute, prefix: str, tags: list[str] | None) -> None:
+        async def endpoint(conversation_id: str, request: Request, account: StreamAccount,
+                           last_event_id: LastEventId = None, ticket: Ticket = None) -> Any:
+            return await feed_stream(ctx, source(), conversation_id, account, request, last_event_id,
+                                     route.form(conversation_id), route.stream)
+
+        api.add_api_route(f"{prefix}/conversations/{{conversation_id}}/{feed}", endpoint, methods=["GET"],
+                          name=route.name, description=route.description, responses=responses,
+                          response_class=Response, tags=tags)
+
+    add(sse, "/v1", None)
+    add(ui, "/v1/ai-sdk", ["ai-sdk"])
 
 
 async def feed_stream(ctx: Shared, source: NoticeFeeds, conversation_id: str, account: str, request: Request,
