@@ -89,16 +89,17 @@ function openPage({ base, run_id: runId, token }) {
     createTextNode: (text) => new Text_(text),
   };
   const state = { events: 0, frames: [], timers: new Set(), sources: new Set() };
-  const counted = (listener) => (event) => {
-    if (event instanceof MessageEvent) state.events += 1;  // a dispatched SSE event (not a connection error)
-    return listener.call(undefined, event);
-  };
   class PageEventSource extends EventSource {
     constructor(url, init) {
       super(new URL(url, base).href, init);
       state.sources.add(this);
     }
-    addEventListener(type, listener, options) { return super.addEventListener(type, counted(listener), options); }
+    // Every SSE event the source dispatches (not a connection error), whether the page listens
+    // to its kind or not: an event of a kind the page does not know is handled by skipping it (R8).
+    dispatchEvent(event) {
+      if (event instanceof MessageEvent) state.events += 1;
+      return super.dispatchEvent(event);
+    }
   }
   const timers = {
     setTimeout: (fn, ms, ...args) => {
@@ -108,7 +109,7 @@ function openPage({ base, run_id: runId, token }) {
     },
     clearTimeout: (handle) => { state.timers.delete(handle); clearTimeout(handle); },
   };
-  const pageFetch = (url, options) => fetch(new URL(String(url), base), options);
+  const pageFetch = async (url, options) => countEvents(await fetch(new URL(String(url), base), options), state);
   const hash = new URLSearchParams({ run: runId, token }).toString();
   const context = {
     document, location: { search: "", hash: "#" + hash, reload() {} },
@@ -122,6 +123,27 @@ function openPage({ base, run_id: runId, token }) {
   if (quirks.has("--ignore-withdrawals")) breakWithdrawals(context);
   script.runInContext(context);
   page = { context, state, elements };
+}
+
+/** An SSE response the page reads with fetch (its fetch transport, the frames it reads again,
+ *  R8): its events counted as the page's reader takes them, as the kit's server counts them. */
+function countEvents(response, state) {
+  if (!response.body || !(response.headers.get("content-type") || "").startsWith("text/event-stream")) return response;
+  const decoder = new TextDecoder();
+  let buffer = "";
+  const counter = new TransformStream({
+    transform(chunk, controller) {
+      buffer += decoder.decode(chunk, { stream: true }).replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        if (/(^|\n)data:/.test(buffer.slice(0, end))) state.events += 1;
+        buffer = buffer.slice(end + 2);
+      }
+      controller.enqueue(chunk);
+    },
+  });
+  return new Response(response.body.pipeThrough(counter), {
+    status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
 /** For the kit's own test: a client that drops every withdrawal (frames and notices) on the floor. */
@@ -157,6 +179,7 @@ function view() {
       blocks, bodies, text: elements.content.textContent, done: Boolean(client.done),
       state: client.status ? client.status.state ?? null : null,
       conflict: client.errors.includes("protocol_conflict"),
+      verified: client.validated,  // the page's own D3 check at done (null before)
       errors: [...client.errors],  // not compared: what the page itself flagged, for the reader of a failure
     },
   };
