@@ -11,8 +11,10 @@
   :data:`~services.conformance.client.script.VIEW_FIELDS` has it: ``blocks`` (``[block_id,
   revision, status]`` of every block shown, in the order shown), ``bodies`` (block id →
   markdown shown, blocks in conflict left out), ``text`` (the closed answer), ``done``,
-  ``state`` (the run's), ``conflict`` (a protocol conflict was told); any other field (the
-  reference page's adapter adds the ``errors`` the page flagged) is not compared;
+  ``state`` (the run's), ``conflict`` (a protocol conflict was told), and if the client checks
+  ``stream-summary`` itself, ``verified`` (its D3 check once ``done`` arrived, ``null`` before
+  and while undecided); any other field (the reference page's adapter adds the ``errors`` the
+  page flagged) is not compared;
 * ``{"op": "close"}``: the client stops; ``{"ok": true}``. End of input: the adapter exits.
 
 After each step of a case the kit waits until the server has written every frame and notice

@@ -19,7 +19,11 @@ const here = dirname(fileURLToPath(import.meta.url));
 const APP = join(here, "..", "..", "..", "services", "delivery", "static", "app.js");
 const source = readFileSync(APP, "utf8");
 const script = new vm.Script(source, { filename: APP });
-const quirks = new Set(process.argv.slice(2));  // --ignore-withdrawals: a broken client, for the kit's own test
+// --fetch: the page's #transport=fetch path (its own SSE parser over fetch, resumed with
+// Last-Event-ID); --ignore-withdrawals, --no-reread (the page cannot read again the frames of
+// kinds it does not know, so it cannot count them in the summary): broken clients, for the
+// kit's own tests.
+const quirks = new Set(process.argv.slice(2));
 
 // ------------------------------------------------------------------ a small DOM
 class Node_ {
@@ -109,8 +113,12 @@ function openPage({ base, run_id: runId, token }) {
     },
     clearTimeout: (handle) => { state.timers.delete(handle); clearTimeout(handle); },
   };
-  const pageFetch = async (url, options) => countEvents(await fetch(new URL(String(url), base), options), state);
-  const hash = new URLSearchParams({ run: runId, token }).toString();
+  const pageFetch = async (url, options) => {
+    if (quirks.has("--no-reread") && options && options.headers && options.headers["Last-Event-ID"]
+        && !quirks.has("--fetch")) throw new TypeError("fetch failed");  // the kit's own test: R8's re-read lost
+    return countEvents(await fetch(new URL(String(url), base), options), state);
+  };
+  const hash = new URLSearchParams({ run: runId, token, ...(quirks.has("--fetch") ? { transport: "fetch" } : {}) }).toString();
   const context = {
     document, location: { search: "", hash: "#" + hash, reload() {} },
     EventSource: PageEventSource, MessageEvent, fetch: pageFetch, URLSearchParams, URL, TextEncoder, TextDecoder,
