@@ -74,11 +74,13 @@ def test_the_ai_sdk_mapping_read_by_read_ui_message_stream_passes_every_client_c
 @pytest.mark.rule("D7")
 @pytest.mark.rule("D8")
 @pytest.mark.rule("P18")
+@pytest.mark.rule("R8")
 @pytest.mark.parametrize("line", sorted(set(LINES) - {"ai6"}))
 def test_the_other_ai_sdk_lines_pass_the_live_reset_and_notices_cases(line: str) -> None:
-    """ai 5.x and 7.x (on Node 22) through one path of every script, the resets and the notices:
-    the lines differ in their reader, not in what the kit varies between connections."""
-    cases = [c for c in all_cases() if c.id.endswith("/live") or c.family in ("reset", "notices")]
+    """ai 5.x and 7.x (on Node 22) through one path of every script, the resets, the notices and
+    the later kinds (R8): the lines differ in their reader, not in what the kit varies between
+    connections."""
+    cases = [c for c in all_cases() if c.id.endswith("/live") or c.family in ("reset", "notices", "later")]
     report = run_cases([node_for(line), str(ADAPTERS / "ai_sdk.mjs"), line], cases=cases)
     assert report.passed and len(report.cases) == len(cases), report.render(only_failures=True)
 
@@ -138,3 +140,18 @@ def test_the_kit_fails_a_page_that_cannot_count_the_frames_of_kinds_it_does_not_
     assert {c.case for c in report.failures} == {c.id for c in cases if c.family == "later"}, report.render()
     for case in report.failures:
         assert "verified: required True, the client shows False" in case.seen, case.seen
+
+
+@pytest.mark.rule("R8")
+def test_npm_ai_refuses_a_new_part_type_that_is_not_a_data_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why docs/protocol.md says a part type a later v1 server adds is a ``data-`` part: the same
+    case with the new part typed otherwise is one npm ``ai``'s reader does not read past."""
+    from services.conformance.client import runner, server
+
+    made = server.later_part
+    monkeypatch.setattr(server, "later_part", lambda frame: {**made(frame), "type": "added-in-a-later-v1"})
+    monkeypatch.setattr(runner, "CATCH_UP_SECONDS", 3.0)  # it never catches up: no need to wait long
+    cases = [c for c in all_cases() if c.id == "later/single-block/later-kinds"]
+    report = run_cases([node_for("ai6"), str(ADAPTERS / "ai_sdk.mjs"), "ai6"], cases=cases)
+    assert len(report.cases) == 1 and not report.passed, report.render()
+    assert "step 1: the client handled" in report.cases[0].seen, report.cases[0].seen
