@@ -448,10 +448,16 @@
       client.done = true;
       if (Array.from(client.skipped).some((skipped) => !client.held.has(skipped))) {
         $("integrity").textContent = "checking the frames of kinds this page does not know";
-        readSkipped().then(() => ended(id, raw));
+        const runId = client.runId;
+        readSkipped().then(() => { if (client.runId === runId && client.lastId === id) verdict(id, raw); });
       } else {
-        ended(id, raw);
+        verdict(id, raw);
       }
+      $("cancel").disabled = true;
+      requestReceipt("client.received", true);
+      render();
+      requestReceipt("client.rendered", true);
+      followNext();
       return;
     }
     if (event === "stream-summary") {
@@ -464,31 +470,23 @@
   }
 
   /** D3 once `done` arrived: the summary against every frame held (and skipped, R8). */
-  function ended(id, raw) {
-    if (client.done !== true || client.lastId !== id) return;  // a reset or the next answer came first
-    {
-      const problems = [];
-      if (raw !== "[DONE]") problems.push("contradictory terminal");
-      if (!client.summary) problems.push("missing stream summary");
-      else if (client.summary.id !== id - 1) problems.push("summary not right before the terminal");
-      else if (!verifySummary(client.summary.id, client.summary.data)) problems.push("stream summary does not match the frames held");
-      client.validated = problems.length === 0;
-      const footer = $("integrity");
-      if (client.validated) {
-        footer.dataset.state = "ok";
-        footer.textContent = `complete: ${client.held.size} frames, summary verified`;
-        $("status").textContent = endedAs(client.status);
-      } else {
-        footer.dataset.state = "error";
-        footer.textContent = "stream integrity error: " + problems.join("; ");
-        fail("summary_mismatch", "The stream could not be verified: " + problems.join("; "));
-        reportConflict(problems.join("; "));
-      }
-      $("cancel").disabled = true;
-      requestReceipt("client.received", true);
-      render();
-      requestReceipt("client.rendered", true);
-      followNext();
+  function verdict(id, raw) {
+    const problems = [];
+    if (raw !== "[DONE]") problems.push("contradictory terminal");
+    if (!client.summary) problems.push("missing stream summary");
+    else if (client.summary.id !== id - 1) problems.push("summary not right before the terminal");
+    else if (!verifySummary(client.summary.id, client.summary.data)) problems.push("stream summary does not match the frames held");
+    client.validated = problems.length === 0;
+    const footer = $("integrity");
+    if (client.validated) {
+      footer.dataset.state = "ok";
+      footer.textContent = `complete: ${client.held.size} frames, summary verified`;
+      $("status").textContent = endedAs(client.status);
+    } else {
+      footer.dataset.state = "error";
+      footer.textContent = "stream integrity error: " + problems.join("; ");
+      fail("summary_mismatch", "The stream could not be verified: " + problems.join("; "));
+      reportConflict(problems.join("; "));
     }
   }
 
