@@ -2,8 +2,10 @@
 Delivery's own rules, :mod:`.script`), each played over the ways a stream reaches a client
 (:data:`PATHS`: live on one connection, dropped and resumed after every step, with frames
 repeated across the reconnect, with the ticket expired before the reconnect, read only
-once the run is over, or with fields a later v1 server may add), plus the cases of their own (a reset mid-stream, notices repeated or
-about another run, frames, notices and AI SDK parts of kinds a later v1 server may add). Every case names the rule it checks (docs/rules.md)."""
+once the run is over, or with fields a later v1 server may add), plus the cases of their own
+(a reset mid-stream, notices repeated or about another run, and — :data:`LATER_PATHS` — frames,
+notices and AI SDK parts of kinds a later v1 server may add). Every case names the rule it
+checks (docs/rules.md)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 routes a Delivery serves it — ``GET /v1/runs/{id}/events`` (imprint's SSE, resumed with
 ``Last-Event-ID``: :func:`imprint.delivery.reset.resume` decides continue, 204 or ``reset``),
 ``GET /v1/ai-sdk/runs/{id}/stream`` (the AI SDK UI message stream), the conversation's
-notices in both forms, stream tickets (:class:`imprint.delivery.tickets.TicketBook` on the
-kit's own clock, so a case can expire them), the run's record and its receipts. Every byte
+notices in both forms (and as the conversation stream the reference page follows, D9),
+stream tickets (:class:`imprint.delivery.tickets.TicketBook` on the kit's own clock, so a case
+can expire them), the run's record and its receipts. Every byte
 of a frame, a part or a notice is Delivery's own encoding (``Frame.sse`` and
 :mod:`services.delivery.stream_formats`); only what happens *between* frames is the kit's:
 it drops connections, repeats frames a client already holds, expires tickets and restores

@@ -4,7 +4,9 @@
 // its global), fetch, a small DOM the page renders into, requestAnimationFrame, timers.
 // The view reported is what the page rendered: the blocks in #blocks (in DOM order, their
 // data-* attributes and body text), #content, and the page's client state for done, run
-// state and protocol conflicts. Protocol: services/conformance/client/runner.py.
+// state, protocol conflicts and its own stream-summary check (verified). Events are counted as
+// the EventSource dispatches them (any kind, listened to or not) and as the page's fetch
+// reads SSE. Protocol: services/conformance/client/runner.py.
 //
 //   imprint conformance client -- node tests/node/conformance/reference_page.mjs
 import { readFileSync } from "node:fs";
