@@ -2,8 +2,10 @@
 Delivery's own rules, :mod:`.script`), each played over the ways a stream reaches a client
 (:data:`PATHS`: live on one connection, dropped and resumed after every step, with frames
 repeated across the reconnect, with the ticket expired before the reconnect, read only
-once the run is over, or with fields a later v1 server may add), plus the cases of their own (a reset mid-stream, notices repeated or
-about another run). Every case names the rule it checks (docs/rules.md)."""
+once the run is over, or with fields a later v1 server may add), plus the cases of their own
+(a reset mid-stream, notices repeated or about another run, and — :data:`LATER_PATHS` — frames,
+notices and AI SDK parts of kinds a later v1 server may add). Every case names the rule it
+checks (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,11 @@ class Path:
     """The client connects once every step is in (a new client gets the current merged view, D1)."""
     grown: bool = False
     """Every object carries a field the client does not know, as a later v1 server may send (R8)."""
+    later: bool = False
+    """Frames of a kind the client does not know before every step until ``done`` (before any
+    block, between revisions), and after ``done`` a notice and a notices event of kinds it does
+    not know (in the AI SDK form: ``data-`` parts of a type it does not know), as a later v1
+    server may send (R8: skipped, their ids kept as positions)."""
 
 
 PATHS = (
@@ -282,6 +289,15 @@ SCRIPTS = (
     Script("withdrawn-with-the-end", "P21", withdrawn_with_the_end),
 )
 
+LATER_PATHS = (
+    Path("later-kinds", "R8", later=True),
+    Path("later-kinds-resumed", "R8", drop=True, later=True),
+)
+"""R8 over the scripts of :data:`LATER_SCRIPTS`: a client that flags an unknown kind, drops its
+id (a gap, a summary that does not match) or resumes before it fails here."""
+LATER_SCRIPTS = ("single-block", "revision-in-place", "many-revisions", "withdrawn-after-done",
+                 "withdrawn-after-done-revised", "closed-text", "stopped", "closed-before-settled")
+
 RESETS = (
     Script("reset-mid-stream", "D8", reset_script, restore_after=3, restore_to=1),
     Script("reset-to-nothing-held", "D8", reset_script, restore_after=2, restore_to=0),
@@ -292,6 +308,8 @@ RESETS = (
 
 def all_cases() -> list[Case]:
     cases = [Case(f"{s.name}/{p.name}", p.rule or s.rule, s, p, family=s.name) for s in SCRIPTS for p in PATHS]
+    cases += [Case(f"later/{s.name}/{p.name}", p.rule, s, p, family="later")
+              for s in SCRIPTS if s.name in LATER_SCRIPTS for p in LATER_PATHS]
     cases += [Case(f"reset/{s.name}", "D8", s, PATHS[0], family="reset") for s in RESETS]
     cases += [Case(f"reset/{s.name}/repeated", "D8", s, PATHS[2], family="reset") for s in RESETS[:2]]
     notices = [s for s in SCRIPTS if s.rule == "D7"]

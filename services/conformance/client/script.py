@@ -19,13 +19,17 @@ from imprint.contracts import publication
 from imprint.contracts.publication import BlockView, CommittedBlock, Content, Receipt
 from imprint.contracts.runs import RunClosed, RunProgress, RunTransitioned
 from imprint.delivery import handling, merge
-from imprint.delivery.frame import Frame, FrameDraft, skeleton
+from imprint.delivery.frame import DONE, Frame, FrameDraft, skeleton
 from imprint.delivery.frames import RunProjection
 from imprint.delivery.notices import NOTICE_EVENT, Notice
+from imprint.delivery.summary import payload_sha256
 
 ACCOUNT = "acct-conformance"
 AT = "2026-01-01T00:00:00Z"
 """The time a notice carries: fixed, so every run of a case serves the same bytes."""
+LATER_KIND = "added-in-a-later-v1"
+"""R8 (docs/protocol.md's versioning): a frame kind, notice kind and AI SDK part name
+(``data-added-in-a-later-v1``) a later v1 server may add and a v1 client skips."""
 
 
 # --------------------------------------------------------------------------- inbound messages
@@ -176,6 +180,27 @@ class MemoryView:
         self.notices.append(Frame(f"notices:{self.conversation_id}", notice_id, NOTICE_EVENT,
                                   notice.payload(notice_id, AT), ""))
 
+    def later_frame(self) -> None:
+        """R8: a frame of a kind this client does not know, as a later v1 server may send one
+        (never after ``done``): a semantic frame like any other — its id is a position of the
+        run, and ``stream-summary`` counts it and its ``body_sha256`` (D3)."""
+        assert not self.ended, "a later v1 server adds no frame after done"
+        payload = {"note": "a v1 client skips a frame kind it does not know, keeping its id",
+                   "position": self.last_frame_id + 1}
+        sha = payload_sha256(payload)
+        self._append(FrameDraft(LATER_KIND, {**payload, "body_sha256": sha}, sha))
+
+    def later_notice(self) -> None:
+        """R8: on the conversation's notices stream, a notice of a kind this client does not know
+        and an event of a kind it does not know, each with the next id (the stream's ids are its
+        positions, whatever their kind)."""
+        notice_id = len(self.notices) + 1
+        self.notices.append(Frame(f"notices:{self.conversation_id}", notice_id, NOTICE_EVENT,
+                                  {"notice_id": notice_id, "kind": LATER_KIND, "run_id": self.run_id,
+                                   "block_id": "b1", "revision": 1, "at": AT}, ""))
+        self.notices.append(Frame(f"notices:{self.conversation_id}", notice_id + 1, LATER_KIND,
+                                  {"notice_id": notice_id + 1, "run_id": self.run_id, "at": AT}, ""))
+
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         for frame_id, key in self.keys.items():
             if key.startswith("block:"):
@@ -196,6 +221,11 @@ class MemoryView:
         return len(self.notices)
 
     @property
+    def ended(self) -> bool:
+        """``done`` was written (nothing follows it in the run's stream)."""
+        return any(frame.event == DONE for frame in self.frames)
+
+    @property
     def terminal(self) -> bool:
         return self.held.projection.terminal
 
@@ -204,7 +234,9 @@ def required_view(view: MemoryView) -> dict[str, Any]:
     """What a conforming client shows once it holds every frame and notice of ``view``: the
     blocks Delivery's projection displays (P16–P18, P21), by position; their bodies (none for
     a block in conflict, P17); the closed answer's text once the run completed (D2, D5);
-    whether the stream ended (D3); the run's state; whether a protocol conflict was told (P17)."""
+    whether the stream ended (D3); the run's state; whether a protocol conflict was told (P17);
+    once ``done`` arrived, that the stream checked out against its ``stream-summary`` (D3 — with
+    every frame of a kind the client does not know counted, R8)."""
     p = view.held.projection
     shown = [e for b in p.answer.blocks.values() if (e := merge.display(b)) is not None]
     shown.sort(key=lambda e: (e["delivery_ordinal"] or 0, e["block_id"]))
@@ -215,11 +247,16 @@ def required_view(view: MemoryView) -> dict[str, Any]:
         "done": p.terminal,
         "state": p.state,
         "conflict": bool(p.answer.conflicts),
+        "verified": True if view.ended else None,
     }
 
 
 VIEW_FIELDS = ("blocks", "bodies", "text", "done", "state", "conflict")
 """What an adapter reports of its client's view, every field compared (the JSON-lines protocol)."""
+CHECKED_IF_REPORTED = ("verified",)
+"""Compared when the adapter reports them: ``verified`` — the client's own D3 check of what it
+holds against ``stream-summary`` once ``done`` arrived (``null`` before; a reader that checks no
+summary, like npm ``ai``'s, leaves it out)."""
 
 
 def foreign_notice(view: MemoryView, block_id: str) -> None:

@@ -2,8 +2,9 @@
 routes a Delivery serves it — ``GET /v1/runs/{id}/events`` (imprint's SSE, resumed with
 ``Last-Event-ID``: :func:`imprint.delivery.reset.resume` decides continue, 204 or ``reset``),
 ``GET /v1/ai-sdk/runs/{id}/stream`` (the AI SDK UI message stream), the conversation's
-notices in both forms, stream tickets (:class:`imprint.delivery.tickets.TicketBook` on the
-kit's own clock, so a case can expire them), the run's record and its receipts. Every byte
+notices in both forms (and as the conversation stream the reference page follows, D9),
+stream tickets (:class:`imprint.delivery.tickets.TicketBook` on the kit's own clock, so a case
+can expire them), the run's record and its receipts. Every byte
 of a frame, a part or a notice is Delivery's own encoding (``Frame.sse`` and
 :mod:`services.delivery.stream_formats`); only what happens *between* frames is the kit's:
 it drops connections, repeats frames a client already holds, expires tickets and restores
@@ -25,7 +26,7 @@ from imprint.delivery.frame import DONE, RESET, Frame, reset_frame
 from imprint.delivery.reset import Continue, NothingMore, Reset, resume
 from imprint.delivery.tickets import Grant, TicketBook
 from imprint.delivery.ui_message_stream import UIMessageStream, encode, notice_part, reset_part
-from services.conformance.client.script import ACCOUNT, MemoryView
+from services.conformance.client.script import ACCOUNT, LATER_KIND, MemoryView
 from services.delivery.stream_formats import SSEFrames, StreamFormat, UIMessageParts, UINoticeParts
 
 RETRY_MS = 20
@@ -36,6 +37,9 @@ ROUTES = [
     ("GET", re.compile(r"/v1/runs/(?P<id>[^/]+)/events"), "run_events"),
     ("GET", re.compile(r"/v1/ai-sdk/runs/(?P<id>[^/]+)/stream"), "ui_stream"),
     ("GET", re.compile(r"/v1/conversations/(?P<id>[^/]+)/notices"), "notices"),
+    # D9: the conversation stream carries a copy of every notice; the cases play no turns (the
+    # view's turn() keeps none), so its entries are the notices, with their ids.
+    ("GET", re.compile(r"/v1/conversations/(?P<id>[^/]+)/events"), "notices"),
     ("GET", re.compile(r"/v1/ai-sdk/conversations/(?P<id>[^/]+)/notices"), "ui_notices"),
     ("GET", re.compile(r"/v1/runs/(?P<id>[^/]+)"), "run_record"),
     ("POST", re.compile(r"/v1/runs/(?P<id>[^/]+)/stream-tickets"), "run_ticket"),
@@ -69,6 +73,9 @@ class Session:
     grown: bool = False
     """Serve v1 as a later server may (R8, docs/protocol.md's versioning): every object carries a
     field this client does not know."""
+    later: bool = False
+    """The frames of a kind a later v1 server may add (R8) go to the AI SDK forms as ``data-``
+    parts of a type this client does not know (the only part types a v1 server may add)."""
 
     @property
     def feed(self) -> str:
@@ -200,7 +207,7 @@ class Handler(BaseHTTPRequestHandler):
     def ui_stream(self, s: Session, run_id: str) -> None:
         if self._allowed(s, run_id):
             mapping = UIMessageStream(run_id=run_id, conversation_id=s.view.conversation_id)
-            form = GrownParts(mapping) if s.grown else UIMessageParts(mapping)
+            form = GrownParts(mapping) if s.grown else LaterParts(mapping) if s.later else UIMessageParts(mapping)
             self._stream(s, "run", form, resumed=False)
 
     def notices(self, s: Session, conversation_id: str) -> None:
@@ -209,7 +216,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def ui_notices(self, s: Session, conversation_id: str) -> None:
         if self._allowed(s, s.feed):
-            self._stream(s, "notices", GrownNoticeParts() if s.grown else UINoticeParts(), resumed=True)
+            form = GrownNoticeParts() if s.grown else LaterNoticeParts() if s.later else UINoticeParts()
+            self._stream(s, "notices", form, resumed=True)
 
     def _stream(self, s: Session, stream: str, form: StreamFormat, *, resumed: bool) -> None:
         """One connection: the frames after the client's position (or all of them from
@@ -328,6 +336,30 @@ class GrownNoticeParts(UINoticeParts):
         data = frame.data if isinstance(frame.data, dict) else {}
         part = reset_part(data) if frame.event == RESET else notice_part(data)
         return f"id: {frame.id}\n".encode() + encode(grown_part(part))
+
+
+# ---------------------------------------------------------------------- later kinds (R8)
+
+
+def later_part(frame: Frame) -> dict[str, Any]:
+    """A frame of a kind a later v1 server added, as that server's AI SDK form would carry it:
+    a ``data-`` part of a new type (npm ``ai``'s reader refuses any other unknown part type)."""
+    return {"type": f"data-{LATER_KIND}", "id": f"{LATER_KIND}-{frame.run_id}-{frame.id}", "data": frame.data}
+
+
+class LaterParts(UIMessageParts):
+    def frame(self, frame: Frame) -> bytes:
+        if frame.event == LATER_KIND:
+            return encode(later_part(frame))
+        return super().frame(frame)
+
+
+class LaterNoticeParts(UINoticeParts):
+    def frame(self, frame: Frame) -> bytes:
+        data = frame.data if isinstance(frame.data, dict) else {}
+        if frame.event == LATER_KIND or data.get("kind") == LATER_KIND:
+            return f"id: {frame.id}\n".encode() + encode(later_part(frame))
+        return super().frame(frame)
 
 
 class KitServer(ThreadingHTTPServer):

@@ -11,6 +11,12 @@
  *   as unsaved, shows source hints and truncation, drops withdrawn blocks;
  * - holds every frame id and body hash across reconnects and checks stream-summary
  *   and the terminal (D3); any gap, repeat, frame after done or mismatch is an error;
+ * - skips a frame of a kind it does not know (R8: a later v1 server may add kinds) but keeps
+ *   its id as a position: stream-summary counts it like any frame. Read with fetch, such a
+ *   frame arrives and is held (its id and body hash) without being applied; EventSource never
+ *   dispatches a kind nobody listens to, so there its id shows as a step over ids the browser
+ *   read and did not hand on, and at the end the page reads those frames once with fetch to
+ *   check their body hashes against the summary;
  * - on a `reset` frame (D8: the server cannot continue after the id this client held,
  *   e.g. a store restored from an older backup) forgets everything it held and rebuilds
  *   from the frames that follow, ids from 1 again; the reset's own id is 0, so a
@@ -110,6 +116,7 @@
     runId: "", token: "",
     lastId: 0,
     held: new Map(),        // id -> {event, sha}: every frame held, across reconnects (D3)
+    skipped: new Set(),     // ids EventSource read and did not dispatch: kinds this page does not know (R8)
     blocks: new Map(),      // block_id -> display entry
     content: new Map(),     // seq -> text
     summary: null,          // {id, data}
@@ -363,6 +370,7 @@
   // ---------------------------------------------------------------- frames
   function verifySummary(summaryId, data) {
     const ids = Array.from(client.held.keys()).filter((id) => id < summaryId && !TERMINAL.has(client.held.get(id).event)).sort((a, b) => a - b);
+    if (Array.from(client.skipped).some((id) => id < summaryId && !client.held.has(id))) return false;
     const lines = ids.map((id) => `${id}:${client.held.get(id).sha}\n`).join("");
     const ok = data && data.frame_count === ids.length && data.last_id === (ids.length ? ids[ids.length - 1] : 0)
       && data.digest === sha256Hex(lines);
@@ -384,6 +392,7 @@
   /** Everything held of the run shown: a reset (D8) or the next question's answer (D9). */
   function forget() {
     client.held.clear();
+    client.skipped.clear();
     client.lastId = 0;
     client.blocks.clear();
     client.content.clear();
@@ -416,7 +425,16 @@
     if (event === "reset") { if (!client.done) reset(raw); return; }
     if (!Number.isInteger(id)) { fail("missing_id", "A frame arrived without an id."); return; }
     if (client.held.has(id) || id <= client.lastId) { client.duplicates += 1; fail("duplicate_id", "Frame " + id + " arrived twice."); return; }
-    if (id !== client.lastId + 1) fail("id_gap", "Frames " + (client.lastId + 1) + "–" + (id - 1) + " are missing.");
+    if (id !== client.lastId + 1) {
+      if (client.transport === "eventsource" && id > client.lastId + 1) {
+        // EventSource hands on only the kinds listened to; its own Last-Event-ID (and this page's
+        // resume after the last frame dispatched) means nothing in between was lost: frames of
+        // kinds this page does not know (R8), checked against the summary at the end.
+        for (let skipped = client.lastId + 1; skipped < id; skipped++) client.skipped.add(skipped);
+      } else {
+        fail("id_gap", "Frames " + (client.lastId + 1) + "–" + (id - 1) + " are missing.");
+      }
+    }
     if (client.done) { fail("frame_after_terminal", "A frame arrived after the end of the stream."); reportConflict("frame after terminal"); }
     let data = raw;
     if (event !== "done") {
@@ -428,22 +446,12 @@
     if (event === "done") {
       if (client.done) { fail("duplicate_terminal", "The stream ended twice."); return; }
       client.done = true;
-      const problems = [];
-      if (raw !== "[DONE]") problems.push("contradictory terminal");
-      if (!client.summary) problems.push("missing stream summary");
-      else if (client.summary.id !== id - 1) problems.push("summary not right before the terminal");
-      else if (!verifySummary(client.summary.id, client.summary.data)) problems.push("stream summary does not match the frames held");
-      client.validated = problems.length === 0;
-      const footer = $("integrity");
-      if (client.validated) {
-        footer.dataset.state = "ok";
-        footer.textContent = `complete: ${client.held.size} frames, summary verified`;
-        $("status").textContent = endedAs(client.status);
+      if (Array.from(client.skipped).some((skipped) => !client.held.has(skipped))) {
+        $("integrity").textContent = "checking the frames of kinds this page does not know";
+        const runId = client.runId;
+        readSkipped().then(() => { if (client.runId === runId && client.lastId === id) verdict(id, raw); });
       } else {
-        footer.dataset.state = "error";
-        footer.textContent = "stream integrity error: " + problems.join("; ");
-        fail("summary_mismatch", "The stream could not be verified: " + problems.join("; "));
-        reportConflict(problems.join("; "));
+        verdict(id, raw);
       }
       $("cancel").disabled = true;
       requestReceipt("client.received", true);
@@ -458,6 +466,56 @@
       return;
     }
     if (!data || typeof data !== "object") return;
+    apply(event, data);
+  }
+
+  /** D3 once `done` arrived: the summary against every frame held (and skipped, R8). */
+  function verdict(id, raw) {
+    const problems = [];
+    if (raw !== "[DONE]") problems.push("contradictory terminal");
+    if (!client.summary) problems.push("missing stream summary");
+    else if (client.summary.id !== id - 1) problems.push("summary not right before the terminal");
+    else if (!verifySummary(client.summary.id, client.summary.data)) problems.push("stream summary does not match the frames held");
+    client.validated = problems.length === 0;
+    const footer = $("integrity");
+    if (client.validated) {
+      footer.dataset.state = "ok";
+      footer.textContent = `complete: ${client.held.size} frames, summary verified`;
+      $("status").textContent = endedAs(client.status);
+    } else {
+      footer.dataset.state = "error";
+      footer.textContent = "stream integrity error: " + problems.join("; ");
+      fail("summary_mismatch", "The stream could not be verified: " + problems.join("; "));
+      reportConflict(problems.join("; "));
+    }
+  }
+
+  /** R8: the frames EventSource read and did not dispatch (kinds this page does not know), read
+   *  once with fetch from the first of them so their ids and body hashes can be checked (D3).
+   *  Nothing of them is applied. */
+  async function readSkipped() {
+    const first = Math.min(...client.skipped);
+    const controller = new AbortController();
+    try {
+      const response = await fetch(`/v1/runs/${encodeURIComponent(client.runId)}/events`, {
+        headers: { Accept: "text/event-stream", Authorization: "Bearer " + client.token, "Last-Event-ID": String(first - 1) },
+        cache: "no-store", signal: controller.signal });
+      if (!response.ok || !response.body) return;
+      await readEvents(response, (id, event, data) => {
+        if (!client.skipped.has(id) || client.held.has(id)) return true;
+        let parsed = null;
+        try { parsed = JSON.parse(data); } catch (e) { /* held without a hash: the summary says so */ }
+        client.held.set(id, { event, sha: parsed && typeof parsed === "object" ? parsed.body_sha256 || "" : "" });
+        return Array.from(client.skipped).some((skipped) => !client.held.has(skipped));
+      });
+    } catch (e) {
+      // unread: the summary check says the frames held do not match
+    } finally {
+      controller.abort();
+    }
+  }
+
+  function apply(event, data) {
     const stripped = data.superseded || data.purged || data.withdrawn;
     switch (event) {
       case "answer-preview": case "answer-publication": case "answer-withdrawn": case "answer-rejected":
@@ -607,35 +665,8 @@
     client.retryDelay = 250;
     $("connection").dataset.state = "open";
     $("connection").textContent = "connected";
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    let frame = { id: null, event: "", data: [] };
     try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, { stream: true });
-        let nl;
-        while ((nl = buffer.indexOf("\n")) >= 0) {
-          let line = buffer.slice(0, nl);
-          buffer = buffer.slice(nl + 1);
-          if (line.endsWith("\r")) line = line.slice(0, -1);
-          if (line === "") {
-            if (frame.data.length || frame.event) handleFrame(frame.id === null ? NaN : Number(frame.id), frame.event || "message", frame.data.join("\n"));
-            frame = { id: null, event: "", data: [] };
-            continue;
-          }
-          if (line.startsWith(":")) continue;  // keep-alive comment
-          const colon = line.indexOf(":");
-          const field = colon < 0 ? line : line.slice(0, colon);
-          let value2 = colon < 0 ? "" : line.slice(colon + 1);
-          if (value2.startsWith(" ")) value2 = value2.slice(1);
-          if (field === "id") frame.id = value2;
-          else if (field === "event") frame.event = value2;
-          else if (field === "data") frame.data.push(value2);
-        }
-      }
+      await readEvents(response, (id, event, data) => { handleFrame(id, event, data); return true; });
     } catch (e) {
       // connection killed: resume below
     }
@@ -645,6 +676,42 @@
       return;
     }
     return retry();
+  }
+
+  /** A streaming SSE parser: `onEvent(id, event, data)` per event (an event of any kind: the
+   *  caller decides what it knows, R8) until the body ends or `onEvent` returns false. */
+  async function readEvents(response, onEvent) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let frame = { id: null, event: "", data: [] };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let nl;
+      while ((nl = buffer.indexOf("\n")) >= 0) {
+        let line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + 1);
+        if (line.endsWith("\r")) line = line.slice(0, -1);
+        if (line === "") {
+          if (frame.data.length || frame.event) {
+            const more = onEvent(frame.id === null ? NaN : Number(frame.id), frame.event || "message", frame.data.join("\n"));
+            if (more === false) { reader.cancel().catch(() => {}); return; }
+          }
+          frame = { id: null, event: "", data: [] };
+          continue;
+        }
+        if (line.startsWith(":")) continue;  // keep-alive comment
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value2 = colon < 0 ? "" : line.slice(colon + 1);
+        if (value2.startsWith(" ")) value2 = value2.slice(1);
+        if (field === "id") frame.id = value2;
+        else if (field === "event") frame.event = value2;
+        else if (field === "data") frame.data.push(value2);
+      }
+    }
   }
 
   function retry() {

@@ -4,7 +4,9 @@
 // its global), fetch, a small DOM the page renders into, requestAnimationFrame, timers.
 // The view reported is what the page rendered: the blocks in #blocks (in DOM order, their
 // data-* attributes and body text), #content, and the page's client state for done, run
-// state and protocol conflicts. Protocol: services/conformance/client/runner.py.
+// state, protocol conflicts and its own stream-summary check (verified). Events are counted as
+// the EventSource dispatches them (any kind, listened to or not) and as the page's fetch
+// reads SSE. Protocol: services/conformance/client/runner.py.
 //
 //   imprint conformance client -- node tests/node/conformance/reference_page.mjs
 import { readFileSync } from "node:fs";
@@ -19,7 +21,11 @@ const here = dirname(fileURLToPath(import.meta.url));
 const APP = join(here, "..", "..", "..", "services", "delivery", "static", "app.js");
 const source = readFileSync(APP, "utf8");
 const script = new vm.Script(source, { filename: APP });
-const quirks = new Set(process.argv.slice(2));  // --ignore-withdrawals: a broken client, for the kit's own test
+// --fetch: the page's #transport=fetch path (its own SSE parser over fetch, resumed with
+// Last-Event-ID); --ignore-withdrawals, --no-reread (the page cannot read again the frames of
+// kinds it does not know, so it cannot count them in the summary): broken clients, for the
+// kit's own tests.
+const quirks = new Set(process.argv.slice(2));
 
 // ------------------------------------------------------------------ a small DOM
 class Node_ {
@@ -89,16 +95,17 @@ function openPage({ base, run_id: runId, token }) {
     createTextNode: (text) => new Text_(text),
   };
   const state = { events: 0, frames: [], timers: new Set(), sources: new Set() };
-  const counted = (listener) => (event) => {
-    if (event instanceof MessageEvent) state.events += 1;  // a dispatched SSE event (not a connection error)
-    return listener.call(undefined, event);
-  };
   class PageEventSource extends EventSource {
     constructor(url, init) {
       super(new URL(url, base).href, init);
       state.sources.add(this);
     }
-    addEventListener(type, listener, options) { return super.addEventListener(type, counted(listener), options); }
+    // Every SSE event the source dispatches (not a connection error), whether the page listens
+    // to its kind or not: an event of a kind the page does not know is handled by skipping it (R8).
+    dispatchEvent(event) {
+      if (event instanceof MessageEvent) state.events += 1;
+      return super.dispatchEvent(event);
+    }
   }
   const timers = {
     setTimeout: (fn, ms, ...args) => {
@@ -108,8 +115,12 @@ function openPage({ base, run_id: runId, token }) {
     },
     clearTimeout: (handle) => { state.timers.delete(handle); clearTimeout(handle); },
   };
-  const pageFetch = (url, options) => fetch(new URL(String(url), base), options);
-  const hash = new URLSearchParams({ run: runId, token }).toString();
+  const pageFetch = async (url, options) => {
+    if (quirks.has("--no-reread") && options && options.headers && options.headers["Last-Event-ID"]
+        && !quirks.has("--fetch")) throw new TypeError("fetch failed");  // the kit's own test: R8's re-read lost
+    return countEvents(await fetch(new URL(String(url), base), options), state);
+  };
+  const hash = new URLSearchParams({ run: runId, token, ...(quirks.has("--fetch") ? { transport: "fetch" } : {}) }).toString();
   const context = {
     document, location: { search: "", hash: "#" + hash, reload() {} },
     EventSource: PageEventSource, MessageEvent, fetch: pageFetch, URLSearchParams, URL, TextEncoder, TextDecoder,
@@ -122,6 +133,27 @@ function openPage({ base, run_id: runId, token }) {
   if (quirks.has("--ignore-withdrawals")) breakWithdrawals(context);
   script.runInContext(context);
   page = { context, state, elements };
+}
+
+/** An SSE response the page reads with fetch (its fetch transport, the frames it reads again,
+ *  R8): its events counted as the page's reader takes them, as the kit's server counts them. */
+function countEvents(response, state) {
+  if (!response.body || !(response.headers.get("content-type") || "").startsWith("text/event-stream")) return response;
+  const decoder = new TextDecoder();
+  let buffer = "";
+  const counter = new TransformStream({
+    transform(chunk, controller) {
+      buffer += decoder.decode(chunk, { stream: true }).replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        if (/(^|\n)data:/.test(buffer.slice(0, end))) state.events += 1;
+        buffer = buffer.slice(end + 2);
+      }
+      controller.enqueue(chunk);
+    },
+  });
+  return new Response(response.body.pipeThrough(counter), {
+    status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
 /** For the kit's own test: a client that drops every withdrawal (frames and notices) on the floor. */
@@ -157,6 +189,7 @@ function view() {
       blocks, bodies, text: elements.content.textContent, done: Boolean(client.done),
       state: client.status ? client.status.state ?? null : null,
       conflict: client.errors.includes("protocol_conflict"),
+      verified: client.validated,  // the page's own D3 check at done (null before)
       errors: [...client.errors],  // not compared: what the page itself flagged, for the reader of a failure
     },
   };
