@@ -82,12 +82,17 @@ def operations(schema: Any) -> list[Any]:
 
 def examples_per_operation(schema: Any, requests_wanted: int) -> int:
     """Examples per operation and mode for about ``requests_wanted`` requests: an operation
-    with a run or conversation id sends four requests per example (see the module's doc)."""
+    with a run or conversation id sends four requests per example (see the module's doc); a
+    followed stream sends its :data:`FOLLOWED_EXAMPLES`."""
     def modes(op: Any) -> int:  # a path's free string has no negative case; a query, header or body has
         return 2 if len(op.query) or len(op.headers) or len(op.body) else 1
 
-    per_example = sum(modes(op) * (4 if any(f"{{{n}}}" in op.path for n in SEEDED) else 1) for op in operations(schema))
-    return max(requests_wanted // per_example + 1, 5)
+    def sends(op: Any) -> int:
+        return modes(op) * (4 if any(f"{{{n}}}" in op.path for n in SEEDED) else 1)
+
+    followed = sum(sends(op) * FOLLOWED_EXAMPLES for op in operations(schema) if op.path in FOLLOWED)
+    per_example = sum(sends(op) for op in operations(schema) if op.path not in FOLLOWED)
+    return max((requests_wanted - followed) // per_example + 1, 5)
 
 
 @pytest.mark.rule("D6")
