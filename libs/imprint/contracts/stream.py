@@ -221,6 +221,35 @@ class NoticeData(Wire):
     at: str
 
 
+class TurnData(Wire):
+    """``turn`` (D9, on a conversation's stream): one of its questions changed its place; the
+    queue after it is ``running`` and ``queued``. Ids, states and fixed words only (D6)."""
+
+    entry_id: int = Field(ge=1)
+    run_id: str
+    kind: str
+    """``transition`` (the run's lifecycle ``state``), or the Journal's fact (X12): ``queued``,
+    ``started``, ``refused``, ``cancelled``, ``sent_now``, ``merged``, ``steered``, ``interrupted``,
+    ``ended`` — a client shows a kind it does not know as the question's latest news."""
+    state: str | None = None
+    message_id: str | None = None
+    policy: str | None = None
+    reason: str | None = None
+    by: str | None = None
+    end: str | None = None
+    sequence: int = Field(ge=0)
+    running: list[str] | None = None
+    queued: list[str] | None = None
+    at: str
+
+
+class ConversationNoticeData(NoticeData):
+    """``notice`` on a conversation's stream (D9): a copy of the D7 notice, numbered as an entry
+    of that stream."""
+
+    entry_id: int = Field(ge=1)
+
+
 FrameId = Annotated[int, Field(ge=1)]
 
 
@@ -246,10 +275,12 @@ FRAMES: dict[str, type[BaseModel]] = {
     "stream-summary": _frame("stream-summary", StreamSummary, "StreamSummaryFrame", StreamSummary.__doc__ or ""),
     "done": _frame("done", Literal["[DONE]"], "DoneFrame", "the last frame, once: data exactly [DONE] (D2/D3)"),
     "reset": _frame("reset", ResetData, "ResetFrame", ResetData.__doc__ or "", id_type=Literal[0]),
-    "notice": _frame("notice", NoticeData, "NoticeFrame", NoticeData.__doc__ or ""),
+    "notice": _frame("notice", NoticeData | ConversationNoticeData, "NoticeFrame", NoticeData.__doc__ or ""),
+    "turn": _frame("turn", TurnData, "TurnFrame", TurnData.__doc__ or ""),
 }
-"""Every SSE event kind → its model: the run's frames (D2), ``reset`` (D8) and ``notice`` (D7)."""
-RUN_FRAME_KINDS = tuple(kind for kind in FRAMES if kind not in ("reset", "notice"))
+"""Every SSE event kind → its model: the run's frames (D2), ``reset`` (D8), ``notice`` (D7) and a
+conversation stream's ``turn`` (D9)."""
+RUN_FRAME_KINDS = tuple(kind for kind in FRAMES if kind not in ("reset", "notice", "turn"))
 
 SSEFrame = Annotated[Union[tuple(FRAMES.values())], Field(discriminator="event")]  # type: ignore[valid-type]
 SSE_FRAME: TypeAdapter[Any] = TypeAdapter(SSEFrame)
@@ -269,9 +300,11 @@ class StartPart(UIBase):
 
 class DataPart(UIBase):
     """``data-block``, ``data-evidence``, ``data-conflict``, ``data-rejection`` (kept, replaced in
-    place by ``id``), ``data-progress`` and ``data-reset`` (transient)."""
+    place by ``id``), ``data-progress`` and ``data-reset`` (transient); on a conversation's stream
+    (D9) ``data-turn`` (one per question, replaced in place by ``id``: its run) and ``data-notice``."""
 
-    type: Literal["data-block", "data-evidence", "data-conflict", "data-rejection", "data-progress", "data-reset"]
+    type: Literal["data-block", "data-evidence", "data-conflict", "data-rejection", "data-progress", "data-reset",
+                  "data-turn", "data-notice"]
     id: str | None = None
     data: dict[str, Any]
     transient: bool | None = None

@@ -13,9 +13,10 @@ import pytest
 
 from imprint.contracts.stream import FRAMES, RUN_FRAME_KINDS, SSE_FRAME, UI_PART
 from imprint.delivery.frame import FRAME_KINDS, Frame, reset_frame, skeleton
+from imprint.delivery.conversation import NOTICE_EVENT, TURN_EVENT, Turn, transitioned
 from imprint.delivery.notices import Notice
 from imprint.delivery.reset import Reset
-from imprint.delivery.ui_message_stream import UIMessageStream, notice_part
+from imprint.delivery.ui_message_stream import UIMessageStream, conversation_event, notice_part
 from tests.support.delivery_builders import (
     closed, preview, progress, published, rejected, revision_rejected, running, save_failed, save_unknown, settled,
     Run, unchanged, withdrawn,
@@ -85,6 +86,28 @@ def test_every_ai_sdk_part_the_mapping_makes_is_valid_against_its_schema() -> No
         UI_PART.validate_python(part)
 
 
+@pytest.mark.rule("D9")
+def test_a_conversation_stream_s_turns_notices_and_ai_sdk_parts_are_valid() -> None:
+    queued = Turn(conversation_id="c", run_id="r2", kind="queued", message_id="m2", policy="enqueue", sequence=2,
+                  running=("r1",), queued=("r2",))
+    moved = transitioned(run_id="r1", conversation_id="c", state="completed", reason=None, sequence=5)
+    assert moved is not None
+    notice = Notice(run_id="r1", conversation_id="c", block_id="b1", revision=1, cause="source_revoked")
+    frames = [Frame("c", 1, TURN_EVENT, queued.payload(1, "2026-01-01T00:00:00Z"), ""),
+              Frame("c", 2, TURN_EVENT, moved.payload(2, "2026-01-01T00:00:00Z"), ""),
+              Frame("c", 3, NOTICE_EVENT, {**notice.payload(1, "2026-01-01T00:00:00Z"), "entry_id": 3}, "")]
+    for frame in frames:
+        SSE_FRAME.validate_python({"id": frame.id, "event": frame.event, "data": frame.data})
+        for line in conversation_event(frame).decode().splitlines():
+            if line.startswith("data: "):
+                UI_PART.validate_python(json.loads(line[len("data: "):]))
+    for bad in ({"id": 1, "event": "turn", "data": {"run_id": "r", "kind": "queued", "sequence": 1, "at": "t"}},
+                {"id": 1, "event": "turn", "data": {"entry_id": 0, "run_id": "r", "kind": "queued", "sequence": 1,
+                                                     "at": "t"}}):
+        with pytest.raises(ValueError):
+            SSE_FRAME.validate_python(bad)
+
+
 @pytest.mark.rule("R8")
 def test_a_later_v1_frame_with_fields_this_version_does_not_know_is_still_read() -> None:
     later = {"id": 4, "event": "progress", "data": {"stage": "s", "detail": "", "body_sha256": "0" * 64,
@@ -109,4 +132,4 @@ def test_docs_protocol_describes_every_event_and_part_the_schemas_hold() -> None
     parts = set(re.findall(r"`((?:data|text|source|message)-[a-z-]+|start|finish)`", page))
     assert parts >= {"start", "data-block", "text-start", "text-delta", "text-end", "source-document",
                      "data-evidence", "message-metadata", "data-progress", "data-conflict", "data-rejection",
-                     "finish", "data-reset"}, parts
+                     "finish", "data-reset", "data-turn", "data-notice"}, parts
