@@ -202,7 +202,7 @@ def journal_run(i: int) -> tuple[str, list[Message]]:
     """One short run of its own: admitted, queued, started, completed (answered)."""
     run = f"jrun-{i}"
     return run, [
-        RunAdmitted(run_id=run, account_id="acct-1", conversation_id=f"conv-{i % 4}", message_id=f"msg-{i}",
+        RunAdmitted(run_id=run, account_id="acct-1", conversation_id=f"conv-{i}", message_id=f"msg-{i}",
                     question=f"Question {i}?", qcs=QuestionConditionSet(qcs_id=f"qcs-{i}")),
         RunQueued(run_id=run), RunStarted(run_id=run),
         RunCompleted(run_id=run, outcome="answered", answer_text=f"Answer {i}.",
