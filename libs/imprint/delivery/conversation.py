@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from imprint.contracts.stream import TurnData
+
 TURN_EVENT = "turn"
 """The SSE event of a turn (its ``id`` is the entry's id in the conversation)."""
 NOTICE_EVENT = "notice"
@@ -62,12 +64,13 @@ class Turn:
     """After a fact: its waiting questions, in the order they start (the queue)."""
 
     def payload(self, entry_id: int, at: str) -> dict[str, Any]:
-        """What a client receives (client-safe, D6: ids, states and fixed vocabulary)."""
-        return {"entry_id": entry_id, "run_id": self.run_id, "kind": self.kind, "state": self.state,
-                "message_id": self.message_id, "policy": self.policy, "reason": self.reason, "by": self.by,
-                "end": self.end, "sequence": self.sequence,
-                "running": None if self.running is None else list(self.running),
-                "queued": None if self.queued is None else list(self.queued), "at": at}
+        """What a client receives (client-safe, D6: ids, states and fixed vocabulary), in the
+        one wire shape the protocol publishes (:class:`imprint.contracts.stream.TurnData`)."""
+        return TurnData(entry_id=entry_id, run_id=self.run_id, kind=self.kind, state=self.state,
+                        message_id=self.message_id, policy=self.policy, reason=self.reason, by=self.by,
+                        end=self.end, sequence=self.sequence,
+                        running=None if self.running is None else list(self.running),
+                        queued=None if self.queued is None else list(self.queued), at=at).model_dump(mode="json")
 
 
 def transitioned(*, run_id: str, conversation_id: str | None, state: str, reason: str | None,
