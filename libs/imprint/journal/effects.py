@@ -5,8 +5,9 @@ starts from."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from imprint.contracts.conversation import DEFAULT_POLICY
 from imprint.journal import ids
@@ -50,6 +51,11 @@ class Context:
     """The runtime topic's partition the message came on: which lease record holds its run (X10)."""
     policy: str = DEFAULT_POLICY
     """X12: the deployment's conversation policy, for an admission that names none."""
+
+
+Handler = Callable[[Workspace, Any, Context], Effects]
+"""What one message class does: it triggers events on the workspace's aggregates and returns
+what the unit of work acts on after its commit."""
 
 
 @overload

@@ -30,13 +30,12 @@ Which message touches what:
 ``source.tombstoned``      source tombstone + redaction of every linked execution (X7)
 ``conversation.delete_requested``   key destruction, conversation tombstone, executions erased (X8)
 ``question.cancel_requested`` / ``question.send_now_requested``   the user's request on a queued
-                           question of the conversation (X12, :mod:`imprint.journal.queueing`)
+                           question of the conversation (X12, :mod:`imprint.journal.queue_handling`)
 =========================  ===========================================================
 
-X12: an admission meets its conversation's queue under its policy (the runtime's, or the
-deployment's, :attr:`Context.policy`); a lifecycle message that closes a run of the queue ends its
-question and starts the next (:func:`ending`); a ``run.started`` of a question still queued is
-refused (``not_its_turn``).
+X12: an admission meets its conversation's queue (:func:`admit`); the queue's other rows are in
+:mod:`imprint.journal.queue_handling` (a lifecycle message that closes a run of the queue starts
+the next, a ``run.started`` of a question still queued is refused).
 
 The table is :data:`HANDLERS`, at the end: one handler per message class, dispatched
 by the message's type; a lifecycle row also keeps the run's lease fact (:func:`held`).
@@ -51,7 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from imprint.contracts.control import ConversationDeleteRequested, RunCancelRequested
-from imprint.contracts.conversation import QuestionCancelRequested, QuestionRequest, QuestionSendNowRequested
+from imprint.contracts.conversation import QuestionCancelRequested, QuestionSendNowRequested
 from imprint.contracts.publication import AnswerPublished, AnswerUnchanged
 from imprint.contracts.runtime import (
     LIFECYCLE_MESSAGES,
@@ -71,7 +70,7 @@ from imprint.journal import ids, leases, queueing
 from imprint.journal.conditions import QcsIdentity, check_qcs, condition_sources, conditions_json, normalize_question
 from imprint.journal.conversation import Conversation
 from imprint.journal.deletion import delete_conversation
-from imprint.journal.effects import NOTHING, Context, Effects, IndexIntent, execution_of, source_links_of
+from imprint.journal.effects import NOTHING, Context, Effects, Handler, IndexIntent, execution_of, source_links_of
 from imprint.journal.execution import (
     F_ANSWER,
     F_CONDITIONS,
@@ -89,6 +88,7 @@ from imprint.journal.execution import (
 )
 from imprint.journal.keys import JournalKeys
 from imprint.journal.lifecycle import MESSAGE_TARGETS, State
+from imprint.journal.queue_handling import ending, in_turn, question_request
 from imprint.journal.refusals import Refusal, RefusalCode
 from imprint.shredding import KeyDestroyed
 from imprint.workspace import MemoryWorkspace, Workspace
@@ -235,18 +235,6 @@ def transition(ws: Workspace, m: Any, context: Context) -> Effects:
     _with_sealed(ws, m, F_REASON, reason_text, context.keys, record)
     return NOTHING
 
-def start(ws: Workspace, m: RunStarted, context: Context) -> Effects:
-    """X12: a question still queued may not start; otherwise an ordinary transition (X2)."""
-    ex = execution_of(ws, m.run_id)
-    eid = str(m.event_id)
-    if not ex.has_seen(eid) and not ex.erased and ex.state in (State.ADMITTED, State.QUEUED):
-        try:
-            queueing.check_started_in_turn(ws, ex)
-        except Refusal as r:
-            ex.refuse(eid, m.type, r)
-            return NOTHING
-    return transition(ws, m, context)
-
 # -- X4 / X7: completion ----------------------------------------------------------------------
 
 def complete(ws: Workspace, m: RunCompleted, context: Context) -> Effects:
@@ -348,22 +336,6 @@ def cancel_requested(ws: Workspace, m: RunCancelRequested, context: Context) -> 
     ex.request_stop(str(m.event_id), m.account_id)
     return NOTHING
 
-# -- X12: the user's requests on a queued question --------------------------------------------
-
-def question_request(ws: Workspace, m: QuestionRequest, context: Context) -> Effects:
-    conv = ws.get(Conversation, ids.conversation_id(m.conversation_id))
-    if conv is None:
-        return NOTHING  # no such conversation: Delivery answered 404, nothing to record it on
-    eid = str(m.event_id)
-    try:
-        conv.check_admission(m.account_id)
-    except Refusal as r:
-        conv.refuse(eid, m.type, r)
-        return NOTHING
-    act = queueing.cancel if isinstance(m, QuestionCancelRequested) else queueing.send_now
-    act(ws, conv, eid, m.run_id, m.type)
-    return NOTHING
-
 # -- X7: tombstones -------------------------------------------------------------------------
 
 def tombstone(ws: Workspace, m: SourceTombstoned, context: Context) -> Effects:
@@ -383,11 +355,6 @@ def delete_requested(ws: Workspace, m: ConversationDeleteRequested, context: Con
                                m.type)
 
 
-Handler = Callable[[Workspace, Any, Context], Effects]
-"""What one message class does: it triggers events on the workspace's aggregates and returns
-what the unit of work acts on after its commit."""
-
-
 def held(handler: Handler) -> Handler:
     """A lifecycle message's row: its handler, then the run's lease fact kept in its shard's
     record in the same unit of work (X10: a run that became open is held, one that closed is
@@ -401,23 +368,11 @@ def held(handler: Handler) -> Handler:
     return keeping
 
 
-def ending(handler: Handler) -> Handler:
-    """A lifecycle message's handler, then X12: a run of its conversation's queue that closed
-    ends its question, and the next question's turn comes (:func:`queueing.ended`)."""
-
-    def then_next(ws: Workspace, message: Any, context: Context) -> Effects:
-        effects = handler(ws, message, context)
-        queueing.ended(ws, message.run_id, str(message.event_id))
-        return effects
-
-    return then_next
-
-
 HANDLERS: dict[type, Handler] = {
     # admission, start, completion: below
     **{lifecycle: held(ending(transition)) for lifecycle in LIFECYCLE_MESSAGES},
     RunAdmitted: held(admit),
-    RunStarted: held(start),
+    RunStarted: held(in_turn(transition)),
     RunCompleted: held(ending(complete)),
     RunStage: stage,
     EvidenceGranted: grant,
