@@ -70,7 +70,7 @@ class JournalReader:
     def conversation(self, conversation_id: str) -> dict[str, Any] | None:
         """X12: the conversation's questions, policies and outcomes
         (:mod:`imprint.recovery.conversation`); ``None`` when the journal cannot be read."""
-        events = self._events(Conversation.create_id(conversation_id))
+        events = self._events(Conversation.id_for(conversation_id))
         return None if events is None else ConversationFold.of(conversation_id, events)
 
     def _events(self, aggregate_id: UUID) -> list[Any] | None:

@@ -31,11 +31,11 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
 from imprint.contracts.runtime import QuestionConditionSet
+from imprint.ids import FoundByKey
 from imprint.journal import ids
 from imprint.journal.refusals import Refusal, RefusalCode
 
@@ -98,7 +98,7 @@ def parse_conditions(revealed: str) -> list[dict[str, Any]]:
     return list(json.loads(revealed))
 
 
-class QcsIdentity(Aggregate):
+class QcsIdentity(FoundByKey, Aggregate, key=ids.qcs_id, by=("qcs_id",)):
     """One QCS id, owned by one execution of one conversation, forever."""
 
     class_version = 1
@@ -119,13 +119,6 @@ class QcsIdentity(Aggregate):
     @classmethod
     def register(cls, qcs: QuestionConditionSet, run_id: str, conversation_id: str) -> QcsIdentity:
         return cls(qcs.qcs_id, run_id, conversation_id, qcs.inherits_from)
-
-    @staticmethod
-    def id_for(qcs_id: str) -> UUID:
-        return ids.qcs_id(qcs_id)
-
-    create_id = id_for
-    """The library's id of ``QcsIdentity(qcs_id, …)``."""
 
     def binding(self) -> QcsBinding:
         return QcsBinding(self.qcs_id, self.run_id, self.conversation_id)

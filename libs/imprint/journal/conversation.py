@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
+from imprint.ids import FoundByKey
 from imprint.journal import ids
 from imprint.journal.events import MessageEvent
 from imprint.journal.queue import Queue, enqueued
@@ -60,11 +60,8 @@ class MessageBinding:
     bound_at: datetime
 
 
-class Conversation(Aggregate):
+class Conversation(FoundByKey, Aggregate, key=ids.conversation_id, by=("conversation_id",)):
     class_version = 1
-
-    id_for = staticmethod(ids.conversation_id)
-    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
 
     class Started(Aggregate.Created):
         class_version = 1
@@ -175,11 +172,6 @@ class Conversation(Aggregate):
     @classmethod
     def start(cls, conversation_id: str, account_id: str) -> Conversation:
         return cls(conversation_id, account_id)
-
-    @staticmethod
-    def create_id(conversation_id: str) -> UUID:
-        """The library's id of ``Conversation(conversation_id, account_id)``."""
-        return ids.conversation_id(conversation_id)
 
     @property
     def deleted(self) -> bool:

@@ -46,10 +46,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
+from imprint.ids import FoundByKey
 from imprint.journal import ids
 from imprint.journal.diagnostics import DiagnosticRefused, DiagnosticTrace
 from imprint.journal.events import MessageEvent
@@ -80,16 +80,8 @@ class RunEvent(MessageEvent):
     conversation_id: str
 
 
-class AnswerExecution(Aggregate):
+class AnswerExecution(FoundByKey, Aggregate, key=ids.execution_id, by=("run_id",)):
     class_version = 1
-
-    id_for = staticmethod(ids.execution_id)
-    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
-
-    @staticmethod
-    def create_id(run_id: str) -> UUID:
-        """The library's id of ``AnswerExecution(run_id)`` (it passes the argument by name)."""
-        return ids.execution_id(run_id)
 
     class Opened(Aggregate.Created):
         class_version = 1

@@ -50,12 +50,13 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
-from uuid import UUID, uuid5
+from uuid import uuid5
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
 from imprint.contracts.runtime import LIFECYCLE_TYPES
+from imprint.ids import FoundByKey
 from imprint.journal import ids, queueing
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.lifecycle import LIVE, RUNTIME_LOST
@@ -74,7 +75,7 @@ def is_open(execution: AnswerExecution | None) -> bool:
     return execution is not None and execution.state in LIVE and not execution.erased
 
 
-class LeaseShard(Aggregate):
+class LeaseShard(FoundByKey, Aggregate, key=ids.lease_shard_id, by=("shard",)):
     """The open runs of one partition of ``imprint.runtime.v1`` (the *shard*): what an
     instance that takes the partition reads to know whose lease it now keeps. It holds
     only open runs; its history is two events a run (snapshots keep a reload short).
@@ -82,13 +83,6 @@ class LeaseShard(Aggregate):
     v2: the snapshot state's ``lane`` is ``shard``."""
 
     class_version = 2
-
-    id_for = staticmethod(ids.lease_shard_id)
-
-    @staticmethod
-    def create_id(shard: int) -> UUID:
-        """The library's id of ``LeaseShard(shard)`` (it passes the argument by name)."""
-        return ids.lease_shard_id(shard)
 
     upcast_v1_v2 = staticmethod(lane_is_shard)
 

@@ -28,20 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
+from imprint.ids import FoundByKey
 from imprint.journal import ids
 from imprint.journal.events import MessageEvent
 
 
-class SourceLinks(Aggregate):
+class SourceLinks(FoundByKey, Aggregate, key=ids.source_id, by=("source_id",)):
     class_version = 1
-
-    id_for = staticmethod(ids.source_id)
-    """The aggregate's id, derived from its natural key (:mod:`imprint.journal.ids`)."""
 
     class Noted(Aggregate.Created):
         class_version = 1
@@ -69,11 +66,6 @@ class SourceLinks(Aggregate):
     @classmethod
     def note(cls, source_id: str) -> SourceLinks:
         return cls(source_id)
-
-    @staticmethod
-    def create_id(source_id: str) -> UUID:
-        """The library's id of ``SourceLinks(source_id)``."""
-        return ids.source_id(source_id)
 
     @property
     def tombstoned(self) -> bool:

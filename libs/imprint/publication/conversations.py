@@ -10,20 +10,19 @@ import uuid
 
 from eventsourcing.domain import Aggregate
 
-from imprint.ids import remembered
+from imprint.ids import FoundByKey, remembered
 
 CONVERSATION_NAMESPACE = uuid.UUID("0b7c2f1e-8a44-5c1d-9e2a-6f3b4d5c6e7f")
 
 
-class ConversationRuns(Aggregate):
+@remembered
+def conversation_runs_id(conversation_id: str) -> uuid.UUID:
+    """``ConversationRuns`` id: uuid5 of the conversation id."""
+    return uuid.uuid5(CONVERSATION_NAMESPACE, conversation_id)
+
+
+class ConversationRuns(FoundByKey, Aggregate, key=conversation_runs_id, by=("conversation_id",)):
     class_version = 1
-
-    @staticmethod
-    @remembered
-    def create_id(conversation_id: str) -> uuid.UUID:
-        return uuid.uuid5(CONVERSATION_NAMESPACE, conversation_id)
-
-    id_for = create_id
 
     def __init__(self, conversation_id: str, account_id: str) -> None:
         self.conversation_id = conversation_id

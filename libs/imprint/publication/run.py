@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 from eventsourcing.domain import Aggregate
 
-from imprint.ids import remembered
+from imprint.ids import FoundByKey, remembered
 
 from imprint.contracts.publication import WithdrawalCause
 from imprint.publication import settlement as decisions
@@ -73,7 +73,13 @@ class BlockSettled(Aggregate.Event):
     block_index: int
 
 
-class PublicationRun(Aggregate):
+@remembered
+def run_aggregate_id(run_id: str) -> uuid.UUID:
+    """``PublicationRun`` id: uuid5 of the run id."""
+    return uuid.uuid5(RUN_NAMESPACE, run_id)
+
+
+class PublicationRun(FoundByKey, Aggregate, key=run_aggregate_id, by=("run_id",)):
     """One run's publication state; commands below, events nested.
 
     ``class_version`` versions the run's snapshot state; each event class versions its
@@ -105,13 +111,6 @@ class PublicationRun(Aggregate):
         happened, so its snapshots of a run without them lack both."""
         state.setdefault("conversation_deleted", False)
         state.setdefault("lapsed", None)
-
-    @staticmethod
-    @remembered
-    def create_id(run_id: str) -> uuid.UUID:
-        return uuid.uuid5(RUN_NAMESPACE, run_id)
-
-    id_for = create_id
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id

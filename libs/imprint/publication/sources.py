@@ -24,7 +24,7 @@ from typing import Any, Iterable, Literal, Mapping
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import register_topic
 
-from imprint.ids import remembered
+from imprint.ids import FoundByKey, remembered
 from imprint.renames import lane_is_shard
 
 Scope = Literal["public", "private"]
@@ -107,7 +107,13 @@ class RelianceEvent(Aggregate.Event):
         aggregate.dependents.append(self.run_id)
 
 
-class SourceRecord(Aggregate):
+@remembered
+def source_record_id(source_id: str) -> uuid.UUID:
+    """``SourceRecord`` id: uuid5 of the source id."""
+    return uuid.uuid5(SOURCE_NAMESPACE, source_id)
+
+
+class SourceRecord(FoundByKey, Aggregate, key=source_record_id, by=("source_id",)):
     """One source id's registry history, plus the runs that rely on it."""
 
     class_version = 2
@@ -117,13 +123,6 @@ class SourceRecord(Aggregate):
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         # A snapshot older than the lanes themselves has none: no shard was opened then.
         state["shards"] = state.pop("lanes", [])
-
-    @staticmethod
-    @remembered
-    def create_id(source_id: str) -> uuid.UUID:
-        return uuid.uuid5(SOURCE_NAMESPACE, source_id)
-
-    id_for = create_id
 
     def __init__(self, source_id: str) -> None:
         self.source_id = source_id
@@ -232,7 +231,14 @@ class SourceRecord(Aggregate):
         )
 
 
-class SourceDependents(Aggregate):
+@remembered
+def source_dependents_id(source_id: str, shard: str) -> uuid.UUID:
+    """``SourceDependents`` id: uuid5 of the source id and the shard."""
+    # "#lane:" is how logs spell this id since before the rename: changing it would lose their aggregates.
+    return uuid.uuid5(SOURCE_NAMESPACE, f"{source_id}#lane:{shard}")
+
+
+class SourceDependents(FoundByKey, Aggregate, key=source_dependents_id, by=("source_id", "shard")):
     """The runs of one *shard* that rely on a source.
 
     A shard is the unit of ownership of Publication's input: one instance owns it, and
@@ -251,14 +257,6 @@ class SourceDependents(Aggregate):
     """v2: the snapshot state's ``lane`` is ``shard``."""
 
     upcast_v1_v2 = staticmethod(lane_is_shard)
-
-    @staticmethod
-    @remembered
-    def create_id(source_id: str, shard: str) -> uuid.UUID:
-        # "#lane:" is how logs spell this id since before the rename: changing it would lose their aggregates.
-        return uuid.uuid5(SOURCE_NAMESPACE, f"{source_id}#lane:{shard}")
-
-    id_for = create_id
 
     def __init__(self, source_id: str, shard: str) -> None:
         self.source_id = source_id
