@@ -40,7 +40,7 @@ from services.common.recorders import PollRecorder
 from imprint.publication import PublicationRun, SourceRecord, SourceStanding, standing_of
 from imprint.publication.facts import BlockRecord
 from imprint.recovery import Defect, LogFold, Reconciliation, RunLedger, sources_to_confirm
-from imprint.recovery.ledger import SealStatus
+from imprint.recovery.run_ledger import SealStatus
 from services.publication.application import RUN_OPENED, PublicationLog
 from services.publication.sealing import REMOVED, SEAL_MARK, UNREADABLE, BatchDecoder, BatchOpener
 

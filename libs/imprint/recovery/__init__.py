@@ -2,6 +2,7 @@
 
 ==================  ==========================================================
 ``ledger``          the log folded per run, a row per stored event type (R1)
+``run_ledger``      what the fold keeps per run: its blocks' histories, its defects (R1)
 ``answer_view``     R1 answer views and their stable hash (R2, R5, R6)
 ``integrity``       R4 does a committed revision still prove itself
 ``protected``       R3–R6 the protected read of one block
@@ -19,7 +20,8 @@ from imprint.canonical import canonical_json
 from imprint.recovery.answer_view import answer_view, answer_views, hashed_answer_view, replay, view_hash
 from imprint.recovery.export import export_history
 from imprint.recovery.integrity import defect_of
-from imprint.recovery.ledger import BlockHistory, Defect, LogFold, Revision, RunLedger
+from imprint.recovery.ledger import LogFold
+from imprint.recovery.run_ledger import BlockHistory, Defect, Revision, RunLedger
 from imprint.recovery.protected import ProtectedRead, read_protected, sources_to_confirm
 from imprint.recovery.journal_facts import JournalRun
 from imprint.recovery.report import Reconciliation, pending_reconciliations, recovery_report

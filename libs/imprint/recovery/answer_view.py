@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping
 
 from imprint.canonical import canonical_bytes, canonical_sha256
 from imprint.recovery.integrity import served
-from imprint.recovery.ledger import LogFold, RunLedger
+from imprint.recovery.ledger import LogFold
+from imprint.recovery.run_ledger import RunLedger
 
 VIEW_VERSION = 1
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from imprint.recovery.integrity import defect_of
-from imprint.recovery.ledger import RunLedger
+from imprint.recovery.run_ledger import RunLedger
 
 EXPORT_VERSION = 1
 REDACTED_CAUSES = frozenset({"conversation_deleted"})

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from imprint.contracts.publication import CommittedBlock
 from imprint.publication.hints import HintBinding, read_hint
 from imprint.publication.run import receipt_id_for
-from imprint.recovery.ledger import Revision
+from imprint.recovery.run_ledger import Revision
 
 DefectReason = Literal["malformed_record", "corrupt_body", "proof_missing", "seal_unopenable", "shredded"]
 

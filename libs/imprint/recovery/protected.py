@@ -38,7 +38,7 @@ from imprint.publication.dependencies import reachable
 from imprint.publication.facts import Grant, RunFacts, StateView
 from imprint.publication.sources import SourceStanding
 from imprint.recovery.integrity import defect_of, served_block
-from imprint.recovery.ledger import RunLedger
+from imprint.recovery.run_ledger import RunLedger
 
 WithholdReason = Literal[
     "not_found", "receipt_mismatch",

@@ -47,7 +47,7 @@ from typing import Any, Collection, Literal, Mapping
 from imprint.publication.candidate import candidate_id_for
 from imprint.publication.run import ReconciliationKind, reconciliation_key
 from imprint.recovery.integrity import defect_of
-from imprint.recovery.ledger import RunLedger
+from imprint.recovery.run_ledger import RunLedger
 
 TOOL_PREFIX = "tool:"
 ReceiptStatus = Literal["missing", "failed", "unknown", "receipt_not_known_to_publication"]

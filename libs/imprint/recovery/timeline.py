@@ -36,7 +36,7 @@ through the ledger's (:data:`imprint.recovery.ledger.LEDGER`), the journal's sto
 through :data:`imprint.recovery.journal_facts.JOURNAL_FACTS`, and the announced messages
 through :data:`OBSERVED` here — which stage each announces and what is kept of it (ids,
 positions and times, never text). Beside the journal's lifecycle stands the log's own
-(:meth:`~imprint.recovery.ledger.RunLedger.lifecycle`: the end that reached Publication,
+(:meth:`~imprint.recovery.run_ledger.RunLedger.lifecycle`: the end that reached Publication,
 a lease lapse, a conversation's deletion).
 
 Inputs are plain data (the adapters read the log, the journal's store, Delivery's
@@ -60,7 +60,7 @@ from imprint.contracts.runtime import AnswerPart, AnswerText
 from imprint.publication.candidate import Candidate, intake
 from imprint.recovery.integrity import diagnose
 from imprint.recovery.journal_facts import JournalRun
-from imprint.recovery.ledger import RunLedger
+from imprint.recovery.run_ledger import RunLedger
 
 STAGES = ("proposed", "previewed", "committed", "withdrawn", "sent", "received", "rendered")
 ObservedStage = Literal["proposed", "previewed", "sent", "received", "rendered"]

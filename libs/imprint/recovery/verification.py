@@ -28,7 +28,7 @@ from typing import Any
 from imprint.publication.hints import KNOWN_HINTS, HintBinding, read_hint
 from imprint.publication.run import receipt_id_for
 from imprint.recovery.integrity import body_sha256, diagnose
-from imprint.recovery.ledger import BlockHistory, RunLedger
+from imprint.recovery.run_ledger import BlockHistory, RunLedger
 
 
 @dataclass(frozen=True, slots=True)
