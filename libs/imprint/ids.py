@@ -12,8 +12,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from imprint.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., object])
 REMEMBERED_IDS = 16_384
@@ -41,6 +44,21 @@ class FoundByKey:
             cls.id_for = staticmethod(key)  # type: ignore[assignment]
             cls.create_id = staticmethod(_by_name(key, by))  # type: ignore[attr-defined]
         super().__init_subclass__(**kwargs)
+
+    @classmethod
+    def found_in(cls, ws: Workspace, *key: Any) -> Self | None:
+        """The aggregate of ``key`` in the unit of work ``ws``, if there is one."""
+        return ws.get(cls, cls.id_for(*key))  # type: ignore[type-var]
+
+    @classmethod
+    def found_or_added(cls, ws: Workspace, *key: Any) -> Self:
+        """The aggregate of ``key`` in ``ws``; a new one (for an aggregate whose constructor takes
+        its key and nothing else) added to it on first sight."""
+        found = cls.found_in(ws, *key)
+        if found is None:
+            found = cls(*key)
+            ws.add(found)  # type: ignore[arg-type]
+        return found
 
 
 def _by_name(key: Callable[..., UUID], names: tuple[str, ...]) -> Callable[..., UUID]:

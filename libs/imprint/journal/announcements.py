@@ -50,12 +50,12 @@ from imprint.contracts.control import RunCancelRequested, RunLeaseLapsed
 from imprint.contracts.runs import ConversationDeleted, EvidenceSummaryItem, RunClosed, RunProgress, RunsMessage, RunTransitioned
 from imprint.journal import ids
 from imprint.journal.conversation import Conversation
-from imprint.journal.execution import (
+from imprint.journal.execution import AnswerExecution
+from imprint.journal.records import (
     F_ANSWER,
     F_QUESTION,
     F_REASON,
     F_STAGE_DETAIL,
-    AnswerExecution,
     AnswerExecutionRequest,
     CompletionRecord,
     title_field,

@@ -169,10 +169,6 @@ class Conversation(FoundByKey, Aggregate, key=ids.conversation_id, by=("conversa
         self.ended: dict[str, str] = {}
         """run id → how its question ended (X12)."""
 
-    @classmethod
-    def start(cls, conversation_id: str, account_id: str) -> Conversation:
-        return cls(conversation_id, account_id)
-
     @property
     def deleted(self) -> bool:
         return self.deleted_at is not None

@@ -37,7 +37,7 @@ def delete_conversation(
         return NOTHING
     keys.keyring.destroy(conversation_id)  # first: from here on nothing of it can be read or sealed
     if conv is None:
-        conv = Conversation.start(conversation_id, account_id)
+        conv = Conversation(conversation_id, account_id)
         ws.add(conv)
     conv.delete(event_id, reason)
     for run_id in dict.fromkeys(conv.run_ids):

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 from imprint.contracts.conversation import DEFAULT_POLICY
-from imprint.journal import ids
 from imprint.journal.execution import AnswerExecution
 from imprint.journal.keys import JournalKeys
 from imprint.journal.leases import LeaseChange
@@ -63,17 +62,10 @@ def execution_of(ws: Workspace, run_id: str, create: Literal[True] = True) -> An
 @overload
 def execution_of(ws: Workspace, run_id: str, create: bool) -> AnswerExecution | None: ...
 def execution_of(ws: Workspace, run_id: str, create: bool = True) -> AnswerExecution | None:
-    """The run's execution; one is opened on first sight unless ``create`` is false."""
-    ex = ws.get(AnswerExecution, ids.execution_id(run_id))
-    if ex is None and create:
-        ex = AnswerExecution.open(run_id)
-        ws.add(ex)
-    return ex
+    """The run's execution; one is opened on first sight unless ``create`` is false (a fresh, not
+    yet admitted execution: admission, a refusal or an early effect follows)."""
+    return AnswerExecution.found_or_added(ws, run_id) if create else AnswerExecution.found_in(ws, run_id)
 
 
 def source_links_of(ws: Workspace, source_id: str) -> SourceLinks:
-    s = ws.get(SourceLinks, ids.source_id(source_id))
-    if s is None:
-        s = SourceLinks.note(source_id)
-        ws.add(s)
-    return s
+    return SourceLinks.found_or_added(ws, source_id)

@@ -288,11 +288,6 @@ class AnswerExecution(FoundByKey, Aggregate, key=ids.execution_id, by=("run_id",
 
     # -- construction ---------------------------------------------------------------------------
 
-    @classmethod
-    def open(cls, run_id: str) -> AnswerExecution:
-        """A fresh, not yet admitted execution (admission, a refusal or an early effect follows)."""
-        return cls(run_id)
-
     # -- queries --------------------------------------------------------------------------------
 
     @property

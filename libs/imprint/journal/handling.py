@@ -71,14 +71,14 @@ from imprint.journal.conditions import QcsIdentity, check_qcs, condition_sources
 from imprint.journal.conversation import Conversation
 from imprint.journal.deletion import delete_conversation
 from imprint.journal.effects import NOTHING, Context, Effects, Handler, IndexIntent, execution_of, source_links_of
-from imprint.journal.execution import (
+from imprint.journal.execution import AnswerExecution
+from imprint.journal.records import (
     F_ANSWER,
     F_CONDITIONS,
     F_NORMALIZED,
     F_QUESTION,
     F_REASON,
     F_STAGE_DETAIL,
-    AnswerExecution,
     AnswerExecutionRequest,
     CompletionRecord,
     FrozenItem,
@@ -211,7 +211,7 @@ def admit(ws: Workspace, m: RunAdmitted, context: Context) -> Effects:
     if not ex.admit(eid, request):
         return NOTHING
     if conv is None:
-        conv = Conversation.start(m.conversation_id, m.account_id)
+        conv = Conversation(m.conversation_id, m.account_id)
         ws.add(conv)
     conv.bind(eid, m.run_id, m.message_id, m.qcs.qcs_id)
     if existing is None:

@@ -114,10 +114,6 @@ class LeaseShard(FoundByKey, Aggregate, key=ids.lease_shard_id, by=("shard",)):
         self.shard = shard
         self.runs: dict[str, None] = {}
 
-    @classmethod
-    def start(cls, shard: int) -> LeaseShard:
-        return cls(shard)
-
     def hold(self, run_id: str) -> bool:
         if run_id in self.runs:
             return False
@@ -153,14 +149,6 @@ class Lapse:
     closed: bool
 
 
-def _record(ws: Workspace, shard: int, *, create: bool) -> LeaseShard | None:
-    found = ws.get(LeaseShard, LeaseShard.id_for(shard))
-    if found is None and create:
-        found = LeaseShard.start(shard)
-        ws.add(found)
-    return found
-
-
 def keep(ws: Workspace, shard: int, message: Any) -> list[LeaseChange]:
     """After a runtime lifecycle message was handled: a run that became open is held in its
     shard, one that closed is released (same unit of work, same transaction). Other messages
@@ -171,10 +159,9 @@ def keep(ws: Workspace, shard: int, message: Any) -> list[LeaseChange]:
     if execution is None:
         return []
     if is_open(execution):
-        held = _record(ws, shard, create=True)
-        assert held is not None
+        held = LeaseShard.found_or_added(ws, shard)
         return [LeaseChange("held", message.run_id, shard)] if held.hold(message.run_id) else []
-    found = _record(ws, shard, create=False)
+    found = LeaseShard.found_in(ws, shard)
     if found is not None and found.release(message.run_id, execution.state.value if execution.state else "none"):
         return [LeaseChange("released", message.run_id, shard)]
     return []
@@ -190,7 +177,7 @@ def lapse(ws: Workspace, run_id: str, shard: int, lease_seconds: float) -> Lapse
         closed = execution.lapse(lapse_event_id(run_id), RUNTIME_LOST, lease_seconds)
         if closed:
             queueing.ended(ws, run_id, lapse_event_id(run_id))  # X12: the next question's turn
-    found = _record(ws, shard, create=False)
+    found = LeaseShard.found_in(ws, shard)
     state = execution.state.value if execution is not None and execution.state else "none"
     released = found is not None and found.release(run_id, state)
     if not (closed or released):

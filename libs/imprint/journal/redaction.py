@@ -63,10 +63,6 @@ class SourceLinks(FoundByKey, Aggregate, key=ids.source_id, by=("source_id",)):
         self.tombstoned_at = None
         self.processed: set[str] = set()
 
-    @classmethod
-    def note(cls, source_id: str) -> SourceLinks:
-        return cls(source_id)
-
     @property
     def tombstoned(self) -> bool:
         return self.tombstoned_at is not None

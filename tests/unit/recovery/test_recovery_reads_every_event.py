@@ -168,7 +168,7 @@ def _as_the_aggregate_holds_it(x: AnswerExecution) -> dict[str, Any]:
 def test_the_journal_fold_agrees_with_the_execution_it_reads(ending: str) -> None:
     """The timeline's journal facts, folded from the execution's stored events through their
     rows, are what the execution itself holds after the same events."""
-    x = AnswerExecution.open("run-j")
+    x = AnswerExecution("run-j")
     x.admit("ev-admit", _request("run-j"))
     x.transition("ev-q", "run.queued", State.QUEUED)
     x.transition("ev-r", "run.started", State.RUNNING)
