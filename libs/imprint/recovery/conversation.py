@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imprint.journal.conversation import QUEUE_FACTS, Conversation
-from imprint.recovery.journal_facts import event_time, read_event, refusal
+from imprint.recovery.journal_facts import EventReader, event_time, read_event, refusal
 
 
 @dataclass
@@ -132,9 +132,7 @@ _DETAIL: dict[str, Callable[[Any], str | None]] = {
     "QuestionEnded": lambda e: f"{e.end} ({e.state}{', ' + e.reason if e.reason else ''})",
 }
 
-ConversationHandler = Callable[[ConversationFold, Any], None]
-
-CONVERSATION_FACTS: dict[type, ConversationHandler] = {
+CONVERSATION_FACTS: dict[type, EventReader[ConversationFold]] = {
     Conversation.Started: ConversationFold.started,
     Conversation.ExecutionBound: ConversationFold.bound,
     Conversation.Deleted: ConversationFold.deleted_,

@@ -81,7 +81,11 @@ class JournalRun:
 Fold = TypeVar("Fold")
 
 
-def read_event(fold: Fold, rows: Mapping[type, Callable[[Fold, Any], None]], event: Any, unread: list[str],
+EventReader = Callable[[Fold, Any], None]
+"""A fold's method for one stored event type: one row of the fold's table."""
+
+
+def read_event(fold: Fold, rows: Mapping[type, EventReader[Fold]], event: Any, unread: list[str],
                passed: Container[type] = ()) -> None:
     """One stored event read by its type's row of ``rows``; a type no row names and ``passed``
     does not list is named in ``unread`` (newer than this code), never skipped."""
@@ -198,10 +202,7 @@ class ExecutionFold:
         self.steered.append(event.steered_run_id)
 
 
-JournalHandler = Callable[[ExecutionFold, Any], None]
-"""An :class:`ExecutionFold` method for one event type of ``AnswerExecution``."""
-
-JOURNAL_FACTS: dict[type, JournalHandler] = {
+JOURNAL_FACTS: dict[type, EventReader[ExecutionFold]] = {
     AnswerExecution.Opened: ExecutionFold.opened,
     AnswerExecution.Admitted: ExecutionFold.admitted,
     AnswerExecution.Transitioned: ExecutionFold.transitioned,
