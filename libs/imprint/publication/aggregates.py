@@ -5,12 +5,16 @@ conversation's run index, and what a settlement may know of the registry (P7, P8
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterator
 
-from imprint.contracts.runtime import RunAdmitted
+from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.runtime import AnswerPart, AnswerText, RunAdmitted
+from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.publication.candidate import Candidate, intake
 from imprint.publication.conversations import ConversationRuns
 from imprint.publication.run import PublicationRun
+from imprint.publication.settlement import cited_sources
 from imprint.publication.sources import SourceDependents, SourceFacts, SourceRecord, SourceStanding
 from imprint.workspace import Workspace
 
@@ -93,12 +97,28 @@ def standing_in(ws: Workspace, run: PublicationRun, shard: str) -> SourceStandin
     return SourceStanding(_RegistryView(ws, run, shard))
 
 
-def aggregates_read(message: Any) -> tuple[uuid.UUID, ...]:
-    """The aggregates :func:`handle` reads first for ``message``: its run, and an
-    admission's conversation. A store may look them up together before the handlers run
-    (a new run's aggregates are then known to be missing without a read each)."""
+def aggregates_read(message: Any, shards: Sequence[str] = ("0",)) -> tuple[uuid.UUID, ...]:
+    """Every aggregate :func:`~imprint.publication.handling.handle` reads for ``message``,
+    known from the message alone: the one place that says it, so that a unit's
+    ``prepare`` has them all loaded together before the first handler (a new run's
+    aggregates are then known to be missing without a read each).
+
+    Its run; an admission's conversation; a source message's record; a deletion's
+    conversation; a candidate's cited sources — each one's record and its reliance on
+    each of the unit's ``shards`` (the settlement resolves them, P7, P8, and records the
+    run's reliance, P21). What only the run's state names is read when asked for: the
+    run's conversation (X1, X8), the sources a block inherits through another block or
+    a numeric handle, and the runs a withdrawal or a deletion reaches."""
     run_id = getattr(message, "run_id", None)
     ids = [PublicationRun.id_for(run_id)] if isinstance(run_id, str) else []
-    if isinstance(message, RunAdmitted):
+    if isinstance(message, (RunAdmitted, ConversationDeleteRequested)):
         ids.append(ConversationRuns.id_for(message.conversation_id))
+    elif isinstance(message, (SourceRegistered, SourceRevoked, SourceTombstoned)):
+        ids.append(SourceRecord.id_for(message.source_id))
+    elif isinstance(message, (AnswerText, AnswerPart)):
+        candidate = intake(message)
+        if isinstance(candidate, Candidate):
+            for source_id in sorted(cited_sources(candidate)):
+                ids.append(SourceRecord.id_for(source_id))
+                ids.extend(SourceDependents.id_for(source_id, shard) for shard in shards)
     return tuple(ids)

@@ -132,20 +132,13 @@ NOTHING = Effects()
 
 @dataclass
 class PollEffects:
-    """The effects of every message of one unit of work, gathered in order: the previews to
-    emit before the commit (P14), what a save outcome names (P15), the keys to destroy after
-    the commit (X8)."""
+    """The effects of every message of one unit of work, gathered in order by whoever runs
+    the unit (a value it hands on, read by its fields): the previews to emit before the
+    commit (P14), what a save outcome names (P15), the keys to destroy after the commit (X8)."""
 
     previews: list[AnswerPreview] = field(default_factory=list)
     settled: list[SettledCandidate] = field(default_factory=list)
     shred: set[str] = field(default_factory=set)
-
-    @classmethod
-    def of(cls, effects: Sequence[Effects]) -> PollEffects:
-        """The unit's effects, gathered once per poll (not a call per message)."""
-        return cls([preview for each in effects for preview in each.previews],
-                   [settled for each in effects for settled in each.settled],
-                   {key for each in effects for key in each.shred})
 
 
 REFUSED = Effects(decision="refused")
@@ -349,9 +342,11 @@ HANDLERS: dict[type, Handler] = {
 
 
 def prepare(ws: Workspace, messages: Sequence[Any]) -> Sequence[Any]:
-    """Before a unit's messages are handled, in their order: the runs they name, and the
-    conversations admissions name, looked up together (:func:`aggregates_read`)."""
-    ws.look_up(aggregate_id for message in messages for aggregate_id in aggregates_read(message))
+    """Before a unit's messages are handled, in their order: every aggregate their
+    handlers read, wanted together (:func:`aggregates_read`), for the unit's runner to
+    load in one go before the first handler."""
+    shards = ws.shards
+    ws.want(aggregate_id for message in messages for aggregate_id in aggregates_read(message, shards))
     return messages
 
 

@@ -1,4 +1,4 @@
-"""A poll's aggregates are looked up together (``StoredWorkspace.look_up``): one query
+"""A poll's aggregates are looked up together (``StoredWorkspace.load_wanted``): one query
 says which of a poll's runs and conversations are stored, and a new run's aggregates
 are then known to be missing without a read each. What the log holds decides, on every
 store: a stored run is still read and changed, a new one is created once, and a run
@@ -51,9 +51,12 @@ def test_a_polls_aggregates_are_looked_up_in_one_query_and_the_log_decides(backe
         evict(app, [run_old, conv_old])  # not in the hot cache: the store must be read
         ws = StoredWorkspace(app)
         reads = _counting_reads(app)
-        ws.look_up([run_old, run_new, conv_new, run_new])
+        ws.want([run_new, conv_new, run_new])
+        ws.load_wanted()
         assert ws.get(PublicationRun, run_new) is None and ws.get(ConversationRuns, conv_new) is None
         assert reads == [], "a missing aggregate is known without a read of its own"
+        ws.want([run_old])
+        ws.load_wanted()
         found = ws.get(PublicationRun, run_old)
         assert found is not None and found.run_id == "r-old" and reads, "a stored one is still read"
 
