@@ -2,8 +2,10 @@
 
 :class:`EventLog` is how Publication and the Journal record a poll
 (:mod:`services.common.unit_of_work`): the policy reads and changes aggregates in a
-:class:`StoredWorkspace`; every pending event is recorded with each partition's position
-in ONE transaction (eventsourcing ``ProcessingEvent`` on the backend's poll recorder).
+:class:`StoredWorkspace`, which loads what the policy's ``prepare`` wanted in one go
+(:meth:`StoredWorkspace.load_wanted`) so its handlers read from memory; every pending event
+is recorded with each partition's position in ONE transaction (eventsourcing
+``ProcessingEvent`` on the backend's poll recorder).
 
 Hot aggregates stay in the application's repository cache, changed in place
 (``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see

@@ -1,6 +1,8 @@
 """The aggregates Publication's handlers read and create in a unit's
 :class:`~imprint.workspace.Workspace`: a run, a source's record and its reliance per shard, a
-conversation's run index, and what a settlement may know of the registry (P7, P8, P21)."""
+conversation's run index, and what a settlement may know of the registry (P7, P8, P21);
+and which of them a message reads (:func:`aggregates_read`), for a unit's ``prepare`` to
+want before its handlers run."""
 
 from __future__ import annotations
 
