@@ -46,9 +46,11 @@ class Workspace(Protocol):
         still recorded only with the rest)."""
         ...
 
-    def want(self, aggregate_ids: Iterable[UUID]) -> None:
+    def want(self, aggregate_ids: Iterable[UUID], *, if_held: bool = False) -> None:
         """These aggregates are about to be read (a part's ``prepare``): the runner loads
-        them together before the first handler, in one go (``load_wanted``)."""
+        them together before the first handler, in one go (``load_wanted``). ``if_held``:
+        they may be read — loaded only if the store holds them without a read (its hot
+        cache); one a handler then asks for is read when asked."""
         ...
 
 
@@ -60,8 +62,9 @@ class MemoryWorkspace:
     shards: tuple[str, ...] = ("0",)
     missing: set[UUID] = field(default_factory=set)
     """Ids known not to exist (until added): asked again, they answer ``None`` at once."""
-    wanted: dict[UUID, None] = field(default_factory=dict)
-    """What :meth:`want` was told, in order, until it is loaded."""
+    wanted: dict[UUID, bool] = field(default_factory=dict)
+    """What :meth:`want` was told, in order, until it is loaded: each id, and whether it is
+    read for certain (``False``: only if held)."""
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         agg = self.store.get(aggregate_id)
@@ -86,8 +89,9 @@ class MemoryWorkspace:
         self.missing.discard(aggregate.id)
         self.store[aggregate.id] = aggregate
 
-    def want(self, aggregate_ids: Iterable[UUID]) -> None:
-        self.wanted.update(dict.fromkeys(aggregate_ids))
+    def want(self, aggregate_ids: Iterable[UUID], *, if_held: bool = False) -> None:
+        for aggregate_id in aggregate_ids:
+            self.wanted[aggregate_id] = self.wanted.get(aggregate_id, False) or not if_held
 
     def load_wanted(self) -> None:
         """Everything is in memory already: the wanted ids are let go."""

@@ -210,21 +210,22 @@ class StoredWorkspace(MemoryWorkspace):
         """Read every wanted aggregate into the unit at once, and then those the loaded ones
         name as read with them (``read_with``, e.g. an admitted run's conversation), so the
         handlers' reads never leave the workspace. Those in the repository's hot cache come
-        from it, without a query; of the others, which are stored is found out in one query,
-        and only those are read (a new run would cost a read of its events and one of its
-        snapshots per aggregate); the rest are known missing. Another instance creating one
+        from it, without a query; of the others wanted for certain, which are stored is found
+        out in one query, and only those are read (a new run would cost a read of its events
+        and one of its snapshots per aggregate); the rest are known missing. One wanted only
+        if held and not held is left to :meth:`fetch`. Another instance creating one
         meanwhile is the usual lost race: the save conflicts and the unit is redone."""
-        wanted = list(self.wanted)
+        wanted = dict(self.wanted)
         self.wanted.clear()
         while wanted:
-            loaded = self._load([aggregate_id for aggregate_id in dict.fromkeys(wanted)
-                                 if aggregate_id not in self.store and aggregate_id not in self.missing])
-            wanted = [named for aggregate in loaded for named in getattr(aggregate, "read_with", ())]
+            loaded = self._load({aggregate_id: certain for aggregate_id, certain in wanted.items()
+                                 if aggregate_id not in self.store and aggregate_id not in self.missing})
+            wanted = {named: True for aggregate in loaded for named in getattr(aggregate, "read_with", ())}
 
-    def _load(self, wanted: list[UUID]) -> list[Aggregate]:
+    def _load(self, wanted: Mapping[UUID, bool]) -> list[Aggregate]:
         cache = self.app.repository.cache
         held, unknown = [], []
-        for aggregate_id in wanted:
+        for aggregate_id, certain in wanted.items():
             if cache is not None:
                 try:
                     cache.get(aggregate_id)
@@ -232,7 +233,8 @@ class StoredWorkspace(MemoryWorkspace):
                     continue
                 except KeyError:
                     pass
-            unknown.append(aggregate_id)
+            if certain:  # one wanted only if held is read when a handler asks for it
+                unknown.append(aggregate_id)
         if unknown:
             recorder: PollRecorder = self.app.recorder  # type: ignore[assignment]
             found = recorder.stored_ids(unknown)

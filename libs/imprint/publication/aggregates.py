@@ -7,7 +7,7 @@ want before its handlers run."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Iterator
 
 from imprint.contracts.control import ConversationDeleteRequested
@@ -99,28 +99,41 @@ def standing_in(ws: Workspace, run: PublicationRun, shard: str) -> SourceStandin
     return SourceStanding(_RegistryView(ws, run, shard))
 
 
-def aggregates_read(message: Any, shards: Sequence[str] = ("0",)) -> tuple[uuid.UUID, ...]:
-    """Every aggregate :func:`~imprint.publication.handling.handle` reads for ``message``,
-    known from the message alone: the one place that says it, so that a unit's
-    ``prepare`` has them all loaded together before the first handler (a new run's
-    aggregates are then known to be missing without a read each).
+def aggregates_read(message: Any, cited: Iterable[str] | None = None) -> tuple[uuid.UUID, ...]:
+    """Every aggregate :func:`~imprint.publication.handling.handle` reads for ``message``
+    that the message alone names: the one place that says it, so that a unit's ``prepare``
+    has them loaded together before the first handler (a new run's aggregates are then
+    known to be missing without a read each).
 
-    Its run; an admission's conversation; a source message's record; a deletion's
-    conversation; a candidate's cited sources — each one's record and its reliance on
-    each of the unit's ``shards`` (the settlement resolves them, P7, P8, and records the
-    run's reliance, P21). What only the run's state names is read when asked for: the
-    run's conversation (X1, X8), the sources a block inherits through another block or
-    a numeric handle, and the runs a withdrawal or a deletion reaches."""
+    Its run; an admission's or a deletion's conversation; a source message's record; a
+    candidate's cited sources' records (``cited``: :func:`cited_by`, when already known).
+    Besides these a candidate's settlement reads each cited source's reliance on its shard
+    (:func:`reliance_read`), and what only state names is read with it or when asked for:
+    the run's conversation (the run's ``read_with``, X1, X8), the sources a block inherits
+    through another block or a numeric handle, the runs a withdrawal or a deletion reaches."""
     run_id = getattr(message, "run_id", None)
     ids = [PublicationRun.id_for(run_id)] if isinstance(run_id, str) else []
     if isinstance(message, (RunAdmitted, ConversationDeleteRequested)):
         ids.append(ConversationRuns.id_for(message.conversation_id))
     elif isinstance(message, (SourceRegistered, SourceRevoked, SourceTombstoned)):
         ids.append(SourceRecord.id_for(message.source_id))
-    elif isinstance(message, (AnswerText, AnswerPart)):
-        candidate = intake(message)
-        if isinstance(candidate, Candidate):
-            for source_id in sorted(cited_sources(candidate)):
-                ids.append(SourceRecord.id_for(source_id))
-                ids.extend(SourceDependents.id_for(source_id, shard) for shard in shards)
+    else:
+        ids.extend(SourceRecord.id_for(source_id) for source_id in (cited_by(message) if cited is None else cited))
     return tuple(ids)
+
+
+def cited_by(message: Any) -> list[str]:
+    """The sources a candidate's bodies cite, in a stable order (none for any other message)."""
+    if not isinstance(message, (AnswerText, AnswerPart)):
+        return []
+    candidate = intake(message)
+    return sorted(cited_sources(candidate)) if isinstance(candidate, Candidate) else []
+
+
+def reliance_read(cited: Iterable[str], shards: Sequence[str]) -> list[uuid.UUID]:
+    """The reliance records a settlement citing ``cited`` may read: each source's on each of
+    the unit's ``shards``, one of which is the candidate's (P21: a revocation noted there
+    outranks an older copy of the source; the run's reliance is recorded there). Which one is
+    the message's context's to say, so a store loads them only if it holds them already; a
+    source's first reliance on a shard, or one the store no longer holds, is read when asked."""
+    return [SourceDependents.id_for(source_id, shard) for source_id in cited for shard in shards]

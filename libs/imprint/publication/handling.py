@@ -61,8 +61,10 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.publication.aggregates import (
     aggregates_read,
+    cited_by,
     conversation_of,
     dependents_of,
+    reliance_read,
     run_of,
     source_record,
     standing_in,
@@ -345,10 +347,14 @@ HANDLERS: dict[type, Handler] = {
 
 def prepare(ws: Workspace, messages: Sequence[Any]) -> Sequence[Any]:
     """Before a unit's messages are handled, in their order: every aggregate their
-    handlers read, wanted together (:func:`aggregates_read`), for the unit's runner to
-    load in one go before the first handler."""
-    shards = ws.shards
-    ws.want(aggregate_id for message in messages for aggregate_id in aggregates_read(message, shards))
+    handlers read, wanted together (:func:`aggregates_read`; a cited source's reliance on
+    each of the unit's shards if the store holds it, :func:`reliance_read`), for the unit's
+    runner to load in one go before the first handler."""
+    for message in messages:
+        cited = cited_by(message)
+        ws.want(aggregates_read(message, cited))
+        if cited:
+            ws.want(reliance_read(cited, ws.shards), if_held=True)
     return messages
 
 

@@ -90,7 +90,9 @@ def test_a_polls_wanted_aggregates_load_in_bounded_statements_and_handling_reads
     """What a poll's ``prepare`` wanted is read once, before its handlers: one existence
     query per round (the wanted ids; then what those name as read with them, an admitted
     run's conversation), a read of each stored aggregate the hot cache does not hold, none
-    for one it holds or one that is missing — and the handlers read nothing more."""
+    for one it holds or one that is missing, and none for a cited source's reliance on a
+    shard of the poll that is not held (only the candidate's own shard's is read, when held)
+    — and the handlers read nothing more."""
     source = "src:public:annual-report-2024"
     with closing(open_log(backend.settings)) as app:
         feed = Feeder(lambda batch: app.process(batch, lambda _: None))
@@ -99,8 +101,8 @@ def test_a_polls_wanted_aggregates_load_in_bounded_statements_and_handling_reads
         feed.send(part("r-cold-1", "call-0", f"Revenue rose [[cite:{source}]]."))
         cold = [PublicationRun.id_for("r-cold-1"), PublicationRun.id_for("r-cold-2"),
                 ConversationRuns.id_for("conv-r-cold-1"), ConversationRuns.id_for("conv-r-cold-2"),
-                SourceRecord.id_for(source), SourceDependents.id_for(source, "0")]
-        evict(app, cold)  # the rest stays in the hot cache: r-hot and its conversation
+                SourceRecord.id_for(source)]
+        evict(app, cold)  # the rest stays in the hot cache: r-hot, its conversation, the source's reliance on "0"
         existence: list[Any] = []
         reads: list[Any] = []
         snapshot_reads: list[Any] = []
@@ -110,12 +112,16 @@ def test_a_polls_wanted_aggregates_load_in_bounded_statements_and_handling_reads
         _counting(app.snapshots.recorder, "select_events", snapshot_reads)
         poll = [part(run, f"call-{run}", f"It says so [[cite:{source}]].")
                 for run in ("r-cold-1", "r-cold-2", "r-hot", "r-new")]
-        with app.sink.unit([Inbound(str(Topic.RUNTIME), 0, 0, None).tracking.application_name]) as unit:
+        names = [Inbound(str(Topic.RUNTIME), partition, 0, None).tracking.application_name for partition in (0, 1)]
+        with app.sink.unit(names) as unit:
+            assert unit.workspace.shards == ("0", "1")
             ws = unit.workspace
             prepared = handling.prepare(ws, poll)
             ws.load_wanted()
             assert len(existence) == 2, "one existence query for the wanted ids, one for what they name"
             assert PublicationRun.id_for("r-hot") not in existence[0], "a cached aggregate costs no query"
+            assert SourceDependents.id_for(source, "1") not in existence[0], "a reliance not held is not looked for"
+            assert SourceDependents.id_for(source, "0") in ws.store
             assert sorted(reads, key=str) == sorted(cold, key=str), "each stored aggregate not cached is read once"
             assert sorted(snapshot_reads, key=str) == sorted(cold, key=str), "… from its latest snapshot on"
             for message in prepared:

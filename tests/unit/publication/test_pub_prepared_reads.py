@@ -2,14 +2,16 @@
 ``imprint.publication.handling.handle`` reads for a run's messages on the way to a commit —
 an admission, grants, candidates citing sources, a revision — is one
 :func:`~imprint.publication.handling.prepare` declared from the messages alone
-(:func:`~imprint.publication.aggregates.aggregates_read`), or one a loaded aggregate names
-as read with it (``read_with``: an admitted run's conversation). The store then loads them
-all in one go before the first handler, and a handler's reads never leave the workspace
-(``docs/architecture.md``, "The loop").
+(:func:`~imprint.publication.aggregates.aggregates_read`), one a loaded aggregate names as
+read with it (``read_with``: an admitted run's conversation), or a cited source's reliance
+on the unit's shard, held by the store (:func:`~imprint.publication.aggregates.reliance_read`).
+The store loads them all in one go before the first handler, and a handler's reads do not
+leave the workspace (``docs/architecture.md``, "One handler table per part").
 
-Here the store is a dict, and its workspace (:class:`Prepared`) loads what was wanted the
-way ``services.common.event_log.StoredWorkspace.load_wanted`` does; any read beyond that is
-written down and fails the test (and the handler, whatever it does with the error)."""
+Here the store is a dict whose every aggregate is held (the hot path), and its workspace
+(:class:`Prepared`) loads what was wanted the way
+``services.common.event_log.StoredWorkspace.load_wanted`` does; every read beyond that is
+written down, and the test fails on it."""
 
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ from imprint.contracts.sources import SourceRegistered
 from imprint.publication import PublicationRun
 from imprint.publication.handling import Context, Effects, handle, prepare
 from imprint.publication.settlement import Commit
+from imprint.publication.sources import SourceDependents
 from imprint.workspace import MemoryWorkspace
 
 SHARD = "2"
+FIRST = "run-0"
+"""A run whose candidate relies on the sources on the shard first."""
 
 
 class Prepared(MemoryWorkspace):
@@ -40,22 +45,23 @@ class Prepared(MemoryWorkspace):
         self.unwanted = unwanted
 
     def load_wanted(self) -> None:
-        wanted = list(self.wanted)
+        wanted = dict(self.wanted)
         self.wanted.clear()
         while wanted:
             loaded = []
-            for aggregate_id in dict.fromkeys(wanted):
+            for aggregate_id, certain in wanted.items():
                 if aggregate_id in self.store or aggregate_id in self.missing:
                     continue
                 if aggregate_id in self.stored:
                     loaded.append(self.store.setdefault(aggregate_id, self.stored[aggregate_id]))
-                else:
+                elif certain:  # one wanted only if held is not known missing: it is read if asked for
                     self.missing.add(aggregate_id)
-            wanted = [named for aggregate in loaded for named in getattr(aggregate, "read_with", ())]
+            wanted = {named: True for aggregate in loaded for named in getattr(aggregate, "read_with", ())}
 
     def fetch(self, aggregate_id: UUID) -> Any:
+        """A read the store would make when asked (written down; the handler goes on)."""
         self.unwanted.append(aggregate_id)
-        raise AssertionError(f"handle read {aggregate_id}, which prepare did not want")
+        return self.stored.get(aggregate_id)
 
 
 def unit(stored: dict[UUID, Any], *messages: Any) -> tuple[list[Effects], list[UUID]]:
@@ -71,9 +77,9 @@ def unit(stored: dict[UUID, Any], *messages: Any) -> tuple[list[Effects], list[U
     return effects, unwanted
 
 
-def admitted() -> RunAdmitted:
-    return RunAdmitted(run_id=RUN, account_id=ACCOUNT, conversation_id="conv-1", message_id="m-1",
-                       question="What does the report say?", qcs=QuestionConditionSet(qcs_id="q-1"))
+def admitted(run_id: str) -> RunAdmitted:
+    return RunAdmitted(run_id=run_id, account_id=ACCOUNT, conversation_id=f"conv-{run_id}", message_id=f"m-{run_id}",
+                       question="What does the report say?", qcs=QuestionConditionSet(qcs_id=f"q-{run_id}"))
 
 
 def commits(effects: Effects) -> list[Commit]:
@@ -91,12 +97,17 @@ def test_handle_reads_only_what_prepare_wanted_on_the_way_to_a_commit() -> None:
                        SourceRegistered(source_id=PRIVATE_OWN, scope="private", owner_account_id=ACCOUNT, title="m"))
     assert unwanted == []
 
-    _, unwanted = unit(stored, admitted(),
-                       EvidenceGranted(run_id=RUN, source_id=PUBLIC, scope="public", owner_account_id="publisher",
-                                       title="r"),
-                       EvidenceGranted(run_id=RUN, source_id=PRIVATE_OWN, scope="private", owner_account_id=ACCOUNT,
-                                       title="m"))
+    _, unwanted = unit(stored, *[message for run_id in (FIRST, RUN) for message in (
+        admitted(run_id),
+        EvidenceGranted(run_id=run_id, source_id=PUBLIC, scope="public", owner_account_id="publisher", title="r"),
+        EvidenceGranted(run_id=run_id, source_id=PRIVATE_OWN, scope="private", owner_account_id=ACCOUNT,
+                        title="m"))])
     assert unwanted == [], "an admission and its grants read what they name"
+
+    (first_ever,), unwanted = unit(stored, part(run_id=FIRST, markdown=f"[[cite:{PUBLIC}]] [[cite:{PRIVATE_OWN}]]"))
+    assert len(commits(first_ever)) == 1
+    assert unwanted == [SourceDependents.id_for(PUBLIC, SHARD), SourceDependents.id_for(PRIVATE_OWN, SHARD)], \
+        "a source's first reliance on a shard is the one read left to when it is asked for"
 
     cited = part(tool_call_id="call-a", blocks=[
         {"markdown": f"Revenue rose [[cite:{PUBLIC}]]."},
