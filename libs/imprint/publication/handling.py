@@ -5,10 +5,10 @@ work — it wants every aggregate the unit's handlers will read
 (:func:`~imprint.publication.aggregates.aggregates_read`), which the store then loads in one
 go — then :func:`handle` with each decoded v1 message, a
 :class:`~imprint.workspace.Workspace` (the aggregates of the current unit of work, held in
-memory) and the message's :class:`Context`. The handler for the message's type (:data:`HANDLERS`) decides
-through the rule modules and triggers events on the aggregates; it returns :class:`Effects` —
-what the unit of work must do around its one transaction, and what was decided — and never
-saves, sends or sleeps.
+memory) and the message's :class:`Context`. The handler for the message's type
+(:data:`HANDLERS`) decides through the rule modules and triggers events on the aggregates;
+it returns :class:`Effects` — what the unit of work must do around its one transaction, and
+what was decided — and never saves, sends or sleeps.
 
 ========================================  ==================================================
 ``run.admitted``                          the run's account binding (X1), its conversation
