@@ -5,12 +5,15 @@ Each part's pure handling module (``imprint.publication.handling``, ``imprint.jo
 ``imprint.delivery.handling``) says what a message does, by its type, in one table, and
 exposes the same three names::
 
-    prepare(workspace, messages) -> messages   # once per attempt: look-ups, locks, the order
+    prepare(workspace, messages) -> messages   # once per attempt: what is read, locks, the order
     handle(workspace, message, context) -> Effects
     HANDLERS: dict[type, Handler]               # Handler = (workspace, message, context) -> Effects
 
-:class:`Dispatch` runs ``prepare``, then ``handle`` for each message in the order ``prepare``
-gave, with the context the part makes of the message's record; with a tracer, a message its
+:class:`Dispatch` runs ``prepare``, has the workspace load what ``prepare`` wanted
+(``load_wanted``: one go, in the store's own code, so a handler's reads answer from memory
+and a message's walk crosses between the parts and ``services`` only to be decoded,
+prepared and handled), then ``handle`` for each message in the order ``prepare`` gave,
+with the context the part makes of the message's record; with a tracer, a message its
 :class:`Spans` names is handled inside a CONSUMER span under the context its record carried,
 whose attributes are read from the effects the handler returned (X9: ids and fixed words).
 What the unit then hands on (and whether it showed anything before its commit, P14) is the
@@ -32,14 +35,26 @@ from imprint.runtime import tracecontext
 from services.common import tracing
 from services.common.inbound import Inbound
 
-W = TypeVar("W")
 C = TypeVar("C")
 E = TypeVar("E")
 R = TypeVar("R")
 
 
+class Loading(Protocol):
+    """A workspace :class:`Dispatch` runs a part over: it loads, in one go, whatever the
+    part's ``prepare`` wanted (``imprint.workspace.Workspace.want``; a workspace whose
+    ``prepare`` reads for itself, as Delivery's does, has nothing left to load)."""
+
+    def load_wanted(self) -> None: ...
+
+
+W = TypeVar("W", bound=Loading)
+
+
 class Handling(Protocol[W, C, E]):
-    """A part's handling module (``imprint.<part>.handling``), as :class:`Dispatch` reads it."""
+    """A part's handling module (``imprint.<part>.handling``), as :class:`Dispatch` reads it:
+    ``prepare`` says what the unit reads (and may reorder it), ``handle`` decides one message
+    on what the workspace then holds."""
 
     HANDLERS: Mapping[type, Callable[[W, Any, C], E]]
 
@@ -96,7 +111,9 @@ class Dispatch(Generic[W, C, E, R]):
         context_of = self.contexts(fresh)
         inbound = {id(item.message): item for item in fresh}
         handled: list[Handled[E]] = []
-        for message in self.handling.prepare(workspace, [item.message for item in fresh]):
+        prepared = self.handling.prepare(workspace, [item.message for item in fresh])
+        workspace.load_wanted()
+        for message in prepared:
             item = inbound[id(message)]
             ids = None if self.tracer is None else self.spans.ids(message)  # type: ignore[union-attr]
             if ids is None:

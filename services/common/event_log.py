@@ -2,8 +2,10 @@
 
 :class:`EventLog` is how Publication and the Journal record a poll
 (:mod:`services.common.unit_of_work`): the policy reads and changes aggregates in a
-:class:`StoredWorkspace`; every pending event is recorded with each partition's position
-in ONE transaction (eventsourcing ``ProcessingEvent`` on the backend's poll recorder).
+:class:`StoredWorkspace`, which loads what the policy's ``prepare`` wanted in one go
+(:meth:`StoredWorkspace.load_wanted`) so its handlers read from memory; every pending event
+is recorded with each partition's position in ONE transaction (eventsourcing
+``ProcessingEvent`` on the backend's poll recorder).
 
 Hot aggregates stay in the application's repository cache, changed in place
 (``DEEPCOPY_FROM_AGGREGATE_CACHE=n``, no fast-forward read per get: see
@@ -188,52 +190,65 @@ def stored(app: Application[UUID], aggregate_id: UUID) -> Any:
 
 
 class StoredWorkspace(MemoryWorkspace):
-    """The aggregates of one unit of work, read through the application's repository once."""
+    """The aggregates of one unit of work, read through the application's repository: what
+    the unit's ``prepare`` wanted, together, before its first handler (:meth:`load_wanted`);
+    anything else when first asked for (:meth:`fetch`)."""
 
-    def __init__(self, app: HotCacheApplication) -> None:
-        super().__init__()
+    def __init__(self, app: HotCacheApplication, shards: Iterable[str] = ("0",)) -> None:
+        super().__init__(shards=tuple(shards))
         self.app = app
-        self._missing: set[UUID] = set()
 
-    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        if aggregate_id in self.store:
-            return super().get(cls, aggregate_id)
-        if aggregate_id in self._missing:
-            return None
+    def fetch(self, aggregate_id: UUID) -> Aggregate | None:
+        """A read nobody wanted (a source's withdrawal reaching every run that relies on it,
+        a deletion reaching the conversation's runs): from the repository, the hot cache first."""
         try:
-            aggregate = self.app.repository.get(aggregate_id)
+            return self.app.repository.get(aggregate_id)  # type: ignore[no-any-return]
         except AggregateNotFoundError:
-            self._missing.add(aggregate_id)
             return None
-        self.store[aggregate_id] = aggregate
-        return super().get(cls, aggregate_id)
 
-    def add(self, aggregate: Aggregate) -> None:
-        self._missing.discard(aggregate.id)
-        super().add(aggregate)
+    def load_wanted(self) -> None:
+        """Read every wanted aggregate into the unit at once, and then those the loaded ones
+        name as read with them (``read_with``, e.g. an admitted run's conversation), so the
+        handlers' reads never leave the workspace. Those in the repository's hot cache come
+        from it, without a query; of the others wanted for certain, which are stored is found
+        out in one query, and only those are read (a new run would cost a read of its events
+        and one of its snapshots per aggregate); the rest are known missing. One wanted only
+        if held and not held is left to :meth:`fetch`. Another instance creating one
+        meanwhile is the usual lost race: the save conflicts and the unit is redone."""
+        wanted = dict(self.wanted)
+        self.wanted.clear()
+        while wanted:
+            loaded = self._load({aggregate_id: certain for aggregate_id, certain in wanted.items()
+                                 if aggregate_id not in self.store and aggregate_id not in self.missing})
+            wanted = {named: True for aggregate in loaded for named in getattr(aggregate, "read_with", ())}
 
-    def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
-        """Find out in one query which of these aggregates are stored (those neither held
-        here nor in the repository's cache); ``get`` then answers ``None`` for the others
-        without a read each (a new run would cost a read of its events and one of its
-        snapshots per aggregate). Another instance creating one meanwhile is the usual
-        lost race: the save conflicts and the unit is redone."""
-        recorder: PollRecorder = self.app.recorder  # type: ignore[assignment]
+    def _load(self, wanted: Mapping[UUID, bool]) -> list[Aggregate]:
         cache = self.app.repository.cache
-        wanted = []
-        for aggregate_id in dict.fromkeys(aggregate_ids):
-            if aggregate_id in self.store or aggregate_id in self._missing:
-                continue
+        held, unknown = [], []
+        for aggregate_id, certain in wanted.items():
             if cache is not None:
                 try:
                     cache.get(aggregate_id)
+                    held.append(aggregate_id)
                     continue
                 except KeyError:
                     pass
-            wanted.append(aggregate_id)
-        if wanted:
-            found = recorder.stored_ids(wanted)
-            self._missing.update(aggregate_id for aggregate_id in wanted if aggregate_id not in found)
+            if certain:  # one wanted only if held is read when a handler asks for it
+                unknown.append(aggregate_id)
+        if unknown:
+            recorder: PollRecorder = self.app.recorder  # type: ignore[assignment]
+            found = recorder.stored_ids(unknown)
+            held.extend(aggregate_id for aggregate_id in unknown if aggregate_id in found)
+            self.missing.update(aggregate_id for aggregate_id in unknown if aggregate_id not in found)
+        loaded = []
+        for aggregate_id in held:
+            aggregate = self.fetch(aggregate_id)
+            if aggregate is None:
+                self.missing.add(aggregate_id)
+            else:
+                self.store[aggregate_id] = aggregate
+                loaded.append(aggregate)
+        return loaded
 
     def flush(self) -> None:
         """Record what is pending so far, without a position: it is durable before the unit
@@ -259,7 +274,8 @@ class StoredWorkspace(MemoryWorkspace):
         """Evict everything this unit touched from the repository cache: it may hold unsaved state."""
         evict(self.app, self.store)
         self.store.clear()
-        self._missing.clear()
+        self.missing.clear()
+        self.wanted.clear()
 
 
 def evict(app: Application[UUID], aggregate_ids: Iterable[UUID]) -> None:
@@ -308,7 +324,8 @@ class EventLog:
 
     @contextmanager
     def unit(self, names: Sequence[str]) -> Iterator[LogUnit]:
-        unit = LogUnit({name: self.position(name) for name in names}, StoredWorkspace(self.app))
+        shards = sorted({name.rpartition("#")[2] for name in names})
+        unit = LogUnit({name: self.position(name) for name in names}, StoredWorkspace(self.app, shards))
         try:
             yield unit
         except BaseException:

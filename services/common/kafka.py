@@ -210,11 +210,20 @@ def decode_records(
                 reason, detail = "unparseable", str(error)[:2000]
         if reason is None:
             inbound.append(Inbound(record.topic, record.partition, record.offset, message, size=len(raw),
-                                   raw=raw, key=record.key, trace=tracecontext.extract(record.headers)))
+                                   raw=raw, key=record.key, trace=_trace_of(record.headers)))
             continue
         refused.append(dead_letter(consumer, record.topic, record.partition, record.offset, record.key, raw,
                                    reason, detail))
     return inbound, refused
+
+
+def _trace_of(headers: Sequence[tuple[str, bytes]] | None) -> Context | None:
+    """The remote parent a record's ``traceparent`` names; a record sent untraced carries
+    none (its sender adds the header only for a span it has open), and is not handed to
+    the propagator at all."""
+    if not any(key == tracecontext.TRACEPARENT for key, _ in headers or ()):
+        return None
+    return tracecontext.extract(headers)
 
 
 def _not_applied(settings: Settings, record: ConsumerRecord[Any, Any], applies: frozenset[str]) -> bool:

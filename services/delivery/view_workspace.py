@@ -76,6 +76,9 @@ class ViewWorkspace:
 
     # -------------------------------------------------------------- loading
 
+    def load_wanted(self) -> None:
+        """Nothing left to load: ``prepare`` loaded the poll's runs itself (:meth:`load`)."""
+
     def load(self, named: dict[str, set[str] | None]) -> None:
         self._load(list(named))
         for run_id in sorted(named):

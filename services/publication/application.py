@@ -147,7 +147,9 @@ class PublicationLog(HotCacheApplication):
             return Context(policy, item.size, shard=str(item.partition))
 
         def gather(ws: StoredWorkspace, handled: list[Handled[Effects]]) -> PollEffects:
-            unit = PollEffects.of([done.effects for done in handled])
+            unit = PollEffects([preview for done in handled for preview in done.effects.previews],
+                               [settled for done in handled for settled in done.effects.settled],
+                               {key for done in handled for key in done.effects.shred})
             if spans is None:
                 if unit.previews:
                     emit([(Topic.PUBLICATION, preview) for preview in unit.previews])

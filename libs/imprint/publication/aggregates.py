@@ -1,16 +1,22 @@
 """The aggregates Publication's handlers read and create in a unit's
 :class:`~imprint.workspace.Workspace`: a run, a source's record and its reliance per shard, a
-conversation's run index, and what a settlement may know of the registry (P7, P8, P21)."""
+conversation's run index, and what a settlement may know of the registry (P7, P8, P21);
+and which of them a message reads (:func:`aggregates_read`), for a unit's ``prepare`` to
+want before its handlers run."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Iterator
 
-from imprint.contracts.runtime import RunAdmitted
+from imprint.contracts.control import ConversationDeleteRequested
+from imprint.contracts.runtime import AnswerPart, AnswerText, RunAdmitted
+from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
+from imprint.publication.candidate import Candidate, intake
 from imprint.publication.conversations import ConversationRuns
 from imprint.publication.run import PublicationRun
+from imprint.publication.settlement import cited_sources
 from imprint.publication.sources import SourceDependents, SourceFacts, SourceRecord, SourceStanding
 from imprint.workspace import Workspace
 
@@ -93,12 +99,41 @@ def standing_in(ws: Workspace, run: PublicationRun, shard: str) -> SourceStandin
     return SourceStanding(_RegistryView(ws, run, shard))
 
 
-def aggregates_read(message: Any) -> tuple[uuid.UUID, ...]:
-    """The aggregates :func:`handle` reads first for ``message``: its run, and an
-    admission's conversation. A store may look them up together before the handlers run
-    (a new run's aggregates are then known to be missing without a read each)."""
+def aggregates_read(message: Any, cited: Iterable[str] | None = None) -> tuple[uuid.UUID, ...]:
+    """Every aggregate :func:`~imprint.publication.handling.handle` reads for ``message``
+    that the message alone names: the one place that says it, so that a unit's ``prepare``
+    has them loaded together before the first handler (a new run's aggregates are then
+    known to be missing without a read each).
+
+    Its run; an admission's or a deletion's conversation; a source message's record; a
+    candidate's cited sources' records (``cited``: :func:`cited_by`, when already known).
+    Besides these a candidate's settlement reads each cited source's reliance on its shard
+    (:func:`reliance_read`), and what only state names is read with it or when asked for:
+    the run's conversation (the run's ``read_with``, X1, X8), the sources a block inherits
+    through another block or a numeric handle, the runs a withdrawal or a deletion reaches."""
     run_id = getattr(message, "run_id", None)
     ids = [PublicationRun.id_for(run_id)] if isinstance(run_id, str) else []
-    if isinstance(message, RunAdmitted):
+    if isinstance(message, (RunAdmitted, ConversationDeleteRequested)):
         ids.append(ConversationRuns.id_for(message.conversation_id))
+    elif isinstance(message, (SourceRegistered, SourceRevoked, SourceTombstoned)):
+        ids.append(SourceRecord.id_for(message.source_id))
+    else:
+        ids.extend(SourceRecord.id_for(source_id) for source_id in (cited_by(message) if cited is None else cited))
     return tuple(ids)
+
+
+def cited_by(message: Any) -> list[str]:
+    """The sources a candidate's bodies cite, in a stable order (none for any other message)."""
+    if not isinstance(message, (AnswerText, AnswerPart)):
+        return []
+    candidate = intake(message)
+    return sorted(cited_sources(candidate)) if isinstance(candidate, Candidate) else []
+
+
+def reliance_read(cited: Iterable[str], shards: Sequence[str]) -> list[uuid.UUID]:
+    """The reliance records a settlement citing ``cited`` may read: each source's on each of
+    the unit's ``shards``, one of which is the candidate's (P21: a revocation noted there
+    outranks an older copy of the source; the run's reliance is recorded there). Which one is
+    the message's context's to say, so a store loads them only if it holds them already; a
+    source's first reliance on a shard, or one the store no longer holds, is read when asked."""
+    return [SourceDependents.id_for(source_id, shard) for source_id in cited for shard in shards]

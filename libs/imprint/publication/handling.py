@@ -1,12 +1,14 @@
 """What one inbound message does to Publication's aggregates — pure, storage-agnostic.
 
 The consumer's loop (``services.common.dispatch``) calls :func:`prepare` once per unit of
-work, then :func:`handle` with each decoded v1 message, a
-:class:`~imprint.workspace.Workspace` (the aggregates of the current unit of work) and the
-message's :class:`Context`. The handler for the message's type (:data:`HANDLERS`) decides
-through the rule modules and triggers events on the aggregates; it returns :class:`Effects` —
-what the unit of work must do around its one transaction, and what was decided — and never
-saves, sends or sleeps.
+work — it wants every aggregate the unit's handlers will read
+(:func:`~imprint.publication.aggregates.aggregates_read`), which the store then loads in one
+go — then :func:`handle` with each decoded v1 message, a
+:class:`~imprint.workspace.Workspace` (the aggregates of the current unit of work, held in
+memory) and the message's :class:`Context`. The handler for the message's type
+(:data:`HANDLERS`) decides through the rule modules and triggers events on the aggregates;
+it returns :class:`Effects` — what the unit of work must do around its one transaction, and
+what was decided — and never saves, sends or sleeps.
 
 ========================================  ==================================================
 ``run.admitted``                          the run's account binding (X1), its conversation
@@ -59,8 +61,10 @@ from imprint.contracts.runtime import (
 from imprint.contracts.sources import SourceRegistered, SourceRevoked, SourceTombstoned
 from imprint.publication.aggregates import (
     aggregates_read,
+    cited_by,
     conversation_of,
     dependents_of,
+    reliance_read,
     run_of,
     source_record,
     standing_in,
@@ -132,20 +136,13 @@ NOTHING = Effects()
 
 @dataclass
 class PollEffects:
-    """The effects of every message of one unit of work, gathered in order: the previews to
-    emit before the commit (P14), what a save outcome names (P15), the keys to destroy after
-    the commit (X8)."""
+    """The effects of every message of one unit of work, gathered in order by whoever runs
+    the unit (a value it hands on, read by its fields): the previews to emit before the
+    commit (P14), what a save outcome names (P15), the keys to destroy after the commit (X8)."""
 
     previews: list[AnswerPreview] = field(default_factory=list)
     settled: list[SettledCandidate] = field(default_factory=list)
     shred: set[str] = field(default_factory=set)
-
-    @classmethod
-    def of(cls, effects: Sequence[Effects]) -> PollEffects:
-        """The unit's effects, gathered once per poll (not a call per message)."""
-        return cls([preview for each in effects for preview in each.previews],
-                   [settled for each in effects for settled in each.settled],
-                   {key for each in effects for key in each.shred})
 
 
 REFUSED = Effects(decision="refused")
@@ -349,9 +346,15 @@ HANDLERS: dict[type, Handler] = {
 
 
 def prepare(ws: Workspace, messages: Sequence[Any]) -> Sequence[Any]:
-    """Before a unit's messages are handled, in their order: the runs they name, and the
-    conversations admissions name, looked up together (:func:`aggregates_read`)."""
-    ws.look_up(aggregate_id for message in messages for aggregate_id in aggregates_read(message))
+    """Before a unit's messages are handled, in their order: every aggregate their
+    handlers read, wanted together (:func:`aggregates_read`; a cited source's reliance on
+    each of the unit's shards if the store holds it, :func:`reliance_read`), for the unit's
+    runner to load in one go before the first handler."""
+    for message in messages:
+        cited = cited_by(message)
+        ws.want(aggregates_read(message, cited))
+        if cited:
+            ws.want(reliance_read(cited, ws.shards), if_held=True)
     return messages
 
 

@@ -38,6 +38,7 @@ from imprint.ids import FoundByKey, remembered
 from imprint.contracts.publication import WithdrawalCause
 from imprint.publication import settlement as decisions
 from imprint.publication.candidate import Candidate, IntakeRefusal
+from imprint.publication.conversations import ConversationRuns
 from imprint.publication.dependencies import blocks_to_withdraw
 from imprint.publication.facts import BlockRecord, Grant, NumericValue, RunFacts, StateView
 from imprint.publication.outcomes import (  # the outcomes' names stay importable from here too
@@ -92,7 +93,7 @@ class PublicationRun(FoundByKey, Aggregate, key=run_aggregate_id, by=("run_id",)
     in a pause that grew with the runs in flight; for the same reason a block's
     ``depends_on`` and ``labels`` are kept only when it has some."""
 
-    class_version = 3
+    class_version = 4
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -112,6 +113,13 @@ class PublicationRun(FoundByKey, Aggregate, key=run_aggregate_id, by=("run_id",)
         state.setdefault("conversation_deleted", False)
         state.setdefault("lapsed", None)
 
+    @staticmethod
+    def upcast_v3_v4(state: dict[str, Any]) -> None:
+        """Version 3 did not name the aggregates read with the run (:attr:`read_with`): an
+        admitted run's conversation."""
+        conversation_id = state.get("conversation_id")
+        state["read_with"] = [ConversationRuns.id_for(conversation_id)] if conversation_id else []
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.account_id: str | None = None
@@ -130,6 +138,10 @@ class PublicationRun(FoundByKey, Aggregate, key=run_aggregate_id, by=("run_id",)
         self.conversation_deleted = False
         self.lapsed: str | None = None
         self.refusals = 0
+        self.read_with: list[uuid.UUID] = []
+        """The aggregates a unit that reads this run reads too, kept as ids: once admitted, its
+        conversation's run index (X1, X8: a candidate is refused once it is deleted). A store
+        loads them with the run (``imprint.workspace``), so no handler waits on a read."""
 
     # ------------------------------------------------------------------ events
 
@@ -145,6 +157,7 @@ class PublicationRun(FoundByKey, Aggregate, key=run_aggregate_id, by=("run_id",)
         def apply(self, run: PublicationRun) -> None:
             run.account_id = self.account_id
             run.conversation_id = self.conversation_id
+            run.read_with = [ConversationRuns.id_for(self.conversation_id)]
 
     class EvidenceGranted(Aggregate.Event):
         """The runtime's ``evidence.granted`` (:class:`imprint.contracts.runtime.EvidenceGranted`),

@@ -364,16 +364,23 @@ def _numbers(values: list[RenderedValue]) -> list[RenderedNumber]:
     return list(seen.values())
 
 
-def sources_to_check(candidate: Candidate, facts: RunFacts) -> frozenset[str]:
-    """The source ids whose standing one settlement of ``candidate`` may read:
-    load these from the registry to build the :class:`SourceStanding`."""
-    ids: set[str] = set(facts.grants)
+def cited_sources(candidate: Candidate) -> set[str]:
+    """The source ids ``candidate``'s own bodies cite: what its settlement resolves (P7, P8),
+    known from the message alone, before its run is read."""
+    ids: set[str] = set()
     for proposed in candidate.blocks:
         if isinstance(proposed.markdown, str):
             ids.update(t.id for t in scan(clean(proposed.markdown)) if t.kind == "cite")
         table = render_table(proposed.table) if proposed.table is not None else None
         if table:
             ids.update(t.id for t in scan(table) if t.kind == "cite")
+    return ids
+
+
+def sources_to_check(candidate: Candidate, facts: RunFacts) -> frozenset[str]:
+    """The source ids whose standing one settlement of ``candidate`` may read:
+    load these from the registry to build the :class:`SourceStanding`."""
+    ids: set[str] = set(facts.grants) | cited_sources(candidate)
     for record in facts.blocks.values():
         ids.update(record.effective_sources or ())
     ids.update(value.source_id for value in facts.numerics.values() if value.source_id is not None)

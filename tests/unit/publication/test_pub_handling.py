@@ -31,7 +31,11 @@ def admitted(run_id: str = RUN, account: str = ACCOUNT, conversation: str = "con
 
 
 def apply_all(ws: MemoryWorkspace, *messages: object) -> PollEffects:
-    return PollEffects.of([handle(ws, message, Context()) for message in messages])
+    """Each message handled, and the unit's effects gathered in order (as its runner does)."""
+    effects = [handle(ws, message, Context()) for message in messages]
+    return PollEffects([preview for each in effects for preview in each.previews],
+                       [settled for each in effects for settled in each.settled],
+                       {key for each in effects for key in each.shred})
 
 
 class Flushing(MemoryWorkspace):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from imprint.journal.leases import LeaseShard
+from imprint.publication.conversations import ConversationRuns
 from imprint.publication.run import PublicationRun
 from imprint.publication.sources import SourceDependents, SourceRecord
 from tests.support.versions import aggregates, name_of, stored_event_classes, upcast_steps
@@ -72,6 +73,11 @@ STEPS: dict[tuple[type, int], tuple[dict[str, Any], dict[str, Any]]] = {
         {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {}, "ended": None,
          "conversation_deleted": False, "lapsed": None},
     ),
+    (PublicationRun, 3): (
+        {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {}, "conversation_id": "conv-1"},
+        {"_created_on": AT, "_modified_on": AT, "run_id": "run-1", "blocks": {}, "conversation_id": "conv-1",
+         "read_with": [ConversationRuns.id_for("conv-1")]},
+    ),
 }
 """``(class, n)`` → (the state version *n* stored, the state version *n+1* reads)."""
 
@@ -102,6 +108,12 @@ def test_a_run_snapshot_that_knew_its_deletion_and_lapse_keeps_them() -> None:
     older = {**copy.deepcopy(STEPS[PublicationRun, 2][0]), "conversation_deleted": True, "lapsed": "lease_expired"}
     PublicationRun.upcast_v2_v3(older)
     assert older["conversation_deleted"] is True and older["lapsed"] == "lease_expired"
+
+
+def test_a_run_snapshot_never_admitted_reads_nothing_with_it() -> None:
+    older = {**copy.deepcopy(STEPS[PublicationRun, 3][0]), "conversation_id": None}
+    PublicationRun.upcast_v3_v4(older)
+    assert older["read_with"] == []
 
 
 def test_a_snapshot_older_than_the_lanes_upcasts_to_no_shard() -> None:
