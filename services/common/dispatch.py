@@ -96,7 +96,9 @@ class Dispatch(Generic[W, C, E, R]):
         context_of = self.contexts(fresh)
         inbound = {id(item.message): item for item in fresh}
         handled: list[Handled[E]] = []
-        for message in self.handling.prepare(workspace, [item.message for item in fresh]):
+        ordered = self.handling.prepare(workspace, [item.message for item in fresh])
+        workspace.load_wanted()
+        for message in ordered:
             item = inbound[id(message)]
             ids = None if self.tracer is None else self.spans.ids(message)  # type: ignore[union-attr]
             if ids is None:

@@ -212,6 +212,10 @@ class StoredWorkspace(MemoryWorkspace):
         self._missing.discard(aggregate.id)
         super().add(aggregate)
 
+    def load_wanted(self) -> None:
+        """What the poll's ``prepare`` declared is read here (:class:`~services.common.dispatch.Dispatch`
+        calls it once per attempt); this workspace reads on demand, so nothing is left to read."""
+
     def look_up(self, aggregate_ids: Iterable[UUID]) -> None:
         """Find out in one query which of these aggregates are stored (those neither held
         here nor in the repository's cache); ``get`` then answers ``None`` for the others

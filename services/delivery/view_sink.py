@@ -76,8 +76,9 @@ class ViewUnit:
         ws, tables = self.workspace, self.sink.views.tables
         ws.flush()
         tables.record_positions(ws.c, trackings)
-        if ws.touched:
-            for payload in notify_payloads(self.sink.origin, list(ws.touched)):
+        feeds = ws.feeds()
+        if feeds:
+            for payload in notify_payloads(self.sink.origin, feeds):
                 tables.notify(ws.c, payload)
 
 
@@ -132,7 +133,7 @@ UNTRACED = Context()
 
 def _touched(ws: ViewWorkspace, handled: list[Handled[Effects]]) -> list[str]:
     """The live feeds the poll changed (woken after the commit)."""
-    return list(ws.touched)
+    return ws.feeds()
 
 
 def applying(tracer: Tracer | None) -> Dispatch[ViewWorkspace, Context, Effects, list[str]]:

@@ -36,9 +36,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from imprint.delivery.rows import FRAME_ROW
 from services.common.tables import Tables
 
-FRAME_COLUMNS = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
+FRAME_COLUMNS = FRAME_ROW
+"""A frame row as a poll holds it pending (:data:`imprint.delivery.rows.FRAME_ROW`), written as it is."""
 TRACED_FRAME_COLUMNS = (*FRAME_COLUMNS, "traceparent")
 """A traced poll's frame rows (tracing off: the column is left to its ``NULL``)."""
 RUN_COLUMNS = ("account_id", "conversation_id", "state", "outcome", "last_frame_id", "deleted", "projection",

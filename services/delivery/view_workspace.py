@@ -15,13 +15,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic_core import to_json
+
 from imprint.delivery import merge
-from imprint.delivery.conversation import NOTICE_EVENT, TURN_EVENT, Turn
+from imprint.delivery.conversation import NOTICE_EVENT
 from imprint.delivery.frame import as_json, skeleton_text
-from imprint.delivery.frames import FrameDraft, RunProjection
-from imprint.delivery.notices import Notice
+from imprint.delivery.frames import RunProjection
 from services.common.observability import get_logger
-from services.delivery.hot_runs import BlockRow, HotRuns, RunRows
+from imprint.delivery.rows import BlockRow, PollRows, RunRows
+from services.delivery.hot_runs import HotRuns
 from services.delivery.view_tables import (
     BLOCK_COLUMNS,
     CONFLICT_COLUMNS,
@@ -45,49 +47,45 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-class ViewWorkspace:
-    """The rows one poll reads and writes, collected so each is written once
-    (:class:`imprint.delivery.projection.ViewWorkspace`)."""
+class ViewWorkspace(PollRows):
+    """The rows one poll reads and writes (:class:`imprint.delivery.rows.PollRows`), read from
+    and written to the view tables (:class:`imprint.delivery.projection.ViewWorkspace`)."""
 
     frame_columns = FRAME_COLUMNS
 
     def __init__(self, views: ViewTables, hot: HotRuns, c: Any) -> None:
+        super().__init__(now())
         self.views = views
         self.hot = hot
         self.c = c
-        self.runs: dict[str, RunRows] = {}
-        self.touched: dict[str, None] = {}
-        """Live feeds that changed: runs (new frames, a terminal, a purge) and conversations
-        (new notices, a deletion: :func:`notice_feed`)."""
-        self.notices: list[tuple[str, Notice]] = []
-        """D7: (account, notice) to number and write with the poll."""
-        self.entries: list[tuple[str, str, str, Callable[[int], dict[str, Any]]]] = []
-        """D9: (account, conversation, event, payload of its entry id) to number and write with the poll."""
-        self.conflicts: list[merge.Conflict] = []
-        self.inserts: list[list[Any]] = []
-        """Pending frame rows, in :data:`FRAME_COLUMNS` order."""
-        self.pending: dict[tuple[str, str], tuple[int, str]] = {}
-        """(run_id, key) → index in ``inserts`` of the key's newest pending frame, and the
-        skeleton it is written as if a newer frame of the key follows in this poll."""
-        self.strips: list[tuple[str, str, int]] = []
-        self.conflict_rows: list[tuple[Any, ...]] = []
-        self.now = now()
-        """The time of every row this poll writes (one transaction: one moment)."""
+
+    def feeds(self) -> list[str]:
+        """The live feeds the poll changed: its runs', then its conversations' (their streams,
+        and their notices where one was written: :func:`notice_feed`)."""
+        feeds = list(self.touched)
+        for conversation_id, noticed in self.told.items():
+            feeds += [notice_feed(conversation_id), conversation_feed(conversation_id)] if noticed \
+                else [conversation_feed(conversation_id)]
+        return feeds
 
     # -------------------------------------------------------------- loading
 
-    def load(self, named: dict[str, set[str] | None]) -> None:
-        self._load(list(named))
-        for run_id in sorted(named):
-            self.blocks(self.runs[run_id], None if named[run_id] is None else tuple(named[run_id] or ()))
+    def load_wanted(self) -> None:
+        """Read every run the poll's messages named (locked, in one order) with the rows of the
+        blocks they name, before the first message is handled."""
+        wanted, self.wanted = self.wanted, {}
+        self._load(list(wanted))
+        for run_id in sorted(wanted):
+            run, names = self.runs[run_id], wanted[run_id]
+            if not run.all_blocks:
+                self._read_rows(run, None if names is None else tuple(names))
 
-    def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> RunRows:
-        run = self.runs.get(run_id)
-        if run is None:
+    def fetch(self, run_id: str, blocks: tuple[str, ...] | None) -> None:
+        if run_id not in self.runs:
             self._load([run_id])
-            run = self.runs[run_id]
-        self.blocks(run, blocks)
-        return run
+        run = self.runs[run_id]
+        if not run.all_blocks:
+            self._read_rows(run, blocks)
 
     def _load(self, run_ids: Sequence[str]) -> None:
         """Lock and read these runs' rows in one statement, in run id order, then create the
@@ -100,7 +98,7 @@ class ViewWorkspace:
         for run_id in wanted:
             row = found.get(run_id)
             if row is None:
-                fresh = RunProjection.new(run_id)
+                fresh = RunProjection(run_id=run_id, answer=merge.AnswerState(run_id=run_id))
                 c.execute(v.q("INSERT INTO {runs} (run_id, projection, first_seen, updated_at) VALUES (?, ?, ?, ?) "
                               "ON CONFLICT (run_id) DO NOTHING RETURNING run_id"),
                           (run_id, fresh.model_dump_json(exclude={"answer"}), self.now, self.now))
@@ -115,21 +113,7 @@ class ViewWorkspace:
             data = json.loads(row["projection"])
             projection = RunProjection.model_validate({**data, "answer": merge.AnswerState(run_id=run_id)})
             self.runs[run_id] = RunRows(projection, int(row["last_frame_id"]), int(row["conflict_count"]),
-                                     json.loads(row["live_frames"] or "{}"), int(row["version"]))
-
-    def blocks(self, run: RunRows, names: tuple[str, ...] | None) -> None:
-        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
-        if names is None:
-            run.touched = None
-        elif run.touched is not None:
-            run.touched.update(names)
-        if not run.all_blocks:
-            self._read_rows(run, names)
-        held, rows = run.projection.answer.blocks, run.rows
-        for name in rows if names is None else names:
-            row = rows.get(name)
-            if row is not None and row.stored is not None and name not in held:
-                held[name] = merge.BlockState.model_validate_json(row.stored)
+                                        json.loads(row["live_frames"] or "{}"), int(row["version"]))
 
     def _read_rows(self, run: RunRows, names: tuple[str, ...] | None) -> None:
         v, c, run_id = self.views, self.c, run.projection.run_id
@@ -155,69 +139,7 @@ class ViewWorkspace:
             if row["block_id"] not in run.rows:
                 run.rows[row["block_id"]] = BlockRow(row["state"], row["frame_id"], row["frame_skeleton"])
 
-    # -------------------------------------------------------------- frames
-
-    def append(self, run: RunRows, drafts: Sequence[FrameDraft], conflicts: Sequence[merge.Conflict],
-               trace: str | None = None) -> list[int]:
-        run_id = run.projection.run_id
-        run.dirty = True
-        ids: list[int] = []
-        error_frames: dict[tuple[str, int], int] = {}
-        for draft in drafts:
-            frame_id = self._frame(run, draft, trace)
-            ids.append(frame_id)
-            if draft.event == "error":
-                error_frames[(draft.data["block_id"], draft.data["revision"])] = frame_id
-        for conflict in conflicts:
-            run.conflict_count += 1
-            self.conflict_rows.append((
-                run_id, run.conflict_count, conflict.block_id, conflict.revision, conflict.first_kind,
-                conflict.first_sha256, conflict.second_kind, conflict.second_sha256,
-                error_frames.get((conflict.block_id, conflict.revision)), self.now))
-            self.conflicts.append(conflict)
-        if drafts:
-            self.touched[run_id] = None
-        return ids
-
-    def _frame(self, run: RunRows, draft: FrameDraft, trace: str | None) -> int:
-        """A frame row appended (``trace`` is kept only by a traced poll's workspace)."""
-        run_id = run.projection.run_id
-        run.last_frame_id += 1
-        frame_id = run.last_frame_id
-        if draft.key is not None:
-            pending = self.pending.get((run_id, draft.key))
-            if pending is not None:  # superseded within this poll: written as a skeleton
-                row = self.inserts[pending[0]]
-                row[3] = pending[1]
-                row[6] = 1
-            else:
-                live = self._live(run, draft.key)
-                if live is not None and live[0] is not None:
-                    self.strips.append((live[1], run_id, int(live[0])))
-            self.pending[(run_id, draft.key)] = (len(self.inserts), draft.superseded)
-            self._set_live(run, draft.key, frame_id, draft.superseded)  # type: ignore[arg-type]
-        self.inserts.append([run_id, frame_id, draft.event, draft.text, draft.body_sha256, draft.key, 0, self.now])
-        return frame_id
-
-    def _live(self, run: RunRows, key: str) -> tuple[int | None, str | None] | None:
-        if key.startswith("block:"):
-            block_id = key.removeprefix("block:")
-            if block_id not in run.rows and run.all_blocks:  # a block new in this poll
-                run.rows[block_id] = BlockRow(None, None, None)
-            row = run.rows.get(block_id)
-            if row is None:  # never happens: a block frame names a block its message named
-                raise AssertionError(f"block frame {key} of {run.projection.run_id} without its block row")
-            return row.frame_id, row.frame_skeleton
-        live = run.live.get(key)
-        return (int(live[0]), live[1]) if live else None
-
-    def _set_live(self, run: RunRows, key: str, frame_id: int, frame_skeleton: str) -> None:
-        if key.startswith("block:"):
-            row = run.rows[key.removeprefix("block:")]
-            row.frame_id, row.frame_skeleton = frame_id, frame_skeleton
-        else:
-            run.live[key] = [frame_id, frame_skeleton]
-        run.dirty = True
+    # -------------------------------------------------------------- frames read and rewritten
 
     def frame_hashes(self, run: RunRows) -> list[tuple[int, str, str]]:
         self.flush_frames()
@@ -235,21 +157,6 @@ class ViewWorkspace:
         self.flush_frames()
         strip_key(self.views, self.c, run.projection.run_id, key, reason)
 
-    def notice(self, run: RunRows, notice: Notice) -> None:
-        account = run.projection.account_id
-        if account is not None:  # a run with a conversation always has its account
-            self.notices.append((account, notice))
-            # Named now: the policy hands the touched feeds to the consumer before the flush.
-            self.touched[notice_feed(notice.conversation_id)] = None
-            self.touched[conversation_feed(notice.conversation_id)] = None
-
-    def turn(self, run: RunRows, turn: Turn) -> None:
-        account = run.projection.account_id
-        if account is not None:
-            self.entries.append((account, turn.conversation_id, TURN_EVENT,
-                                 lambda entry_id: turn.payload(entry_id, self.now)))
-            self.touched[conversation_feed(turn.conversation_id)] = None
-
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         # The poll's notices wait for its end: a conversation row is locked only after every
         # run row the poll locks (the purge locks more of them).
@@ -260,8 +167,7 @@ class ViewWorkspace:
             self.touched[run_id] = None
             self.hot.drop(run_id)
         if purged:
-            self.touched[notice_feed(conversation_id)] = None
-            self.touched[conversation_feed(conversation_id)] = None
+            self.told[conversation_id] = True
 
     # -------------------------------------------------------------- writing
 
@@ -345,12 +251,12 @@ class ViewWorkspace:
                 state = blocks[block_id]
                 row = run.rows.setdefault(block_id, BlockRow(None, None, None))
                 stored = state.model_dump_json()
-                if not row.changed(stored):
+                if stored == row.stored and row.frame_id == row.stored_frame_id:
                     continue
                 block_rows.append((p.run_id, block_id, stored, row.frame_id, row.frame_skeleton, stamp))
                 row.stored, row.stored_frame_id = stored, row.frame_id
             run_rows.append((p.account_id, p.conversation_id, p.state, p.outcome, run.last_frame_id, int(p.deleted),
-                             p.model_dump_json(exclude={"answer"}), as_json(run.live), run.conflict_count, stamp,
+                             p.model_dump_json(exclude={"answer"}), to_json(run.live).decode(), run.conflict_count, stamp,
                              p.run_id))
             run.version += 1
             run.dirty = False
@@ -368,11 +274,7 @@ class TracedWorkspace(ViewWorkspace):
     message that appended it (:class:`imprint.delivery.handling.Context`)."""
 
     frame_columns = TRACED_FRAME_COLUMNS
-
-    def _frame(self, run: RunRows, draft: FrameDraft, trace: str | None) -> int:
-        frame_id = super()._frame(run, draft, trace)
-        self.inserts[-1].append(trace)  # the row just appended
-        return frame_id
+    keeps_trace = True
 
 
 def strip_key(views: ViewTables, c: Any, run_id: str, key: str, reason: str) -> None:
