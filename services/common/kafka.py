@@ -210,11 +210,18 @@ def decode_records(
                 reason, detail = "unparseable", str(error)[:2000]
         if reason is None:
             inbound.append(Inbound(record.topic, record.partition, record.offset, message, size=len(raw),
-                                   raw=raw, key=record.key, trace=tracecontext.extract(record.headers)))
+                                   raw=raw, key=record.key,
+                                   trace=tracecontext.extract(record.headers) if _names_a_trace(record) else None))
             continue
         refused.append(dead_letter(consumer, record.topic, record.partition, record.offset, record.key, raw,
                                    reason, detail))
     return inbound, refused
+
+
+def _names_a_trace(record: ConsumerRecord[Any, Any]) -> bool:
+    """Whether the record carries a ``traceparent`` (X9): only then is its context read. A
+    producer without tracing writes none, and its records cost no look at their headers beyond this."""
+    return any(key == tracecontext.TRACEPARENT for key, _ in record.headers or ())
 
 
 def _not_applied(settings: Settings, record: ConsumerRecord[Any, Any], applies: frozenset[str]) -> bool:

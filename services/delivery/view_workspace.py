@@ -11,9 +11,10 @@ gets one multi-row statement. Only the terminal (once per run), a withdrawal aft
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic_core import to_json
 
@@ -21,8 +22,8 @@ from imprint.delivery import merge
 from imprint.delivery.conversation import NOTICE_EVENT
 from imprint.delivery.frame import as_json, skeleton_text
 from imprint.delivery.frames import RunProjection
-from services.common.observability import get_logger
 from imprint.delivery.rows import BlockRow, PollRows, RunRows
+from services.common.observability import get_logger
 from services.delivery.hot_runs import HotRuns
 from services.delivery.view_tables import (
     BLOCK_COLUMNS,
@@ -47,17 +48,22 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+@dataclass(eq=False, kw_only=True)
 class ViewWorkspace(PollRows):
     """The rows one poll reads and writes (:class:`imprint.delivery.rows.PollRows`), read from
     and written to the view tables (:class:`imprint.delivery.projection.ViewWorkspace`)."""
 
-    frame_columns = FRAME_COLUMNS
+    frame_columns: ClassVar[tuple[str, ...]] = FRAME_COLUMNS
 
-    def __init__(self, views: ViewTables, hot: HotRuns, c: Any) -> None:
-        super().__init__(now())
-        self.views = views
-        self.hot = hot
-        self.c = c
+    views: ViewTables
+    hot: HotRuns
+    c: Any
+    """The poll's connection (its transaction)."""
+
+    @classmethod
+    def of(cls, views: ViewTables, hot: HotRuns, c: Any) -> ViewWorkspace:
+        """The workspace of a poll starting now."""
+        return cls(now(), views=views, hot=hot, c=c)
 
     def feeds(self) -> list[str]:
         """The live feeds the poll changed: its runs', then its conversations' (their streams,
@@ -130,14 +136,16 @@ class ViewWorkspace(PollRows):
                           f"WHERE run_id = ? AND block_id IN ({marks})"), (run_id, *part))
             self._adopt(run, c.fetchall())
             for name in part:
-                run.rows.setdefault(name, BlockRow(None, None, None))
+                if name not in run.rows:
+                    run.rows[name] = BlockRow(None, None, None)
 
     @staticmethod
     def _adopt(run: RunRows, rows: list[Any]) -> None:
         """Take the rows read for ``run`` (a row already held is newer than the table's)."""
         for row in rows:
             if row["block_id"] not in run.rows:
-                run.rows[row["block_id"]] = BlockRow(row["state"], row["frame_id"], row["frame_skeleton"])
+                run.rows[row["block_id"]] = BlockRow(row["state"], row["frame_id"], row["frame_skeleton"],
+                                                     stored_frame_id=row["frame_id"])
 
     # -------------------------------------------------------------- frames read and rewritten
 
@@ -249,7 +257,9 @@ class ViewWorkspace(PollRows):
             names = blocks if run.touched is None else sorted(n for n in run.touched if n in blocks)
             for block_id in names:
                 state = blocks[block_id]
-                row = run.rows.setdefault(block_id, BlockRow(None, None, None))
+                row = run.rows.get(block_id)
+                if row is None:
+                    row = run.rows[block_id] = BlockRow(None, None, None)
                 stored = state.model_dump_json()
                 if stored == row.stored and row.frame_id == row.stored_frame_id:
                     continue
@@ -293,7 +303,7 @@ def purge(views: ViewTables, c: Any, conversation_id: str, account_id: str | Non
     run_ids = views.conversation_runs(c, conversation_id, account_id)
     marks = ", ".join("?" for _ in PRIVATE_FRAME_EVENTS)
     for run_id in run_ids:
-        ws = ViewWorkspace(views, HotRuns(0), c)
+        ws = ViewWorkspace.of(views, HotRuns(0), c)
         run = ws.run(run_id)
         p = run.projection
         p.deleted = True

@@ -37,10 +37,9 @@ class BlockRow:
     stored: str | None
     frame_id: int | None
     frame_skeleton: str | None
-
-    def __post_init__(self) -> None:
-        self.stored_frame_id = self.frame_id
-        """The live frame as stored: the row is written again when it or the state changed."""
+    stored_frame_id: int | None = None
+    """The live frame as stored (``None``: a row not stored yet): the row is written again when
+    its live frame or its state changed."""
 
 
 @dataclass
@@ -61,36 +60,37 @@ class RunRows:
     """The blocks this poll's messages named (``None``: all of them): only these are written."""
 
 
+@dataclass(eq=False)
 class PollRows:
     """The runs of one poll, with the frame rows, strips, notices, conversation entries and
-    conflicts it has to write — collected so each row is written once, at the poll's end."""
+    conflicts it has to write — collected so each row is written once, at the poll's end.
+    A plain value when made: the store's subclass adds its connection and nothing runs."""
 
     keeps_trace: ClassVar[bool] = False
     """Each frame row ends with the ``traceparent`` of the span that appended it (a traced poll)."""
 
-    def __init__(self, now: str) -> None:
-        self.now = now
-        """The time of every row this poll writes (one transaction: one moment)."""
-        self.wanted: dict[str, set[str] | None] = {}
-        """Runs named by the poll's messages, with their blocks (``None``: all), not read yet."""
-        self.runs: dict[str, RunRows] = {}
-        self.touched: dict[str, None] = {}
-        """Runs whose live feeds changed (new frames, a terminal, a purge)."""
-        self.told: dict[str, bool] = {}
-        """Conversations whose stream changed (D9), each with whether its notices did too (D7)."""
-        self.notices: list[tuple[str, Notice]] = []
-        """D7: (account, notice) to number and write with the poll."""
-        self.entries: list[tuple[str, str, str, Callable[[int], dict[str, Any]]]] = []
-        """D9: (account, conversation, event, payload of its entry id) to number and write with the poll."""
-        self.conflicts: list[merge.Conflict] = []
-        self.inserts: list[list[Any]] = []
-        """Pending frame rows (:data:`FRAME_ROW`)."""
-        self.pending: dict[tuple[str, str], tuple[int, str]] = {}
-        """(run_id, key) → index in ``inserts`` of the key's newest pending frame, and the
-        skeleton it is written as if a newer frame of the key follows in this poll."""
-        self.strips: list[tuple[str, str, int]] = []
-        """(skeleton, run_id, frame_id) of stored frames a newer frame of their key superseded."""
-        self.conflict_rows: list[tuple[Any, ...]] = []
+    now: str
+    """The time of every row this poll writes (one transaction: one moment)."""
+    wanted: dict[str, set[str] | None] = field(default_factory=dict)
+    """Runs named by the poll's messages, with their blocks (``None``: all), not read yet."""
+    runs: dict[str, RunRows] = field(default_factory=dict)
+    touched: dict[str, None] = field(default_factory=dict)
+    """Runs whose live feeds changed (new frames, a terminal, a purge)."""
+    told: dict[str, bool] = field(default_factory=dict)
+    """Conversations whose stream changed (D9), each with whether its notices did too (D7)."""
+    notices: list[tuple[str, Notice]] = field(default_factory=list)
+    """D7: (account, notice) to number and write with the poll."""
+    entries: list[tuple[str, str, str, Callable[[int], dict[str, Any]]]] = field(default_factory=list)
+    """D9: (account, conversation, event, payload of its entry id) to number and write with the poll."""
+    conflicts: list[merge.Conflict] = field(default_factory=list)
+    inserts: list[list[Any]] = field(default_factory=list)
+    """Pending frame rows (:data:`FRAME_ROW`)."""
+    pending: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    """(run_id, key) → index in ``inserts`` of the key's newest pending frame, and the
+    skeleton it is written as if a newer frame of the key follows in this poll."""
+    strips: list[tuple[str, str, int]] = field(default_factory=list)
+    """(skeleton, run_id, frame_id) of stored frames a newer frame of their key superseded."""
+    conflict_rows: list[tuple[Any, ...]] = field(default_factory=list)
 
     # -------------------------------------------------------------- the poll's runs
 
