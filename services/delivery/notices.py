@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from imprint.delivery.feeds import conversation_feed, conversation_of, notice_feed
 from imprint.delivery.frames import Frame
 from imprint.delivery.notices import NOTICE_EVENT
 from services.delivery.notifier import FeedRead
 from services.delivery.sse import read_back
-from services.delivery.view_tables import ViewTables, conversation_feed, conversation_of, notice_feed
+from services.delivery.view_tables import ViewTables
 
 
 @dataclass(frozen=True)

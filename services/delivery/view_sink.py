@@ -76,9 +76,8 @@ class ViewUnit:
         ws, tables = self.workspace, self.sink.views.tables
         ws.flush()
         tables.record_positions(ws.c, trackings)
-        feeds = ws.feeds()
-        if feeds:
-            for payload in notify_payloads(self.sink.origin, feeds):
+        if ws.touched:
+            for payload in notify_payloads(self.sink.origin, list(ws.touched)):
                 tables.notify(ws.c, payload)
 
 
@@ -133,7 +132,7 @@ UNTRACED = Context()
 
 def _touched(ws: ViewWorkspace, handled: list[Handled[Effects]]) -> list[str]:
     """The live feeds the poll changed (woken after the commit)."""
-    return ws.feeds()
+    return list(ws.touched)
 
 
 def applying(tracer: Tracer | None) -> Dispatch[ViewWorkspace, Context, Effects, list[str]]:

@@ -27,6 +27,7 @@ from opentelemetry.trace import Tracer
 
 from imprint.delivery import merge
 from imprint.delivery.conversation import ConversationView, fold
+from imprint.delivery.feeds import conversation_feed, notice_feed
 from imprint.delivery.frames import Frame
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
@@ -39,7 +40,7 @@ from services.delivery.sse import read_back
 from services.delivery.hot_runs import HotRuns
 from services.delivery.view_sink import ViewSink, applying, notify_payloads
 from services.delivery.view_workspace import now, purge
-from services.delivery.view_tables import ViewTables, conversation_feed, notice_feed
+from services.delivery.view_tables import ViewTables
 from services.delivery.view_upgrade import upgrade
 
 

@@ -51,33 +51,6 @@ CONFLICT_COLUMNS = ("run_id", "seq", "block_id", "revision", "first_kind", "firs
 NOTICE_COLUMNS = ("conversation_id", "notice_id", "run_id", "block_id", "revision", "cause", "data", "created_at")
 RENDER_COLUMNS = ("run_id", "block_id", "revision", "client_id", "rendered_at")
 ENTRY_COLUMNS = ("conversation_id", "entry_id", "event", "data", "created_at")
-NOTICE_FEED = "\x1fnotices:"
-"""A conversation's notices follow the live-feed mechanism of runs under this key prefix: a
-run id is an identifier (no control characters), so no run's key is ever one of these."""
-
-
-def notice_feed(conversation_id: str) -> str:
-    """The live-feed key (and stream-ticket scope) of a conversation's notices."""
-    return NOTICE_FEED + conversation_id
-
-
-CONVERSATION_FEED = "\x1fconversation:"
-"""D9: a conversation's stream follows the same mechanism under this prefix."""
-
-
-def conversation_feed(conversation_id: str) -> str:
-    """The live-feed key of a conversation's stream (D9)."""
-    return CONVERSATION_FEED + conversation_id
-
-
-def conversation_of(feed: str) -> str | None:
-    """The conversation of a conversation's feed key, its notices' or its stream's (``None``:
-    a run's key)."""
-    for prefix in (NOTICE_FEED, CONVERSATION_FEED):
-        if feed.startswith(prefix):
-            return feed[len(prefix):]
-    return None
-
 ROWS_PER_STATEMENT = 500
 """Rows per multi-row ``VALUES`` statement (and ids per ``IN`` list)."""
 

@@ -20,6 +20,7 @@ from pydantic_core import to_json
 
 from imprint.delivery import merge
 from imprint.delivery.conversation import NOTICE_EVENT
+from imprint.delivery.feeds import conversation_feed, notice_feed
 from imprint.delivery.frame import as_json, skeleton_text
 from imprint.delivery.frames import RunProjection
 from imprint.delivery.rows import BlockRow, PollRows, RunRows
@@ -34,8 +35,6 @@ from services.delivery.view_tables import (
     RUN_COLUMNS,
     TRACED_FRAME_COLUMNS,
     ViewTables,
-    conversation_feed,
-    notice_feed,
 )
 
 log = get_logger(__name__)
@@ -64,15 +63,6 @@ class ViewWorkspace(PollRows):
     def of(cls, views: ViewTables, hot: HotRuns, c: Any) -> ViewWorkspace:
         """The workspace of a poll starting now."""
         return cls(now(), views=views, hot=hot, c=c)
-
-    def feeds(self) -> list[str]:
-        """The live feeds the poll changed: its runs', then its conversations' (their streams,
-        and their notices where one was written: :func:`notice_feed`)."""
-        feeds = list(self.touched)
-        for conversation_id, noticed in self.told.items():
-            feeds += [notice_feed(conversation_id), conversation_feed(conversation_id)] if noticed \
-                else [conversation_feed(conversation_id)]
-        return feeds
 
     # -------------------------------------------------------------- loading
 
@@ -175,7 +165,8 @@ class ViewWorkspace(PollRows):
             self.touched[run_id] = None
             self.hot.drop(run_id)
         if purged:
-            self.told[conversation_id] = True
+            self.touched[notice_feed(conversation_id)] = None
+            self.touched[conversation_feed(conversation_id)] = None
 
     # -------------------------------------------------------------- writing
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from imprint.delivery import merge
 from imprint.delivery.conversation import TURN_EVENT, Turn
+from imprint.delivery.feeds import conversation_feed, notice_feed
 from imprint.delivery.frame import FrameDraft
 from imprint.delivery.frames import RunProjection
 from imprint.delivery.notices import Notice
@@ -75,9 +76,8 @@ class PollRows:
     """Runs named by the poll's messages, with their blocks (``None``: all), not read yet."""
     runs: dict[str, RunRows] = field(default_factory=dict)
     touched: dict[str, None] = field(default_factory=dict)
-    """Runs whose live feeds changed (new frames, a terminal, a purge)."""
-    told: dict[str, bool] = field(default_factory=dict)
-    """Conversations whose stream changed (D9), each with whether its notices did too (D7)."""
+    """Live feeds that changed (:mod:`imprint.delivery.feeds`): runs (new frames, a terminal, a
+    purge) and conversations (new notices, a deletion)."""
     notices: list[tuple[str, Notice]] = field(default_factory=list)
     """D7: (account, notice) to number and write with the poll."""
     entries: list[tuple[str, str, str, Callable[[int], dict[str, Any]]]] = field(default_factory=list)
@@ -197,12 +197,13 @@ class PollRows:
         account = run.projection.account_id
         if account is not None:  # a run with a conversation always has its account
             self.notices.append((account, notice))
-            # Named now: the policy hands the changed feeds to the consumer before the flush.
-            self.told[notice.conversation_id] = True
+            # Named now: the policy hands the touched feeds to the consumer before the flush.
+            self.touched[notice_feed(notice.conversation_id)] = None
+            self.touched[conversation_feed(notice.conversation_id)] = None
 
     def turn(self, run: RunRows, turn: Turn) -> None:
         account = run.projection.account_id
         if account is not None:
             self.entries.append((account, turn.conversation_id, TURN_EVENT,
                                  lambda entry_id: turn.payload(entry_id, self.now)))
-            self.told.setdefault(turn.conversation_id, False)
+            self.touched[conversation_feed(turn.conversation_id)] = None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from imprint.contracts.publication import AnswerWithdrawn
+from imprint.delivery.feeds import notice_feed
 from services.conformance.client.cases import all_cases
 from services.conformance.client.script import MemoryView, Messages, required_view
 from imprint.delivery.summary import validate_stream
@@ -16,7 +17,6 @@ from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
 from services.delivery.sse import frame_event
-from services.delivery.view_tables import notice_feed
 
 RULES = (Path(__file__).resolve().parents[3] / "docs" / "rules.md").read_text()
 
