@@ -1,5 +1,8 @@
 """One Delivery poll's rows, read and written through the view tables: the
-:class:`imprint.delivery.projection.ViewWorkspace` of its unit of work.
+:class:`imprint.delivery.projection.ViewWorkspace` of its unit of work. What the poll holds
+and appends is the pure :class:`imprint.delivery.rows.PollRows`; this is its store: it reads
+what ``prepare`` declared in one go (:meth:`ViewWorkspace.load_wanted`), a run or block not
+declared on a miss (:meth:`ViewWorkspace.fetch`), and writes everything at the poll's end.
 
 **Append, never rewrite.** A poll costs what it touches, not the run's history: the run
 row (identity, lifecycle, the live frame of its run-level keys), the rows of the blocks
