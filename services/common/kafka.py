@@ -219,8 +219,8 @@ def decode_records(
 
 
 def _names_a_trace(record: ConsumerRecord[Any, Any]) -> bool:
-    """Whether the record carries a ``traceparent`` (X9): only then is its context read. A
-    producer without tracing writes none, and its records cost no look at their headers beyond this."""
+    """Whether the record carries a ``traceparent`` (X9): only then is its trace context read.
+    A producer without tracing writes none, so its records never reach the context reader."""
     return any(key == tracecontext.TRACEPARENT for key, _ in record.headers or ())
 
 
