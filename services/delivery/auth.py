@@ -17,9 +17,9 @@ from typing import Any
 import jwt
 from fastapi import HTTPException, Request
 
+from imprint.delivery.feeds import notice_feed
 from imprint.delivery.tickets import ticket_digest
 from services.common.settings import Settings
-from services.delivery.view_tables import notice_feed
 
 ALGORITHM = "HS256"
 ISSUER = "imprint"

@@ -1,4 +1,4 @@
-"""The rows a Delivery poll holds for each run, and the runs committed polls keep in memory.
+"""The runs committed Delivery polls keep in memory (their rows: :class:`imprint.delivery.rows.RunRows`).
 
 **Hot runs.** The runs a poll touched stay in memory with the rows they loaded, keyed by
 the run row's ``version``, which every write of the run's rows increments under the row
@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
 
-from imprint.delivery.frames import RunProjection
+from imprint.delivery.rows import RunRows
 
 RUN_OVERHEAD = 16 * 1024
 """Bytes a kept run costs beyond its rows' text: its projection (identity, lifecycle, the
@@ -29,39 +27,6 @@ ROW_OVERHEAD = 512
 PARSED_OVERHEAD = 8
 """A block kept parsed (its preview awaits its commit) costs this many times its stored
 text: the parsed models' objects, where the row is one string."""
-
-
-@dataclass
-class BlockRow:
-    """A block row as loaded: its state (as stored, to see whether it changed) and its live frame."""
-
-    stored: str | None
-    frame_id: int | None
-    frame_skeleton: str | None
-
-    def __post_init__(self) -> None:
-        self.stored_frame_id = self.frame_id
-
-    def changed(self, state: str) -> bool:
-        return state != self.stored or self.frame_id != self.stored_frame_id
-
-
-@dataclass
-class RunRows:
-    projection: RunProjection
-    last_frame_id: int
-    conflict_count: int
-    live: dict[str, list[Any]]
-    """Run-level keys (``run-status``, ``progress``) → [live frame id, its skeleton]."""
-    version: int
-    """The run row's version these rows were read at (or written as)."""
-    rows: dict[str, BlockRow] = field(default_factory=dict)
-    """Loaded block rows (a name loaded and absent has ``stored`` None)."""
-    all_blocks: bool = False
-    """Every block row of the run is in ``rows`` (a name not there is a new block)."""
-    dirty: bool = False
-    touched: set[str] | None = field(default_factory=set)
-    """The blocks this poll's messages named (``None``: all of them): only these are written."""
 
 
 class HotRuns:

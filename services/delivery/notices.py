@@ -21,10 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from imprint.delivery.feeds import conversation_feed, conversation_of, notice_feed
 from imprint.delivery.frames import Frame
 from imprint.delivery.notices import NOTICE_EVENT
 from services.delivery.notifier import FeedRead
-from services.delivery.view_tables import ViewTables, conversation_feed, conversation_of, notice_feed
+from services.delivery.sse import read_back
+from services.delivery.view_tables import ViewTables
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class NoticeFeeds:
     def _frame(self, feed: str, row: Any) -> Frame:
         """An entry as the frame a stream sends: ``id`` its id in the conversation, its
         event, its data as stored (sent without being encoded again)."""
-        return Frame.read_back(feed, int(row[self.kind.number]), self.kind.event(row), row["data"], "")
+        return read_back(feed, int(row[self.kind.number]), self.kind.event(row), row["data"], "")
 
 
 def _conversation(feed: str) -> str:

@@ -8,7 +8,8 @@ client of that run, on every Delivery instance.
 * A :class:`RunFeed` exists per run while at least one client follows it live. A woken
   feed is due; the hub's one reader reads the new frames of every due feed together
   (``ViewStore.read_feeds``: one transaction in a worker thread, however many runs the
-  batch touched), each with its SSE bytes made once when read back, and hands them to
+  batch touched), each with its SSE bytes made once when read back
+  (:func:`services.delivery.sse.read_back`), and hands them to
   every :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
   more read.
 * The store stays the single source of frames: a client reads its backlog (a resume,

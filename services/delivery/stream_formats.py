@@ -2,8 +2,8 @@
 writes whichever it is given): imprint's own SSE (D1/D2), the AI SDK UI message stream, a
 conversation's notices as AI SDK parts (D7) and a conversation stream as AI SDK parts (D9). Each
 says its headers, its opening, each frame's bytes and its closing; what a frame's bytes are is
-the frame's own (:attr:`Frame.sse`) or its AI SDK mapping's
-(:mod:`imprint.delivery.ui_message_stream`), one call each."""
+its SSE event (:mod:`services.delivery.sse`, made with a stored frame's read) or its AI SDK
+mapping's (:mod:`imprint.delivery.ui_message_stream`), one call each."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from imprint.delivery.frames import Frame
 from imprint.delivery.ui_message_stream import (
     DONE_EVENT, HEADER, UIMessageStream, conversation_event, conversation_opening, notice_event,
 )
+from services.delivery.sse import frame_event
 
 RETRY_MS = 2000
 
@@ -36,7 +37,7 @@ class SSEFrames:
         return f"retry: {RETRY_MS}\n\n".encode()
 
     def frame(self, frame: Frame) -> bytes:
-        return frame.sse  # made with the frame, once for every client
+        return frame_event(frame)  # a stored frame's: made with its read, once for every client
 
     def closing(self, terminal: bool) -> bytes:
         return b""

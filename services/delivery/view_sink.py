@@ -99,7 +99,7 @@ class ViewSink:
             tables.lock(c, names)
             recorded = tables.read_positions(c, names)
             unit = ViewUnit({name: -1 if position is None else position for name, position in recorded.items()},
-                            self.workspace(self.views, self.hot, c), self)
+                            self.workspace.of(self.views, self.hot, c), self)
             yield unit
         ws = unit.workspace
         self.hot.keep(ws.runs.values())  # committed: these copies are the stored rows now

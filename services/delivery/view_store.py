@@ -27,6 +27,7 @@ from opentelemetry.trace import Tracer
 
 from imprint.delivery import merge
 from imprint.delivery.conversation import ConversationView, fold
+from imprint.delivery.feeds import conversation_feed, notice_feed
 from imprint.delivery.frames import Frame
 from services.common.backends import backend_for
 from services.common.inbound import Inbound
@@ -35,10 +36,11 @@ from services.common.unit_of_work import Recorded, Redelivered, TrackedUnitOfWor
 from services.delivery.notices import ENTRIES, NoticeFeeds
 from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
+from services.delivery.sse import read_back
 from services.delivery.hot_runs import HotRuns
 from services.delivery.view_sink import ViewSink, applying, notify_payloads
 from services.delivery.view_workspace import now, purge
-from services.delivery.view_tables import ViewTables, conversation_feed, notice_feed
+from services.delivery.view_tables import ViewTables
 from services.delivery.view_upgrade import upgrade
 
 
@@ -299,16 +301,15 @@ class ViewStore:
 
 
 def _frame(row: Any) -> Frame:
-    """A frame read back (:meth:`~imprint.delivery.frame.Frame.read_back`): its stored JSON
-    kept to be sent as it is (it was parsed and encoded again for every read: a sixth of
-    Delivery's CPU at 300 proposals/s paced), its SSE event made once for every client."""
-    return Frame.read_back(row["run_id"], int(row["frame_id"]), row["event"], row["data"], row["body_sha256"])
+    """A frame read back (:func:`~services.delivery.sse.read_back`): its stored JSON kept to be
+    sent as it is, never parsed and encoded again, its SSE event made once for every client."""
+    return read_back(row["run_id"], int(row["frame_id"]), row["event"], row["data"], row["body_sha256"])
 
 
 def _traced_frame(row: Any) -> Frame:
     """A frame read back with the ``traceparent`` it was stored with (tracing on)."""
-    return Frame.read_back(row["run_id"], int(row["frame_id"]), row["event"], row["data"], row["body_sha256"],
-                           row["traceparent"])
+    return read_back(row["run_id"], int(row["frame_id"]), row["event"], row["data"], row["body_sha256"],
+                     row["traceparent"])
 
 
 def _record(row: Any) -> RunRecord:

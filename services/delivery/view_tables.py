@@ -36,9 +36,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from imprint.delivery.rows import FRAME_ROW
 from services.common.tables import Tables
 
-FRAME_COLUMNS = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
+FRAME_COLUMNS = FRAME_ROW
+"""A frame row as a poll holds it pending (:data:`imprint.delivery.rows.FRAME_ROW`), written as it is."""
 TRACED_FRAME_COLUMNS = (*FRAME_COLUMNS, "traceparent")
 """A traced poll's frame rows (tracing off: the column is left to its ``NULL``)."""
 RUN_COLUMNS = ("account_id", "conversation_id", "state", "outcome", "last_frame_id", "deleted", "projection",
@@ -49,33 +51,6 @@ CONFLICT_COLUMNS = ("run_id", "seq", "block_id", "revision", "first_kind", "firs
 NOTICE_COLUMNS = ("conversation_id", "notice_id", "run_id", "block_id", "revision", "cause", "data", "created_at")
 RENDER_COLUMNS = ("run_id", "block_id", "revision", "client_id", "rendered_at")
 ENTRY_COLUMNS = ("conversation_id", "entry_id", "event", "data", "created_at")
-NOTICE_FEED = "\x1fnotices:"
-"""A conversation's notices follow the live-feed mechanism of runs under this key prefix: a
-run id is an identifier (no control characters), so no run's key is ever one of these."""
-
-
-def notice_feed(conversation_id: str) -> str:
-    """The live-feed key (and stream-ticket scope) of a conversation's notices."""
-    return NOTICE_FEED + conversation_id
-
-
-CONVERSATION_FEED = "\x1fconversation:"
-"""D9: a conversation's stream follows the same mechanism under this prefix."""
-
-
-def conversation_feed(conversation_id: str) -> str:
-    """The live-feed key of a conversation's stream (D9)."""
-    return CONVERSATION_FEED + conversation_id
-
-
-def conversation_of(feed: str) -> str | None:
-    """The conversation of a conversation's feed key, its notices' or its stream's (``None``:
-    a run's key)."""
-    for prefix in (NOTICE_FEED, CONVERSATION_FEED):
-        if feed.startswith(prefix):
-            return feed[len(prefix):]
-    return None
-
 ROWS_PER_STATEMENT = 500
 """Rows per multi-row ``VALUES`` statement (and ids per ``IN`` list)."""
 

@@ -1,5 +1,8 @@
 """One Delivery poll's rows, read and written through the view tables: the
-:class:`imprint.delivery.projection.ViewWorkspace` of its unit of work.
+:class:`imprint.delivery.projection.ViewWorkspace` of its unit of work. What the poll holds
+and appends is the pure :class:`imprint.delivery.rows.PollRows`; this is its store: it reads
+what ``prepare`` declared in one go (:meth:`ViewWorkspace.load_wanted`), a run or block not
+declared on a miss (:meth:`ViewWorkspace.fetch`), and writes everything at the poll's end.
 
 **Append, never rewrite.** A poll costs what it touches, not the run's history: the run
 row (identity, lifecycle, the live frame of its run-level keys), the rows of the blocks
@@ -11,17 +14,21 @@ gets one multi-row statement. Only the terminal (once per run), a withdrawal aft
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic_core import to_json
 
 from imprint.delivery import merge
-from imprint.delivery.conversation import NOTICE_EVENT, TURN_EVENT, Turn
+from imprint.delivery.conversation import NOTICE_EVENT
+from imprint.delivery.feeds import conversation_feed, notice_feed
 from imprint.delivery.frame import as_json, skeleton_text
-from imprint.delivery.frames import FrameDraft, RunProjection
-from imprint.delivery.notices import Notice
+from imprint.delivery.frames import RunProjection
+from imprint.delivery.rows import BlockRow, PollRows, RunRows
 from services.common.observability import get_logger
-from services.delivery.hot_runs import BlockRow, HotRuns, RunRows
+from services.delivery.hot_runs import HotRuns
 from services.delivery.view_tables import (
     BLOCK_COLUMNS,
     CONFLICT_COLUMNS,
@@ -31,8 +38,6 @@ from services.delivery.view_tables import (
     RUN_COLUMNS,
     TRACED_FRAME_COLUMNS,
     ViewTables,
-    conversation_feed,
-    notice_feed,
 )
 
 log = get_logger(__name__)
@@ -45,52 +50,41 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-class ViewWorkspace:
-    """The rows one poll reads and writes, collected so each is written once
-    (:class:`imprint.delivery.projection.ViewWorkspace`)."""
+@dataclass(eq=False, kw_only=True)
+class ViewWorkspace(PollRows):
+    """The rows one poll reads and writes (:class:`imprint.delivery.rows.PollRows`), read from
+    and written to the view tables (:class:`imprint.delivery.projection.ViewWorkspace`)."""
 
-    frame_columns = FRAME_COLUMNS
+    frame_columns: ClassVar[tuple[str, ...]] = FRAME_COLUMNS
 
-    def __init__(self, views: ViewTables, hot: HotRuns, c: Any) -> None:
-        self.views = views
-        self.hot = hot
-        self.c = c
-        self.runs: dict[str, RunRows] = {}
-        self.touched: dict[str, None] = {}
-        """Live feeds that changed: runs (new frames, a terminal, a purge) and conversations
-        (new notices, a deletion: :func:`notice_feed`)."""
-        self.notices: list[tuple[str, Notice]] = []
-        """D7: (account, notice) to number and write with the poll."""
-        self.entries: list[tuple[str, str, str, Callable[[int], dict[str, Any]]]] = []
-        """D9: (account, conversation, event, payload of its entry id) to number and write with the poll."""
-        self.conflicts: list[merge.Conflict] = []
-        self.inserts: list[list[Any]] = []
-        """Pending frame rows, in :data:`FRAME_COLUMNS` order."""
-        self.pending: dict[tuple[str, str], tuple[int, str]] = {}
-        """(run_id, key) → index in ``inserts`` of the key's newest pending frame, and the
-        skeleton it is written as if a newer frame of the key follows in this poll."""
-        self.strips: list[tuple[str, str, int]] = []
-        self.conflict_rows: list[tuple[Any, ...]] = []
-        self.now = now()
-        """The time of every row this poll writes (one transaction: one moment)."""
+    views: ViewTables
+    hot: HotRuns
+    c: Any
+    """The poll's connection (its transaction)."""
+
+    @classmethod
+    def of(cls, views: ViewTables, hot: HotRuns, c: Any) -> ViewWorkspace:
+        """The workspace of a poll starting now."""
+        return cls(now(), views=views, hot=hot, c=c)
 
     # -------------------------------------------------------------- loading
 
     def load_wanted(self) -> None:
-        """Nothing left to load: ``prepare`` loaded the poll's runs itself (:meth:`load`)."""
+        """Read every run the poll's messages named (locked, in one order) with the rows of the
+        blocks they name, before the first message is handled."""
+        wanted, self.wanted = self.wanted, {}
+        self._load(list(wanted))
+        for run_id in sorted(wanted):
+            run, names = self.runs[run_id], wanted[run_id]
+            if not run.all_blocks:
+                self._read_rows(run, None if names is None else tuple(names))
 
-    def load(self, named: dict[str, set[str] | None]) -> None:
-        self._load(list(named))
-        for run_id in sorted(named):
-            self.blocks(self.runs[run_id], None if named[run_id] is None else tuple(named[run_id] or ()))
-
-    def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> RunRows:
-        run = self.runs.get(run_id)
-        if run is None:
+    def fetch(self, run_id: str, blocks: tuple[str, ...] | None) -> None:
+        if run_id not in self.runs:
             self._load([run_id])
-            run = self.runs[run_id]
-        self.blocks(run, blocks)
-        return run
+        run = self.runs[run_id]
+        if not run.all_blocks:
+            self._read_rows(run, blocks)
 
     def _load(self, run_ids: Sequence[str]) -> None:
         """Lock and read these runs' rows in one statement, in run id order, then create the
@@ -103,7 +97,7 @@ class ViewWorkspace:
         for run_id in wanted:
             row = found.get(run_id)
             if row is None:
-                fresh = RunProjection.new(run_id)
+                fresh = RunProjection(run_id=run_id, answer=merge.AnswerState(run_id=run_id))
                 c.execute(v.q("INSERT INTO {runs} (run_id, projection, first_seen, updated_at) VALUES (?, ?, ?, ?) "
                               "ON CONFLICT (run_id) DO NOTHING RETURNING run_id"),
                           (run_id, fresh.model_dump_json(exclude={"answer"}), self.now, self.now))
@@ -118,21 +112,7 @@ class ViewWorkspace:
             data = json.loads(row["projection"])
             projection = RunProjection.model_validate({**data, "answer": merge.AnswerState(run_id=run_id)})
             self.runs[run_id] = RunRows(projection, int(row["last_frame_id"]), int(row["conflict_count"]),
-                                     json.loads(row["live_frames"] or "{}"), int(row["version"]))
-
-    def blocks(self, run: RunRows, names: tuple[str, ...] | None) -> None:
-        """Make sure the run's answer state holds these blocks (``None``: all of them)."""
-        if names is None:
-            run.touched = None
-        elif run.touched is not None:
-            run.touched.update(names)
-        if not run.all_blocks:
-            self._read_rows(run, names)
-        held, rows = run.projection.answer.blocks, run.rows
-        for name in rows if names is None else names:
-            row = rows.get(name)
-            if row is not None and row.stored is not None and name not in held:
-                held[name] = merge.BlockState.model_validate_json(row.stored)
+                                        json.loads(row["live_frames"] or "{}"), int(row["version"]))
 
     def _read_rows(self, run: RunRows, names: tuple[str, ...] | None) -> None:
         v, c, run_id = self.views, self.c, run.projection.run_id
@@ -149,78 +129,18 @@ class ViewWorkspace:
                           f"WHERE run_id = ? AND block_id IN ({marks})"), (run_id, *part))
             self._adopt(run, c.fetchall())
             for name in part:
-                run.rows.setdefault(name, BlockRow(None, None, None))
+                if name not in run.rows:
+                    run.rows[name] = BlockRow(None, None, None)
 
     @staticmethod
     def _adopt(run: RunRows, rows: list[Any]) -> None:
         """Take the rows read for ``run`` (a row already held is newer than the table's)."""
         for row in rows:
             if row["block_id"] not in run.rows:
-                run.rows[row["block_id"]] = BlockRow(row["state"], row["frame_id"], row["frame_skeleton"])
+                run.rows[row["block_id"]] = BlockRow(row["state"], row["frame_id"], row["frame_skeleton"],
+                                                     stored_frame_id=row["frame_id"])
 
-    # -------------------------------------------------------------- frames
-
-    def append(self, run: RunRows, drafts: Sequence[FrameDraft], conflicts: Sequence[merge.Conflict],
-               trace: str | None = None) -> list[int]:
-        run_id = run.projection.run_id
-        run.dirty = True
-        ids: list[int] = []
-        error_frames: dict[tuple[str, int], int] = {}
-        for draft in drafts:
-            frame_id = self._frame(run, draft, trace)
-            ids.append(frame_id)
-            if draft.event == "error":
-                error_frames[(draft.data["block_id"], draft.data["revision"])] = frame_id
-        for conflict in conflicts:
-            run.conflict_count += 1
-            self.conflict_rows.append((
-                run_id, run.conflict_count, conflict.block_id, conflict.revision, conflict.first_kind,
-                conflict.first_sha256, conflict.second_kind, conflict.second_sha256,
-                error_frames.get((conflict.block_id, conflict.revision)), self.now))
-            self.conflicts.append(conflict)
-        if drafts:
-            self.touched[run_id] = None
-        return ids
-
-    def _frame(self, run: RunRows, draft: FrameDraft, trace: str | None) -> int:
-        """A frame row appended (``trace`` is kept only by a traced poll's workspace)."""
-        run_id = run.projection.run_id
-        run.last_frame_id += 1
-        frame_id = run.last_frame_id
-        if draft.key is not None:
-            pending = self.pending.get((run_id, draft.key))
-            if pending is not None:  # superseded within this poll: written as a skeleton
-                row = self.inserts[pending[0]]
-                row[3] = pending[1]
-                row[6] = 1
-            else:
-                live = self._live(run, draft.key)
-                if live is not None and live[0] is not None:
-                    self.strips.append((live[1], run_id, int(live[0])))
-            self.pending[(run_id, draft.key)] = (len(self.inserts), draft.superseded)
-            self._set_live(run, draft.key, frame_id, draft.superseded)  # type: ignore[arg-type]
-        self.inserts.append([run_id, frame_id, draft.event, draft.text, draft.body_sha256, draft.key, 0, self.now])
-        return frame_id
-
-    def _live(self, run: RunRows, key: str) -> tuple[int | None, str | None] | None:
-        if key.startswith("block:"):
-            block_id = key.removeprefix("block:")
-            if block_id not in run.rows and run.all_blocks:  # a block new in this poll
-                run.rows[block_id] = BlockRow(None, None, None)
-            row = run.rows.get(block_id)
-            if row is None:  # never happens: a block frame names a block its message named
-                raise AssertionError(f"block frame {key} of {run.projection.run_id} without its block row")
-            return row.frame_id, row.frame_skeleton
-        live = run.live.get(key)
-        return (int(live[0]), live[1]) if live else None
-
-    def _set_live(self, run: RunRows, key: str, frame_id: int, frame_skeleton: str) -> None:
-        if key.startswith("block:"):
-            row = run.rows[key.removeprefix("block:")]
-            row.frame_id, row.frame_skeleton = frame_id, frame_skeleton
-        else:
-            run.live[key] = [frame_id, frame_skeleton]
-        run.dirty = True
+    # -------------------------------------------------------------- frames read and rewritten
 
     def frame_hashes(self, run: RunRows) -> list[tuple[int, str, str]]:
         self.flush_frames()
@@ -237,21 +157,6 @@ class ViewWorkspace:
     def strip(self, run: RunRows, key: str, reason: str) -> None:
         self.flush_frames()
         strip_key(self.views, self.c, run.projection.run_id, key, reason)
-
-    def notice(self, run: RunRows, notice: Notice) -> None:
-        account = run.projection.account_id
-        if account is not None:  # a run with a conversation always has its account
-            self.notices.append((account, notice))
-            # Named now: the policy hands the touched feeds to the consumer before the flush.
-            self.touched[notice_feed(notice.conversation_id)] = None
-            self.touched[conversation_feed(notice.conversation_id)] = None
-
-    def turn(self, run: RunRows, turn: Turn) -> None:
-        account = run.projection.account_id
-        if account is not None:
-            self.entries.append((account, turn.conversation_id, TURN_EVENT,
-                                 lambda entry_id: turn.payload(entry_id, self.now)))
-            self.touched[conversation_feed(turn.conversation_id)] = None
 
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         # The poll's notices wait for its end: a conversation row is locked only after every
@@ -346,14 +251,16 @@ class ViewWorkspace:
             names = blocks if run.touched is None else sorted(n for n in run.touched if n in blocks)
             for block_id in names:
                 state = blocks[block_id]
-                row = run.rows.setdefault(block_id, BlockRow(None, None, None))
+                row = run.rows.get(block_id)
+                if row is None:
+                    row = run.rows[block_id] = BlockRow(None, None, None)
                 stored = state.model_dump_json()
-                if not row.changed(stored):
+                if stored == row.stored and row.frame_id == row.stored_frame_id:
                     continue
                 block_rows.append((p.run_id, block_id, stored, row.frame_id, row.frame_skeleton, stamp))
                 row.stored, row.stored_frame_id = stored, row.frame_id
             run_rows.append((p.account_id, p.conversation_id, p.state, p.outcome, run.last_frame_id, int(p.deleted),
-                             p.model_dump_json(exclude={"answer"}), as_json(run.live), run.conflict_count, stamp,
+                             p.model_dump_json(exclude={"answer"}), to_json(run.live).decode(), run.conflict_count, stamp,
                              p.run_id))
             run.version += 1
             run.dirty = False
@@ -371,11 +278,7 @@ class TracedWorkspace(ViewWorkspace):
     message that appended it (:class:`imprint.delivery.handling.Context`)."""
 
     frame_columns = TRACED_FRAME_COLUMNS
-
-    def _frame(self, run: RunRows, draft: FrameDraft, trace: str | None) -> int:
-        frame_id = super()._frame(run, draft, trace)
-        self.inserts[-1].append(trace)  # the row just appended
-        return frame_id
+    keeps_trace = True
 
 
 def strip_key(views: ViewTables, c: Any, run_id: str, key: str, reason: str) -> None:
@@ -394,7 +297,7 @@ def purge(views: ViewTables, c: Any, conversation_id: str, account_id: str | Non
     run_ids = views.conversation_runs(c, conversation_id, account_id)
     marks = ", ".join("?" for _ in PRIVATE_FRAME_EVENTS)
     for run_id in run_ids:
-        ws = ViewWorkspace(views, HotRuns(0), c)
+        ws = ViewWorkspace.of(views, HotRuns(0), c)
         run = ws.run(run_id)
         p = run.projection
         p.deleted = True

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from services.delivery.view_tables import notice_feed
+from imprint.delivery.feeds import notice_feed
 from tests.integration.delivery.support import Delivery
 from tests.node.conftest import HERE, LINES, Reader, start_script
 from tests.support.delivery_builders import closed, published, running, settled, withdrawn

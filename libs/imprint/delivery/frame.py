@@ -1,9 +1,9 @@
 """One frame of a run's stream, as a value: its kinds, its draft (before the store gives
-it its per-run id), its stored form and its SSE bytes (made once, with the value: every
-client and every read of the frame serves them as they are), and the pieces every message's
-frames are built from (a body hash fixed at drafting, the skeleton a superseded frame
-keeps, content chunks, the terminal pair). Which frames each inbound message appends,
-and what each kind carries, is :mod:`imprint.delivery.frames`."""
+it its per-run id), its stored form, and the pieces every message's frames are built from
+(a body hash fixed at drafting, the skeleton a superseded frame keeps, content chunks, the
+terminal pair). The bytes a stream writes of a frame are the transport's
+(``services.delivery.sse``). Which frames each inbound message appends, and what each kind
+carries, is :mod:`imprint.delivery.frames`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import from_json, to_json
+from pydantic_core import to_json
 
 from imprint.delivery.reset import RESET_EVENT, RESET_ID, Reset
 from imprint.delivery.summary import DONE_DATA, DONE_EVENT, SUMMARY_EVENT, payload_sha256, summarize
@@ -79,27 +79,6 @@ class Frame:
     trace: str | None = field(default=None, compare=False, repr=False)
     """The ``traceparent`` of the span that appended it, kept beside it when tracing is on
     (X9: an id, never text): its sending continues that trace."""
-    sse: bytes = field(init=False, compare=False, repr=False)
-    """This frame as one SSE event (``id``, ``event``, ``data``, blank line), made with the
-    value: what a stream writes of it, whoever reads it and however many clients follow its
-    run. The data line is the frame's compact JSON, in the order it was built (how the store
-    keeps it, so a frame read back is sent without being encoded again)."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.data, str):
-            payload = self.data
-        else:
-            payload = self.text if self.text is not None else as_json(self.data)
-        lines = [f"id: {self.id}", f"event: {self.event}"]
-        lines += [f"data: {line}" for line in payload.split("\n")]
-        object.__setattr__(self, "sse", ("\n".join(lines) + "\n\n").encode("utf-8"))
-
-    @classmethod
-    def read_back(cls, run_id: str, id: int, event: str, text: str, body_sha256: str,
-                  trace: str | None = None) -> Frame:
-        """A frame as the store holds it (its data's JSON ``text``): the data parsed, the text
-        kept to be sent as it is — what a store's read hands to every stream, in one step."""
-        return cls(run_id, id, event, from_json(text), body_sha256, text=text, trace=trace)
 
 
 def reset_frame(run_id: str, reset: Reset) -> Frame:

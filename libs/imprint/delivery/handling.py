@@ -8,7 +8,8 @@ reader finds what happens to a message by its type here; a new message type is o
 Every other type names no block and appends nothing.
 
 The consumer's loop (``services.common.dispatch``) calls :func:`prepare` once per unit of work
-(the poll's runs loaded and locked, the messages in the order they apply), then :func:`handle`
+(the poll's runs and blocks declared, the messages in the order they apply), has the workspace
+read what was declared (``load_wanted``), then calls :func:`handle`
 with each message, the poll's :class:`~imprint.delivery.projection.ViewWorkspace` and the
 message's :class:`Context`; :func:`handle` returns the frames it appended (:class:`Effects`).
 
@@ -132,14 +133,15 @@ HANDLERS: dict[type, Handler] = {
 def prepare(ws: ViewWorkspace, messages: Sequence[Any]) -> list[Any]:
     """The poll's messages in the order they apply (``run.closed`` last: the two topics are not
     ordered against each other, so a run's closed record waits for the publication messages
-    polled with it), with every run of the poll loaded up front, locked in one order (no
-    deadlock between instances), with the blocks its messages name."""
+    polled with it), with every run of the poll and the blocks its messages name declared to
+    the workspace (``ws.want``): the store reads them all up front, locked in one order (no
+    deadlock between instances), before the first message is handled."""
     ordered = [m for m in messages if not isinstance(m, RunClosed)]
     ordered += [m for m in messages if isinstance(m, RunClosed)]
     named: dict[str, set[str] | None] = {}
     for message in ordered:  # every message of both topics names its run
         named[message.run_id] = _union(named.get(message.run_id, set()), named_blocks(message))
-    ws.load(named)
+    ws.want(named)
     return ordered
 
 

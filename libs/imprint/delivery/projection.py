@@ -38,11 +38,14 @@ class ProjectedRun(Protocol):
 
 
 class ViewWorkspace(Protocol):
-    """The runs one poll reads and changes, and the frames it appends."""
+    """The runs one poll reads and changes, and the frames it appends: the rows it holds in
+    memory (:class:`imprint.delivery.rows.PollRows`: ``want``, ``run``, ``append``, ``notice``,
+    ``turn``), and the store's operations off the usual path (the terminal's frame hashes,
+    stripping, a purge)."""
 
-    def load(self, named: dict[str, set[str] | None]) -> None:
-        """Hold these runs (locked, in one order) with the blocks their messages name
-        (``None``: every block of the run)."""
+    def want(self, named: dict[str, set[str] | None]) -> None:
+        """The poll will hold these runs with the blocks their messages name (``None``: every
+        block of the run): the store reads them (locked, in one order) before any is handled."""
 
     def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> ProjectedRun:
         """The run, its answer state holding these blocks (``None``: all of them)."""

@@ -128,7 +128,7 @@ class MemoryView:
         self.notices: list[Frame] = []
 
     # the workspace protocol
-    def load(self, named: dict[str, set[str] | None]) -> None:
+    def want(self, named: dict[str, set[str] | None]) -> None:
         return None
 
     def run(self, run_id: str, blocks: tuple[str, ...] | None = ()) -> HeldRun:

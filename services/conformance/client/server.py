@@ -5,7 +5,7 @@ routes a Delivery serves it — ``GET /v1/runs/{id}/events`` (imprint's SSE, res
 notices in both forms (and as the conversation stream the reference page follows, D9),
 stream tickets (:class:`imprint.delivery.tickets.TicketBook` on the kit's own clock, so a case
 can expire them), the run's record and its receipts. Every byte
-of a frame, a part or a notice is Delivery's own encoding (``Frame.sse`` and
+of a frame, a part or a notice is Delivery's own encoding (:mod:`services.delivery.sse` and
 :mod:`services.delivery.stream_formats`); only what happens *between* frames is the kit's:
 it drops connections, repeats frames a client already holds, expires tickets and restores
 the store from an older backup when a case says so."""
@@ -27,6 +27,7 @@ from imprint.delivery.reset import Continue, NothingMore, Reset, resume
 from imprint.delivery.tickets import Grant, TicketBook
 from imprint.delivery.ui_message_stream import UIMessageStream, encode, notice_part, reset_part
 from services.conformance.client.script import ACCOUNT, LATER_KIND, MemoryView
+from services.delivery.sse import frame_event
 from services.delivery.stream_formats import SSEFrames, StreamFormat, UIMessageParts, UINoticeParts
 
 RETRY_MS = 20
@@ -320,7 +321,7 @@ def grown_part(part: dict[str, Any]) -> dict[str, Any]:
 
 class GrownFrames(SSEFrames):
     def frame(self, frame: Frame) -> bytes:
-        return Frame(frame.run_id, frame.id, frame.event, grown(frame.data), frame.body_sha256).sse
+        return frame_event(Frame(frame.run_id, frame.id, frame.event, grown(frame.data), frame.body_sha256))
 
 
 class GrownParts(UIMessageParts):

@@ -28,13 +28,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
+from imprint.delivery.feeds import notice_feed
 from imprint.delivery.frames import RESET, Frame
 from imprint.delivery.reset import Reset, resume
 from services.common.observability import get_logger
 from services.delivery.notices import NOTICES, NoticeFeeds
 from services.delivery.routes import UNAUTHORIZED, Shared, rate_limited, resume_position
 from services.delivery.stream import DeliveryReport, EventStream, SSEFrames, StreamFormat, UINoticeParts
-from services.delivery.view_tables import notice_feed
 
 log = get_logger(__name__)
 

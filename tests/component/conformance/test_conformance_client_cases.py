@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from imprint.contracts.publication import AnswerWithdrawn
+from imprint.delivery.feeds import notice_feed
 from services.conformance.client.cases import all_cases
 from services.conformance.client.script import MemoryView, Messages, required_view
 from imprint.delivery.summary import validate_stream
 from services.common.inbound import Inbound
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
-from services.delivery.view_tables import notice_feed
+from services.delivery.sse import frame_event
 
 RULES = (Path(__file__).resolve().parents[3] / "docs" / "rules.md").read_text()
 
@@ -67,8 +68,8 @@ def test_the_kit_serves_the_bytes_delivery_s_view_store_holds_after_every_step(t
                     offsets[topic] += 1
                 store.process(batch)
                 where = f"{script.name}, step {index}"
-                assert [(f.id, f.event, f.sse) for f in store.frames_after(run_id, 0)] == [
-                    (f.id, f.event, f.sse) for f in kit.frames], where
+                assert [(f.id, f.event, frame_event(f)) for f in store.frames_after(run_id, 0)] == [
+                    (f.id, f.event, frame_event(f)) for f in kit.frames], where
                 record = store.run(run_id)
                 assert record is not None and (record.last_frame_id, record.terminal) == (
                     kit.last_frame_id, kit.terminal), where

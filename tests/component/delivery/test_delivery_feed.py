@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from imprint.delivery.frame import as_json
 from imprint.delivery.frames import Frame
 from services.delivery.notifier import Notifier
+from services.delivery.sse import frame_event, read_back
 from services.delivery.store_wakeups import StoreWakeups
 from services.delivery.view_store import FeedRead
 
@@ -31,7 +33,7 @@ class FakeStore:
     def add(self, count: int, run_id: str = RUN) -> None:
         for _ in range(count):
             n = sum(1 for f in self.frames if f.run_id == run_id) + 1
-            self.frames.append(Frame(run_id, n, "progress", {"stage": f"s{n}"}, f"h{n}"))
+            self.frames.append(read_back(run_id, n, "progress", as_json({"stage": f"s{n}"}), f"h{n}"))
 
     def read_feeds(self, cursors: dict[str, int], limit: int = 1000) -> dict[str, FeedRead]:
         self.reads += 1
@@ -78,7 +80,7 @@ async def test_clients_of_a_run_share_each_read_and_each_encoding() -> None:
     a, b = await first.next(), await second.next()
     assert [f.id for f in a] == [1, 2, 3] and a == b
     assert all(x is y and x.sse for x, y in zip(a, b, strict=True)), "one object per frame, its SSE event made once"
-    assert a[0].sse == Frame(RUN, 1, "progress", {"stage": "s1"}, "h1").sse
+    assert a[0].sse == frame_event(Frame(RUN, 1, "progress", {"stage": "s1"}, "h1"))
     assert store.reads == 2, "one read for both clients"
     first.close()
     second.close()

@@ -9,7 +9,8 @@ import gc
 import tracemalloc
 
 from imprint.delivery.frames import RunProjection
-from services.delivery.hot_runs import ROW_OVERHEAD, RUN_OVERHEAD, BlockRow, HotRuns, RunRows, weigh
+from imprint.delivery.rows import BlockRow, RunRows
+from services.delivery.hot_runs import ROW_OVERHEAD, RUN_OVERHEAD, HotRuns, weigh
 
 
 def run_rows(run_id: str, blocks: int, text: int = 1000, version: int = 1) -> RunRows:

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 
 from imprint.contracts.base import Message
 from imprint.contracts.registry import encode
+from imprint.delivery.feeds import conversation_of
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from imprint.contracts.registry import topic_of
@@ -27,7 +28,6 @@ from services.delivery.app import create_app
 from services.delivery.auth import mint_token
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
-from services.delivery.view_tables import conversation_of
 from tests.support.feeder import Feeder as OneFeeder
 from tests.support.net import free_port
 from tests.support.sse import SSE, parse_sse, read_stream  # noqa: F401 - the one SSE reader, re-exported

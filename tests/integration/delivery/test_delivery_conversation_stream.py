@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from imprint.delivery.conversation import fold
+from imprint.delivery.feeds import conversation_feed
 from services.common.settings import Settings
-from services.delivery.view_tables import conversation_feed
 from tests.integration.delivery.support import Delivery, bearer, start_delivery
 from imprint.contracts.topics import Topic
 from tests.integration.delivery.support import off_thread

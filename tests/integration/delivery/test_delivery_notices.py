@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from imprint.delivery.feeds import notice_feed
 from services.common.settings import Settings
 from services.delivery.operator import mint_operator_token
-from services.delivery.view_tables import notice_feed
 from tests.integration.delivery.support import Delivery, SSE, bearer, read_stream, start_delivery
 from tests.support.delivery_builders import closed, deleted, published, running, settled, withdrawn
 from tests.support.sse import read_notices

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from imprint.delivery import merge
+from imprint.delivery.feeds import conversation_feed, notice_feed
 from imprint.delivery.summary import validate_stream
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.delivery.view_store import ViewStore
-from services.delivery.view_tables import conversation_feed, notice_feed
 from tests.support.backends import Backend
 from tests.support.feeder import Feeder
 from tests.support.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn

@@ -14,7 +14,6 @@ from imprint.delivery.frame import FrameDraft, skeleton_text
 from imprint.delivery.frames import (
     CONTENT_CHUNK,
     FRAME_KINDS,
-    Frame,
     chunk_text,
     skeleton,
 )
@@ -167,14 +166,6 @@ def test_chunking_loses_nothing_and_respects_the_bound(text: str) -> None:
     chunks = chunk_text(text)
     assert "".join(chunks) == text
     assert all(0 < len(c) <= 28 for c in chunks)
-
-
-@pytest.mark.rule("D1")
-def test_sse_encoding_has_id_event_and_data() -> None:
-    frame = Frame(RUN, 7, "content", {"seq": 0, "text": "a\nb", "body_sha256": "h"}, "h")
-    text = frame.sse.decode()
-    assert text.startswith("id: 7\nevent: content\ndata: ") and text.endswith("\n\n")
-    assert Frame(RUN, 9, "done", DONE_DATA, "").sse == b"id: 9\nevent: done\ndata: [DONE]\n\n"
 
 
 # ---------------------------------------------------------------------- D3

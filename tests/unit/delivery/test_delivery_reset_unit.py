@@ -41,13 +41,6 @@ def test_resume_continues_every_frame_id_of_the_run_and_resets_any_other(
                                       "last_id": last_frame_id}
 
 
-@pytest.mark.rule("D8")
-def test_the_reset_frame_has_id_0_and_no_body_hash() -> None:
-    frame = reset_frame(RUN, Reset(last_event_id=12, last_frame_id=5))
-    assert frame.sse == (b'id: 0\nevent: reset\n'
-                           b'data: {"reason":"beyond_last_frame","last_event_id":12,"last_id":5}\n\n')
-
-
 def _frames(n: int, *, done: bool) -> list[tuple[int, str, Any]]:
     """A run's frames 1..n as a client holds them (``done`` adds the terminal pair)."""
     from imprint.delivery.summary import summarize

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imprint.contracts.stream import FRAMES, RUN_FRAME_KINDS, SSE_FRAME, UI_PART
-from imprint.delivery.frame import FRAME_KINDS, Frame, reset_frame, skeleton
+from imprint.delivery.frame import FRAME_KINDS, Frame, as_json, reset_frame, skeleton
 from imprint.delivery.conversation import NOTICE_EVENT, TURN_EVENT, Turn, transitioned
 from imprint.delivery.notices import Notice
 from imprint.delivery.reset import Reset
@@ -42,8 +42,10 @@ def a_run_with_every_frame_kind() -> list[Frame]:
 
 
 def wire(frame: Frame) -> dict[str, object]:
-    """The frame as a client parses its SSE bytes: ``data`` is the JSON of its data line (``done``'s is text)."""
-    data = frame.sse.decode().split("data: ", 1)[1].rstrip("\n")
+    """The frame as a client parses it: ``data`` is the JSON the store holds and its SSE data line
+    carries (``done``'s is text). The SSE bytes themselves are the transport's: that they carry
+    this JSON is tests/component/delivery/test_delivery_sse.py."""
+    data = frame.data if isinstance(frame.data, str) else as_json(frame.data)
     return {"id": frame.id, "event": frame.event, "data": data if data == "[DONE]" else json.loads(data)}
 
 
