@@ -81,8 +81,11 @@ class PublicationLog(HotCacheApplication):
 
     def stays_hot(self, aggregate: object) -> bool:
         """A run that ended leaves the hot cache: what may still reach it (a withdrawal, a
-        deletion, a proposal after the end) is rare and reads it back from the log."""
-        return not (isinstance(aggregate, PublicationRun) and aggregate.has_ended)
+        deletion, a proposal after the end) is rare and reads it back from the log. Asked at
+        every commit, of every aggregate it recorded, so it reads the run's ``ended`` (what
+        ``PublicationRun.has_ended`` says) as the attribute it is, without a call into the
+        run's code for each."""
+        return not (isinstance(aggregate, PublicationRun) and aggregate.ended is not None)
 
     def construct_recorder(self) -> PollRecorder:
         recorder: PollRecorder = self.factory.process_recorder()  # type: ignore[assignment]

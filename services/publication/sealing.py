@@ -30,7 +30,7 @@ from typing import Any
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from imprint.publication.proof import PROOF_CONTEXT, Proven, proof_subject, served_form
+from imprint.publication.proof import PROOF_CONTEXT, Proven, commit_proof, proof_subject, served_form
 from imprint.shredding import BulkKeyring, FieldSealer, Shredded
 
 PRIVATE_FIELDS = frozenset({"markdown"})
@@ -70,10 +70,9 @@ class SealingMapper(Mapper[uuid.UUID]):
         sealed_state = self._sealed(state, key_name, scope)
         if sealed_state is state:  # nothing private in it
             return super().to_stored_event(domain_event)
-        form = served_form(domain_event)
-        if form is not None:
-            sealed_state[PROOF] = {KEY: key_name, PROOF_MAC: self.sealer.prove(
-                key_name, scope, PROOF_CONTEXT, proof_subject(form))}
+        proof = commit_proof(self.sealer, key_name, scope, domain_event)
+        if proof is not None:
+            sealed_state[PROOF] = {KEY: key_name, PROOF_MAC: proof}
         sealed = object.__new__(type(domain_event))
         object.__setattr__(sealed, "__dict__", sealed_state)
         return super().to_stored_event(sealed)

@@ -17,7 +17,8 @@ changes, the form a record is served in may change with it, so proofs made under
 old schema stop verifying and those records are examined in full (and served as the new
 code serves them).
 
-No keys and no I/O here: the MAC itself is :meth:`imprint.shredding.FieldSealer.prove`."""
+No keys and no I/O here: the MAC itself is :meth:`imprint.shredding.FieldSealer.prove`, and
+:func:`commit_proof` is all the mapper asks of this module for each event it stores."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any
 from imprint.canonical import canonical_bytes
 from imprint.contracts.publication import CommittedBlock
 from imprint.publication.run import PublicationRun
+from imprint.shredding import FieldSealer
 
 SERVED_SCHEMA = hashlib.sha256(canonical_bytes(CommittedBlock.model_json_schema(mode="serialization"))).hexdigest()[:16]
 PROOF_CONTEXT = f"imprint.commit-proof/v1/{SERVED_SCHEMA}".encode()
@@ -81,3 +83,13 @@ def served_form(event: Any) -> dict[str, Any] | None:
     if not isinstance(block, dict) or not isinstance(event.receipt_id, str):
         return None
     return committed_form(block, event.receipt_id, event.originator_version, event.timestamp)
+
+
+def commit_proof(sealer: FieldSealer, key_name: str, scope: str, event: Any) -> str | None:
+    """The MAC a commit event's stored record carries, over its served form with the body in
+    clear, under ``key_name`` bound to ``scope`` (``None``: an event that carries no proof).
+    The mapper asks it once for each event it seals: which events carry a proof, what the
+    proof covers and the MAC are this module's and the sealer's to say. Raises
+    :class:`~imprint.shredding.KeyDestroyed`."""
+    form = served_form(event)
+    return None if form is None else sealer.prove(key_name, scope, PROOF_CONTEXT, proof_subject(form))
