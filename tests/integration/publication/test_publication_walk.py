@@ -16,8 +16,6 @@ are exact: a new crossing fails with its place in the diff. ``docs/architecture.
 
 from __future__ import annotations
 
-from contextlib import closing
-
 import pytest
 from aiokafka.structs import ConsumerRecord
 
