@@ -282,8 +282,13 @@ async def store_work(size: int, inline_limit: int, work: Callable[..., Done], *a
     when the poll is small (``size`` ≤ ``inline_limit``: ``IMPRINT_INLINE_POLL_RECORDS``), in
     a worker thread otherwise. The size, not the rate, decides: a paced load makes small
     polls, whose thread crossings cost more than their wait on the database blocks the
-    loop; a burst makes large ones, which overlap the loop's fetches and sends."""
+    loop; a burst makes large ones, which overlap the loop's fetches and sends.
+
+    The loop turns once before inline work: what the poll's taking woke goes first — the
+    fetcher sends the next fetch (its gathering window starts now, not after the
+    transaction), and the live feeds write what the last poll brought."""
     if size <= inline_limit:
+        await asyncio.sleep(0)
         return work(*args)
     return await asyncio.to_thread(work, *args)
 
