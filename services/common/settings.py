@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     transaction is a few milliseconds of waiting on the database; handed to a thread, it
     cost a submit, a wake-up of the thread and a turn of the GIL each way between the loop
     and the thread, and under a paced load, where almost every poll is one proposal, those
-    crossings were a fifth of Delivery's and the Journal's CPU. A large poll (a burst)
+    crossings cost the part more than the work they took off the loop. A large poll (a burst)
     still goes to a thread, so the loop keeps fetching and sending beside it. Publication
     always uses a thread: its previews go out while its poll commits (P14)."""
 
