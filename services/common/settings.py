@@ -54,6 +54,16 @@ class Settings(BaseSettings):
     store's tracking records say what was applied; a committed offset only shortens what a
     restart or a rebalance redelivers, and the store skips that redelivery."""
 
+    inline_poll_records: int = Field(default=16, ge=0)
+    """The largest poll (records; Delivery's live-feed read: runs) whose store work runs on
+    the part's event loop instead of a worker thread (0: always a thread). A small poll's
+    transaction is a few milliseconds of waiting on the database; handed to a thread, it
+    cost a submit, a wake-up of the thread and a turn of the GIL each way between the loop
+    and the thread, and under a paced load, where almost every poll is one proposal, those
+    crossings cost the part more than the work they took off the loop. A large poll (a burst)
+    still goes to a thread, so the loop keeps fetching and sending beside it. Publication
+    always uses a thread: its previews go out while its poll commits (P14)."""
+
     publication_relay: Literal["inline", "separate"] = "inline"
     """Who relays the Publication log to ``imprint.publication.v1``. ``inline``: each
     ``imprint serve publication`` runs a relay (elected: one of them is active), handed its

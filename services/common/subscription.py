@@ -17,7 +17,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from faststream.kafka import KafkaBroker, KafkaMessage
@@ -272,6 +272,25 @@ class Polls:
             return planned
 
         fetcher._get_actions_per_node = actions
+
+
+Done = TypeVar("Done")
+
+
+async def store_work(size: int, inline_limit: int, work: Callable[..., Done], *args: Any) -> Done:
+    """Run a poll's synchronous store work (``work(*args)``, a transaction) on the event loop
+    when the poll is small (``size`` ≤ ``inline_limit``: ``IMPRINT_INLINE_POLL_RECORDS``), in
+    a worker thread otherwise. The size, not the rate, decides: a paced load makes small
+    polls, whose thread crossings cost more than their wait on the database blocks the
+    loop; a burst makes large ones, which overlap the loop's fetches and sends.
+
+    The loop turns once before inline work: what the poll's taking woke goes first — the
+    fetcher sends the next fetch (its gathering window starts now, not after the
+    transaction), and the live feeds write what the last poll brought."""
+    if size <= inline_limit:
+        await asyncio.sleep(0)
+        return work(*args)
+    return await asyncio.to_thread(work, *args)
 
 
 def subscribe_tracked(

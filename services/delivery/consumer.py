@@ -8,15 +8,13 @@ own feeds at once; the others hear the batch's ``NOTIFY`` (see ``notifier.py``).
 
 from __future__ import annotations
 
-import asyncio
-
 from faststream.kafka import KafkaBroker
 
 from imprint.contracts.topics import Topic
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox
-from services.common.subscription import subscribe_tracked
+from services.common.subscription import store_work, subscribe_tracked
 from services.delivery.notifier import Notifier
 from services.delivery.view_store import ViewStore
 
@@ -31,7 +29,7 @@ one poll usually carries both, for at most this much more until the first frame.
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, store: ViewStore, notifier: Notifier) -> None:
     async def handle(batch: list[Inbound]) -> None:
-        feeds = await asyncio.to_thread(store.process, batch)
+        feeds = await store_work(len(batch), settings.inline_poll_records, store.process, batch)
         notifier.notify(feeds)
 
     subscribe_tracked(broker, settings, outbox, consumer="delivery", topics=DELIVERY_TOPICS, handle=handle,

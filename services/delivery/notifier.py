@@ -7,8 +7,9 @@ client of that run, on every Delivery instance.
   (:class:`~services.delivery.store_wakeups.StoreWakeups`, where the backend has one).
 * A :class:`RunFeed` exists per run while at least one client follows it live. A woken
   feed is due; the hub's one reader reads the new frames of every due feed together
-  (``ViewStore.read_feeds``: one transaction in a worker thread, however many runs the
-  batch touched), each with its SSE bytes made once when read back
+  (``ViewStore.read_feeds``: one read however many runs the batch touched; a read of few
+  runs on the event loop, of many in a worker thread:
+  :func:`services.common.subscription.store_work`), each with its SSE bytes made once when read back
   (:func:`services.delivery.sse.read_back`), and hands them to
   every :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
   more read.
@@ -43,6 +44,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from imprint.delivery.frames import Frame
 from imprint.runtime import tracecontext
 from services.common.observability import get_logger
+from services.common.subscription import store_work
 
 log = get_logger(__name__)
 
@@ -181,8 +183,12 @@ class Notifier:
     """The process's live-frame hub: per-run feeds, local and remote wake-ups, the fallback."""
 
     def __init__(self, *, poll_interval: float = 1.0, page: int = 500, buffer_limit: int = 10_000,
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None, inline_reads: int = 0) -> None:
+        """``inline_reads``: a read of at most this many feeds runs on the event loop, a
+        larger one in a worker thread (``IMPRINT_INLINE_POLL_RECORDS``,
+        :func:`services.common.subscription.store_work`)."""
         self.tracer = tracer
+        self.inline_reads = inline_reads
         """Tracing on: a ``delivery sse send`` span per traced frame a feed hands over (:meth:`sending`)."""
         self.poll_interval = poll_interval
         self.page = page
@@ -247,8 +253,8 @@ class Notifier:
                     by_store.setdefault(id(feed.store), []).append(feed)
                 for feeds in by_store.values():
                     try:
-                        reads = await asyncio.to_thread(feeds[0].store.read_feeds,
-                                                        {feed.run_id: feed.cursor for feed in feeds}, self.page)
+                        reads = await store_work(len(feeds), self.inline_reads, feeds[0].store.read_feeds,
+                                                 {feed.run_id: feed.cursor for feed in feeds}, self.page)
                     except Exception as error:
                         log.error("run feed read failed", runs=len(feeds), error=repr(error))
                         for feed in feeds:

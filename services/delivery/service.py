@@ -64,7 +64,8 @@ async def serve(settings: Settings) -> None:
     # multi-instance test) can tell which instance holds which partitions.
     broker = make_broker(settings, f"imprint-delivery-{os.getpid()}")
     outbox = Outbox(settings, f"imprint-delivery-{os.getpid()}", tracer=tracer)
-    notifier = Notifier(poll_interval=settings.sse_poll_seconds, tracer=tracer)
+    notifier = Notifier(poll_interval=settings.sse_poll_seconds, tracer=tracer,
+                        inline_reads=settings.inline_poll_records)
     notifier.bind(asyncio.get_running_loop())
     consumer.subscribe(broker, settings, outbox, store, notifier)
     listener = backend.table_wakeups(store.tables)

@@ -19,7 +19,7 @@ from imprint.journal.handling import APPLIED_TYPES
 from services.common.settings import Settings
 from services.common.inbound import Inbound
 from services.common.kafka import Outbox
-from services.common.subscription import subscribe_tracked
+from services.common.subscription import store_work, subscribe_tracked
 from services.journal.application import RuntimeJournal
 
 JOURNAL_TOPICS = (Topic.RUNTIME, Topic.PUBLICATION, Topic.SOURCES, Topic.CONTROL)
@@ -39,7 +39,7 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, journal: 
     runtime = settings.topic(Topic.RUNTIME)
 
     async def handle(batch: list[Inbound]) -> None:
-        await asyncio.to_thread(journal.process, batch)
+        await store_work(len(batch), settings.inline_poll_records, journal.process, batch)
 
     async def revoked(tracking_names: list[str]) -> None:
         await asyncio.to_thread(journal.revoked, tracking_names)
