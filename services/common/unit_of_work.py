@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -85,6 +85,13 @@ class Refused(Generic[R]):
 
 
 Outcome = Recorded[R] | Redelivered | Conflict[R] | Unconfirmed[R] | Refused[R]
+
+Done = TypeVar("Done")
+Steps = Generator[None, None, Done]
+"""A unit of work that pauses (yields) where its caller may act before it goes on — before
+a commit, once the policy showed something — and ends with its outcome (the generator's
+return value). A caller in a worker thread runs it :func:`through`; the consumer's event
+loop turns between its steps (``services.publication.consumer``)."""
 
 
 class ConflictsExhausted(RuntimeError):
@@ -147,6 +154,13 @@ class TrackedUnitOfWork:
         """Units redone after losing a concurrency race (a metric)."""
 
     def run(self, batch: Sequence[Inbound], policy: Policy[W, R], sink: Sink[W]) -> Outcome[R]:
+        """The unit at once: a pause before a commit (:meth:`steps`) is no pause at all."""
+        return through(self.steps(batch, policy, sink))
+
+    def steps(self, batch: Sequence[Inbound], policy: Policy[W, R], sink: Sink[W]) -> Steps[Outcome[R]]:
+        """The unit, paused once before each commit whose policy showed something outside the
+        store (P14: a preview): the caller gets its turn there (:data:`Steps`) to let what was
+        shown leave, and resumes the unit to commit it."""
         items = in_order(batch)
         names = sorted({item.tracking.application_name for item in items})
         for attempt in range(self.max_attempts):
@@ -164,6 +178,8 @@ class TrackedUnitOfWork:
                     last = {item.tracking.application_name: item.tracking for item in fresh}
                     trackings = list(last.values())
                     result = policy.apply(unit.workspace, fresh)
+                    if policy.shown(result):
+                        yield
                     committing = True
                     unit.record(trackings)
                 return Recorded(result)  # type: ignore[arg-type]
@@ -205,6 +221,15 @@ class TrackedUnitOfWork:
                 self.conflicts += 1
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
         raise ConflictsExhausted(f"gave up after {self.max_attempts} conflicting attempts")
+
+
+def through(steps: Steps[Done]) -> Done:
+    """Run ``steps`` to their end without pausing: what they end with."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
 
 
 def in_order(batch: Sequence[Inbound]) -> list[Inbound]:

@@ -35,7 +35,7 @@ from services.common.observability import get_logger
 from services.common.recorders import PollRecorder, binary_inserts
 from services.common.handoff import Handoff
 from services.common.settings import Settings
-from services.common.unit_of_work import Conflict, Recorded, Refused, TrackedUnitOfWork, Unconfirmed
+from services.common.unit_of_work import Conflict, Recorded, Refused, Steps, TrackedUnitOfWork, Unconfirmed, through
 from services.publication.keys import RecentKeys
 from services.publication.sealing import SealingMapper
 from services.publication.spans import DECIDE, PollSpans, poll_spans
@@ -120,9 +120,15 @@ class PublicationLog(HotCacheApplication):
     def process(self, batch: Sequence[Inbound], emit: EmitMany) -> None:
         """A poll in one unit of work and one transaction; a commit that did not plainly
         succeed is settled as P15 says (:mod:`imprint.publication.saving`)."""
+        through(self.steps(batch, emit))
+
+    def steps(self, batch: Sequence[Inbound], emit: EmitMany) -> Steps[None]:
+        """:meth:`process`, paused where its previews are emitted and its commit is next
+        (:meth:`TrackedUnitOfWork.steps`): a caller on the event loop sends them there, so
+        they are on the wire before the commit starts (P14)."""
         with self._processing, poll_spans(self.tracer) as spans:
             self._spans = spans
-            outcome = self.units.run(batch, self._dispatch(emit, spans), self.sink)
+            outcome = yield from self.units.steps(batch, self._dispatch(emit, spans), self.sink)
             if spans is not None:
                 spans.settled(outcome)
             match outcome:

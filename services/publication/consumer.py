@@ -1,7 +1,16 @@
 """Kafka wiring of Publication: runtime, sources and control topics → the Publication log.
 
-Previews are sent while the poll commits and awaited after it (P14: a preview may go out
-before the commit, to cut first paint; P13's quota behind it is durable first)."""
+Previews go out before the poll's commit, or while it commits, and are confirmed after
+it (P14: a preview may go out before the commit, to cut first paint; P13's quota behind
+it is durable first). Where the poll runs is its size's to say, as for every consumer's
+store work (``IMPRINT_INLINE_POLL_RECORDS``, :func:`services.common.subscription.store_work`):
+
+* a small poll runs on the event loop, paused where its previews were emitted and its
+  commit is next (:meth:`PublicationLog.steps`): the loop sends them, and the unit
+  commits once they are on the wire. A paced load's one-proposal polls pay no trip to a
+  worker thread, nor a hand-off of their previews back to the loop;
+* a large poll runs in a worker thread, its previews handed to the loop and sent while
+  the thread commits: a burst's polls overlap the loop's fetches and sends."""
 
 from __future__ import annotations
 
@@ -21,14 +30,16 @@ from services.publication.application import PublicationLog
 
 PUBLICATION_TOPICS = (Topic.RUNTIME, Topic.SOURCES, Topic.CONTROL)
 
+Handed = Future[list[asyncio.Future[Any]]] | asyncio.Future[list[asyncio.Future[Any]]]
+"""What a poll emitted, handed to the event loop: it resolves to its sends' acknowledgements."""
+
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, app: PublicationLog) -> None:
     loop = asyncio.get_running_loop()
-    handed: list[Future[list[asyncio.Future[Any]]]] = []
-    """What this poll emitted, handed to the event loop in order: each hand-off resolves to
-    its sends' acknowledgements, awaited once the poll's commit is done."""
+    handed: list[Handed] = []
+    """What this poll emitted, in order; awaited once the poll's commit is done."""
 
-    def emit(items: Sequence[Outgoing]) -> None:
+    def emit_from_the_thread(items: Sequence[Outgoing]) -> None:
         # Handed to the loop now, in order, and sent as soon as the loop takes it, usually
         # while the poll commits. The unit of work does not wait for the loop to take it
         # (that would be a round trip between the two threads between every poll's previews
@@ -38,7 +49,24 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, app: Publ
         # committed receipt beats the preview).
         handed.append(asyncio.run_coroutine_threadsafe(outbox.send_many(items), loop))
 
-    async def acknowledged(handoff: Future[list[asyncio.Future[Any]]]) -> None:
+    def emit_on_the_loop(items: Sequence[Outgoing]) -> None:
+        handed.append(asyncio.ensure_future(outbox.send_many(items)))
+
+    async def on_the_loop(batch: Sequence[Inbound]) -> None:
+        """The poll's steps on the loop: at its pause the emitted sends reach the producer
+        and are written (:meth:`Outbox.written`), then the unit commits. Whether a send
+        fails is its acknowledgement's to say, after the commit, as on a worker thread."""
+        steps = app.steps(batch, emit_on_the_loop)
+        try:
+            await asyncio.sleep(0)  # as store_work: what the poll's taking woke goes first
+            for _ in steps:
+                if handed:
+                    await asyncio.wait(handed)
+                await outbox.written()
+        finally:
+            steps.close()  # cancelled at its pause: the unit ends uncommitted
+
+    async def acknowledged(handoff: Handed) -> None:
         await confirmed(await asyncio.wrap_future(handoff))  # a refused hand-off fails like an acknowledgement
 
     def taken() -> list[Coroutine[Any, Any, None]]:
@@ -48,7 +76,10 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, app: Publ
 
     async def handle(batch: list[Inbound]) -> None:
         try:
-            await asyncio.to_thread(app.process, batch, emit)
+            if len(batch) <= settings.inline_poll_records:
+                await on_the_loop(batch)
+            else:
+                await asyncio.to_thread(app.process, batch, emit_from_the_thread)
         except BaseException:
             await asyncio.gather(*taken(), return_exceptions=True)
             raise
