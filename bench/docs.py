@@ -43,7 +43,7 @@ SETTINGS = (
     ("services/common/settings.py", "offset_commit_seconds", "s between Kafka offset commits "
      "(`IMPRINT_OFFSET_COMMIT_SECONDS`)"),
     ("services/common/settings.py", "inline_poll_records", "records of the largest poll whose transaction "
-     "runs on the event loop (`IMPRINT_INLINE_POLL_RECORDS`; Delivery, the Journal)"),
+     "runs on the event loop (`IMPRINT_INLINE_POLL_RECORDS`; every consumer)"),
     ("services/common/relay.py", "RECORD_SECONDS", "s between a relay's position records"),
     ("services/common/relay.py", "UNRECORDED_SPAN", "positions a relay may pass without recording when it "
      "announces nothing"),

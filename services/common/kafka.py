@@ -155,6 +155,8 @@ class Outbox:
         as aiokafka's own ``flush_for_commit`` does, and the batch's drain — the sender
         taking it into a produce request — is awaited; that request's task writes it to
         the connection when the loop next turns."""
+        if self._producer is None:
+            return  # nothing was sent (a send before the start fails on its own)
         accumulator = self._producer._message_accumulator
         lingering = [batch for queued in accumulator._batches.values() for batch in queued]
         if not lingering:

@@ -61,8 +61,9 @@ class Settings(BaseSettings):
     cost a submit, a wake-up of the thread and a turn of the GIL each way between the loop
     and the thread, and under a paced load, where almost every poll is one proposal, those
     crossings cost the part more than the work they took off the loop. A large poll (a burst)
-    still goes to a thread, so the loop keeps fetching and sending beside it. Publication
-    always uses a thread: its previews go out while its poll commits (P14)."""
+    still goes to a thread, so the loop keeps fetching and sending beside it. Publication's
+    small poll pauses on the loop between its previews and its commit until they are
+    written to the broker (P14: they go out before the commit)."""
 
     publication_relay: Literal["inline", "separate"] = "inline"
     """Who relays the Publication log to ``imprint.publication.v1``. ``inline``: each

@@ -6,7 +6,10 @@ poll, the consumer's :class:`Policy` and its :class:`Sink` (an event log,
 
 1. skips every message at or below its partition's recorded position (a redelivery
    changes nothing);
-2. runs the policy over the sink's workspace;
+2. runs the policy over the sink's workspace; if it showed something outside the store
+   (P14: a preview), pauses before the commit (:meth:`TrackedUnitOfWork.steps`: the
+   consumer's event loop lets what was shown leave first; :meth:`TrackedUnitOfWork.run`
+   does not pause);
 3. records what the policy decided together with each partition's position (the
    eventsourcing tracking record ``<topic>#<partition>`` → offset) in ONE transaction;
 4. tells how it ended, as a typed :data:`Outcome`.
