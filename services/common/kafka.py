@@ -143,32 +143,6 @@ class Outbox:
             futures.append(await send(topic_name(topic), encode(message), key=message.key.encode(), headers=headers))
         return futures
 
-    async def written(self) -> None:
-        """Return once what the producer holds is written to the broker: its produce requests
-        are on the wire (their acknowledgements come later). What lingers is sent now, its
-        linger cut short: the caller has nothing more to add to it (a poll's previews, with
-        the poll's commit next, P14). A send that fails is not this call's to report: its
-        acknowledgement fails.
-
-        aiokafka has no public call for this (its ``flush`` waits for the acknowledgements):
-        each lingering batch is closed (then it no longer lingers) and the sender woken,
-        as aiokafka's own ``flush_for_commit`` does, and the batch's drain — the sender
-        taking it into a produce request — is awaited; that request's task writes it to
-        the connection when the loop next turns."""
-        if self._producer is None:
-            return  # nothing was sent (a send before the start fails on its own)
-        accumulator = self._producer._message_accumulator
-        lingering = [batch for queued in accumulator._batches.values() for batch in queued]
-        if not lingering:
-            return
-        for batch in lingering:
-            batch._builder.close()
-        wake = accumulator.waiter()
-        if not wake.done():
-            wake.set_result(None)
-        await asyncio.wait([batch._drain_waiter for batch in lingering])
-        await asyncio.sleep(0)
-
     async def _send_traced(self, topic: str, message: Message, headers: list[tuple[str, bytes]],
                            parent: Context) -> asyncio.Future[Any]:
         assert self._tracer is not None

@@ -54,15 +54,18 @@ def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, app: Publ
 
     async def on_the_loop(batch: Sequence[Inbound]) -> None:
         """The poll's steps on the loop: at its pause the emitted sends reach the producer
-        and are written (:meth:`Outbox.written`), then the unit commits. Whether a send
-        fails is its acknowledgement's to say, after the commit, as on a worker thread."""
+        and the broker answers them, then the unit commits. The answer is the producer's one
+        public sign that a send left (the consumer's producer does not linger, so the wait
+        is one round trip, and the loop serves others meanwhile). Whether a send failed is
+        still :func:`confirmed`'s to say, after the commit, as on a worker thread."""
         steps = app.steps(batch, emit_on_the_loop)
         try:
             await asyncio.sleep(0)  # as store_work: what the poll's taking woke goes first
             for _ in steps:
-                if handed:
-                    await asyncio.wait(handed)
-                await outbox.written()
+                sent = await asyncio.gather(*handed, return_exceptions=True)
+                answers = [answer for futures in sent if isinstance(futures, list) for answer in futures]
+                if answers:
+                    await asyncio.wait(answers)
         finally:
             steps.close()  # cancelled at its pause: the unit ends uncommitted
 

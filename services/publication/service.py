@@ -16,7 +16,9 @@ async def serve(settings: Settings) -> None:
     app = open_log(settings)
     app.tracer = tracing.active_tracer("imprint.publication")  # None: tracing off
     broker = make_broker(settings, "imprint-publication")
-    outbox = Outbox(settings, "imprint-publication", tracer=app.tracer)
+    # No linger: a poll's sends reach the producer in one turn of the loop and leave
+    # together anyway, and a small poll's commit waits for its previews' answer (P14).
+    outbox = Outbox(settings, "imprint-publication", linger_ms=0, tracer=app.tracer)
     consumer.subscribe(broker, settings, outbox, app)
     work = []
     relay = None

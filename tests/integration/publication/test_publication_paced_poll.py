@@ -2,8 +2,8 @@
 
 A small poll (at most ``IMPRINT_INLINE_POLL_RECORDS``) runs on the consumer's event loop,
 paused once its previews are emitted and before its commit (``PublicationLog.steps``):
-the loop sends them and has them written, then the unit commits — the previews are on the
-wire before the commit starts (P14), and a modification's quota is durable by then (P13).
+the loop sends them and waits for the broker's answer, then the unit commits — the previews
+are on the wire before the commit starts (P14), and a modification's quota is durable by then (P13).
 A larger poll runs in a worker thread. The consumer's Kafka side is replaced by what it
 hands work to (the handler the subscription would call, an outbox that records), so the
 order of sends, writes and commits is seen exactly."""
@@ -34,19 +34,23 @@ RUN = "r-paced"
 
 
 class RecordingOutbox:
-    """Takes the consumer's sends, acknowledged at once, and says when it was asked to write them."""
+    """Takes the consumer's sends and answers each on a later turn of the loop, as a broker
+    would, noting when."""
 
     def __init__(self, seen: list[Any]) -> None:
         self.seen = seen
 
     async def send_many(self, items: Sequence[Outgoing]) -> list[asyncio.Future[Any]]:
         self.seen.append(("sent", [item[1].type for item in items]))
-        acknowledged: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        acknowledged.set_result(None)
-        return [acknowledged]
+        loop = asyncio.get_running_loop()
+        acknowledged: asyncio.Future[Any] = loop.create_future()
 
-    async def written(self) -> None:
-        self.seen.append(("written",))
+        def answer() -> None:
+            self.seen.append(("acknowledged",))
+            acknowledged.set_result(None)
+
+        loop.call_soon(answer)
+        return [acknowledged]
 
 
 @pytest.fixture
@@ -118,7 +122,7 @@ def test_a_poll_pauses_after_its_modifications_preview_with_its_quota_durable_an
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.rule("P14")
-def test_a_small_poll_runs_on_the_loop_its_preview_written_before_its_commit(
+def test_a_small_poll_runs_on_the_loop_its_preview_answered_before_its_commit(
         backend: Backend, app: PublicationLog) -> None:
     seen: list[Any] = []
     feed = Feeder(lambda batch: app.process(batch, lambda _: None))
@@ -126,7 +130,7 @@ def test_a_small_poll_runs_on_the_loop_its_preview_written_before_its_commit(
     batch = feed.wrap(part(RUN, "w-1", "A first block."))
 
     loop_thread = polled(app, backend.settings, batch, seen)
-    assert seen == [("sent", ["answer.preview"]), ("written",), ("committed", loop_thread)]
+    assert seen == [("sent", ["answer.preview"]), ("acknowledged",), ("committed", loop_thread)]
     assert position(app, batch) == batch[-1].offset
 
 
@@ -141,6 +145,6 @@ def test_a_poll_larger_than_the_inline_limit_runs_in_a_worker_thread(backend: Ba
     loop_thread = polled(app, backend.settings.model_copy(update={"inline_poll_records": 1}), batch, seen)
     [(_, commit_thread)] = [step for step in seen if step[0] == "committed"]
     assert commit_thread != loop_thread
-    assert ("sent", ["answer.preview", "answer.preview"]) in seen and ("written",) not in seen
+    assert ("sent", ["answer.preview", "answer.preview"]) in seen
     assert position(app, batch) == batch[-1].offset
 

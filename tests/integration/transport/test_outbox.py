@@ -64,25 +64,3 @@ def test_the_outbox_keys_each_message_by_its_run_or_source_and_keeps_a_runs_orde
         assert len({partition for _, partition in mine}) == 1
     [(key, headers, message, _)] = sources
     assert key == b"src:public:outbox" and headers == {"type": source.type.encode()} and message == source
-
-
-@pytest.mark.rule("P14")
-def test_written_puts_what_lingers_on_the_wire_before_its_acknowledgement_is_awaited(isolated: Settings) -> None:
-    """A poll's previews go out before its commit: ``written`` cuts the producer's linger
-    short. With a linger no test waits out, the acknowledgement still comes."""
-    queued = RunQueued(run_id="run-outbox-written")
-
-    async def scenario() -> None:
-        outbox = Outbox(isolated, "outbox-written", linger_ms=600_000)
-        await outbox.written()  # nothing held: returns at once
-        await outbox.start()
-        try:
-            acknowledgements = await outbox.send_many([(Topic.RUNTIME, queued)])
-            await outbox.written()
-            await asyncio.wait_for(asyncio.gather(*acknowledgements), timeout=60)
-        finally:
-            await outbox.stop()
-
-    asyncio.run(scenario())
-    [(key, _, message, _)] = asyncio.run(read_back(isolated, Topic.RUNTIME, 1))
-    assert key == b"run-outbox-written" and message == queued
