@@ -53,6 +53,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         super().__init__(transcoder)
         self.sealer = sealer
         self._keys: dict[uuid.UUID, str] = {}
+        self._last_scope: tuple[object, str] = (None, "")
         self.seal_paths = seal_paths if seal_paths is not None else {}
         """Per event topic, where its seals sat the last time one was read (see
         :meth:`to_domain_event`); shared by the per-batch openers of one reader."""
@@ -87,7 +88,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         last time are tried first. Only when those do not account for every seal is the
         state walked (and the places found are remembered for the topic)."""
         domain_event = super().to_domain_event(stored_event)
-        state, scope = vars(domain_event), scope_of(stored_event.originator_id)
+        state, scope = vars(domain_event), self.scope_of(stored_event.originator_id)
         if self.compressor is not None or self.cipher is not None:
             self._open_within(state, scope, "", [], None)
             return domain_event
@@ -102,6 +103,17 @@ class SealingMapper(Mapper[uuid.UUID]):
             opened.extend(found)
             self.seal_paths[stored_event.topic] = tuple(opened[:MAX_SEAL_PATHS])
         return domain_event
+
+    def scope_of(self, originator_id: uuid.UUID) -> str:
+        """:func:`scope_of`, for a reader that decodes one stream's events one after another
+        (a replay's page of runs: one id object per stream) remembered for the last stream
+        without hashing its id."""
+        last = self._last_scope
+        if last[0] is originator_id:
+            return last[1]
+        scope = scope_of(originator_id)
+        self._last_scope = (originator_id, scope)  # one tuple: a reading thread sees a pair, never half of one
+        return scope
 
     def _sealed(self, container: dict[str, Any] | list[Any], key_name: str, scope: str) -> Any:
         """``container`` with every private string in it sealed (the field is its key): a
@@ -267,9 +279,11 @@ class BatchOpener:
         names: set[str] = set()
         if self._scannable:
             scanned: set[uuid.UUID] = set()
+            last: object = None  # the stream scanned last: a page of streams read together repeats its id object
             for s in stored:  # a stream's bodies share their conversation's key: one scan per stream
-                if s.originator_id not in scanned and SEAL_MARK in s.state:
+                if s.originator_id is not last and s.originator_id not in scanned and SEAL_MARK in s.state:
                     scanned.add(s.originator_id)
+                    last = s.originator_id
                     names.update(_key_name(name) for name in _KEY_NAME.findall(s.state))
         # The batch's sealer, like its keys, lives for this batch only: it may keep each
         # key's cipher context.
@@ -308,6 +322,6 @@ class BatchDecoder:
         subject = proof_subject(form)
         key_name = proof.get(KEY)
         if not isinstance(key_name, str) or not self._opener.sealer.proves(
-                key_name, scope_of(event.originator_id), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
+                key_name, self._opener.scope_of(event.originator_id), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
             return None
         return Proven(form, subject)

@@ -81,6 +81,8 @@ class LogFold:
         self._audit = audit
         self.runs: dict[str, RunLedger] = {}
         self._by_originator: dict[uuid.UUID, RunLedger] = {}
+        self._last: tuple[object, RunLedger | None] = (None, None)
+        """The last event's stream and its ledger: a run's events come one after another."""
         self.orphans: list[Defect] = []
         """Defects that could not be tied to any run."""
 
@@ -152,8 +154,12 @@ class LogFold:
 
     def _ledger_for(self, event: Any) -> RunLedger | None:
         originator_id = getattr(event, "originator_id", None)
+        last = self._last
+        if last[0] is originator_id and originator_id is not None:  # the stream of the last event: no hashing
+            return last[1]
         ledger = self._by_originator.get(originator_id) if originator_id is not None else None
         if ledger is not None:
+            self._last = (originator_id, ledger)
             return ledger
         run_id = getattr(event, "run_id", None)
         if not isinstance(run_id, str):
@@ -163,6 +169,7 @@ class LogFold:
             ledger = self.runs[run_id] = RunLedger(run_id=run_id, originator_id=originator_id)
         if originator_id is not None:
             self._by_originator[originator_id] = ledger
+            self._last = (originator_id, ledger)
         return ledger
 
     # ------------------------------------------------------------- per event
