@@ -79,6 +79,16 @@ for (:class:`services.common.relay.Handoff`)."""
 _VERSION = itemgetter(1)
 
 
+def _stored_event(originator_id: UUID, originator_version: int, topic: str, state: bytes) -> StoredEvent:
+    """A ``StoredEvent`` of these fields, its state set in one step as the library sets a
+    decoded domain event's: its frozen dataclass ``__init__`` sets each field through
+    ``object.__setattr__``, most of the cost of a row of a page of streams."""
+    stored = object.__new__(StoredEvent)
+    object.__setattr__(stored, "__dict__", {"originator_id": originator_id, "originator_version": originator_version,
+                                            "topic": topic, "state": state})
+    return stored
+
+
 class PollRecorder(ProcessRecorder):
     """What every backend's process recorder does beside the library's own methods."""
 
@@ -230,7 +240,7 @@ class PostgresPollRecorder(PostgresTrackings, PostgresTrackedInserts, PollRecord
         for place, stream in streams.items():
             stream.sort(key=_VERSION)
             originator_id = originator_ids[place - 1]
-            events.extend(StoredEvent(originator_id, version, topic, bytes(state))
+            events.extend(_stored_event(originator_id, version, topic, bytes(state))
                           for _, version, topic, state in stream)
         return events
 
