@@ -78,9 +78,10 @@ class SealingMapper(Mapper[uuid.UUID]):
         object.__setattr__(sealed, "__dict__", sealed_state)
         return super().to_stored_event(sealed)
 
-    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[uuid.UUID]:
+    def to_domain_event(self, stored_event: StoredEvent, seals: int | None = None) -> DomainEventProtocol[uuid.UUID]:
         """The event with its seals opened in place (the state was decoded just now and
-        nothing else holds it).
+        nothing else holds it). ``seals``: how many seals its stored bytes hold, when the
+        caller has counted them already.
 
         Finding the seals does not walk the whole state when the stored bytes are plain
         JSON: they say how many seals there are (``"__sealed__"`` is a key only a seal
@@ -92,7 +93,8 @@ class SealingMapper(Mapper[uuid.UUID]):
         if self.compressor is not None or self.cipher is not None:
             self._open_within(state, scope, "", [], None)
             return domain_event
-        seals = stored_event.state.count(SEAL_MARK)
+        if seals is None:
+            seals = stored_event.state.count(SEAL_MARK)
         if not seals:
             return domain_event
         known = self.seal_paths.get(stored_event.topic, ())
@@ -307,7 +309,11 @@ class BatchDecoder:
         opener, plain = self._opener, self._plain
         if plain is None:
             return [opener.to_domain_event(s) for s in part]
-        return [opener.to_domain_event(s) if SEAL_MARK in s.state else plain.to_domain_event(s) for s in part]
+        events: list[DomainEventProtocol[uuid.UUID]] = []
+        for s in part:  # each event's seals counted once: none is an event with nothing to open
+            seals = s.state.count(SEAL_MARK)
+            events.append(opener.to_domain_event(s, seals) if seals else plain.to_domain_event(s))
+        return events
 
     def proven(self, event: object) -> Proven | None:
         """The commit's served form if the event carries a proof that holds under its key

@@ -82,8 +82,7 @@ class LogFold:
         self._audit = audit
         self.runs: dict[str, RunLedger] = {}
         self._by_originator: dict[uuid.UUID, RunLedger] = {}
-        self._last: tuple[object, RunLedger | None] = (None, None)
-        """The last event's stream and its ledger: a run's events come one after another."""
+        self._last: tuple[object, RunLedger | None] = (None, None)  # the last event's stream and its ledger
         self.orphans: list[Defect] = []
         """Defects that could not be tied to any run."""
 
@@ -160,9 +159,8 @@ class LogFold:
 
     def _ledger_for(self, event: Any) -> RunLedger | None:
         originator_id = getattr(event, "originator_id", None)
-        last = self._last
-        if last[0] is originator_id and originator_id is not None:  # the stream of the last event: no hashing
-            return last[1]
+        if self._last[0] is originator_id and originator_id is not None:  # the last event's stream: no hashing
+            return self._last[1]
         ledger = self._by_originator.get(originator_id) if originator_id is not None else None
         if ledger is not None:
             self._last = (originator_id, ledger)
@@ -319,8 +317,9 @@ class LogFold:
         )
         history = ledger.blocks.get(block_id)
         if history is None:
-            history = ledger.blocks[block_id] = BlockHistory(block_id)
-        history.revisions.append(revision)
+            ledger.blocks[block_id] = BlockHistory(block_id, [revision])
+        else:
+            history.revisions.append(revision)
         if not self._audit:  # neither the settlement nor the trail entry is kept
             return
         number = revision.revision
