@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 SEALED_PREFIX: Final = "esv1."
 KEY_BYTES: Final = 32
 NONCE_BYTES: Final = 12
+URLSAFE: Final = b"-_"
+"""The URL-safe alphabet's two characters, as pybase64's ``urlsafe_*`` pass them."""
 
 
 class KeyDestroyed(Exception):
@@ -218,9 +220,12 @@ class FieldSealer:
         self.keyring = keyring
         self.purpose = purpose
         self._ciphers: dict[bytes, AESGCM] | None = {} if remember_ciphers else None
-        self._proof_macs: dict[tuple[bytes, bytes, str, str], Any] | None = {} if remember_ciphers else None
-        """(key, context, conversation, scope) → the keyed BLAKE2b already fed with its
-        associated data: a reader checks every commit of a stream under the same four."""
+        self._openings: dict[tuple[str, str, str], tuple[AESGCM, bytes]] | None = {} if remember_ciphers else None
+        """(conversation, scope, field) → the cipher and associated data its seals open with:
+        a reader opens every body of a stream under the same three."""
+        self._proof_macs: dict[tuple[str, str, bytes], Any] | None = {} if remember_ciphers else None
+        """(conversation, scope, context) → the keyed BLAKE2b already fed with its associated
+        data: a reader checks every commit of a stream under the same three."""
 
     def _cipher(self, key: bytes) -> AESGCM:
         if self._ciphers is None:
@@ -238,7 +243,7 @@ class FieldSealer:
         nonce = os.urandom(NONCE_BYTES)
         body = self._cipher(key).encrypt(nonce, plaintext.encode("utf-8"),
                                          associated_data(conversation_id, scope, field, self.purpose))
-        return SEALED_PREFIX + pybase64.urlsafe_b64encode(nonce + body).decode("ascii")
+        return SEALED_PREFIX + pybase64.b64encode(nonce + body, URLSAFE).decode("ascii")
 
     def open(self, conversation_id: str, scope: str, field: str, sealed: str | None) -> Revealed | None:
         """The plaintext, ``None`` for an absent field, or a :class:`Withheld` marker. Never raises."""
@@ -246,17 +251,30 @@ class FieldSealer:
             return None
         if not is_sealed(sealed):
             return Unreadable(field)
-        key = self.keyring.key_for(conversation_id, create=False)
-        if key is None:
+        opening = self._opening(conversation_id, scope, field)
+        if opening is None:
             return Shredded(field)
+        cipher, ad = opening
         try:
-            raw = pybase64.urlsafe_b64decode(sealed[len(SEALED_PREFIX) :].encode("ascii"))
-            plain = self._cipher(key).decrypt(
-                raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated_data(conversation_id, scope, field, self.purpose)
-            )
+            raw = memoryview(pybase64.b64decode(sealed[len(SEALED_PREFIX) :], URLSAFE, padded=False))
+            plain = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
         except (InvalidTag, ValueError):
             return Unreadable(field)
         return plain.decode("utf-8")
+
+    def _opening(self, conversation_id: str, scope: str, field: str) -> tuple[AESGCM, bytes] | None:
+        """The cipher and the associated data a seal of ``field`` in ``scope`` opens with
+        (``None``: no key), remembered by a sealer that keeps its ciphers."""
+        remembered = (conversation_id, scope, field)
+        if self._openings is not None and (opening := self._openings.get(remembered)) is not None:
+            return opening
+        key = self.keyring.key_for(conversation_id, create=False)
+        if key is None:
+            return None
+        opening = (self._cipher(key), associated_data(conversation_id, scope, field, self.purpose))
+        if self._openings is not None:
+            self._openings[remembered] = opening
+        return opening
 
 
     def prove(self, conversation_id: str, scope: str, context: bytes, subject: bytes) -> str:
@@ -272,22 +290,23 @@ class FieldSealer:
         """Whether ``proof`` is :meth:`prove`'s MAC of ``subject``; ``False`` without the key. Never raises."""
         if not isinstance(proof, str):
             return False
-        key = self.keyring.key_for(conversation_id, create=False)
-        if key is None:
-            return False
-        return hmac.compare_digest(self._proof(key, conversation_id, scope, context, subject), proof)
+        remembered = (conversation_id, scope, context)
+        if self._proof_macs is None or (mac := self._proof_macs.get(remembered)) is None:
+            key = self.keyring.key_for(conversation_id, create=False)
+            if key is None:
+                return False
+            mac = self._prepared_mac(key, conversation_id, scope, context)
+        return hmac.compare_digest(_mac_of(mac, subject), proof)
 
     def _proof(self, key: bytes, conversation_id: str, scope: str, context: bytes, subject: bytes) -> str:
         """Keyed BLAKE2b (a MAC by design, and cheaper than HMAC-SHA-256 over a block's JSON)
         under a key derived from the data key for ``context``, over the associated data, a
         zero byte and ``subject``."""
-        mac = self._prepared_mac(key, conversation_id, scope, context).copy()
-        mac.update(subject)
-        return pybase64.urlsafe_b64encode(mac.digest()).decode("ascii")
+        return _mac_of(self._prepared_mac(key, conversation_id, scope, context), subject)
 
     def _prepared_mac(self, key: bytes, conversation_id: str, scope: str, context: bytes) -> Any:
         """The MAC's state before its subject (remembered by a sealer that keeps its ciphers)."""
-        remembered = (key, context, conversation_id, scope)
+        remembered = (conversation_id, scope, context)
         if self._proof_macs is not None and (mac := self._proof_macs.get(remembered)) is not None:
             return mac
         mac_key = hashlib.blake2b(b"imprint.proof/v1\x00" + context, key=key, digest_size=32).digest()
@@ -307,6 +326,13 @@ class FieldSealer:
         mac_key = hmac.new(key, b"imprint.fingerprint/v1", hashlib.sha256).digest()
         ad = associated_data(conversation_id, scope, field, self.purpose)
         return "fpv1." + hmac.new(mac_key, ad + b"\x00" + plaintext.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _mac_of(prepared: Any, subject: bytes) -> str:
+    """A proof: the prepared MAC (left as it is) over ``subject``, in URL-safe base64."""
+    mac = prepared.copy()
+    mac.update(subject)
+    return pybase64.b64encode(mac.digest(), URLSAFE).decode("ascii")
 
 
 def new_data_key() -> bytes:

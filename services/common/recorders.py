@@ -79,6 +79,16 @@ for (:class:`services.common.relay.Handoff`)."""
 _VERSION = itemgetter(1)
 
 
+def _stored_event(originator_id: UUID, originator_version: int, topic: str, state: bytes) -> StoredEvent:
+    """A ``StoredEvent`` of these fields, its state set in one step as the library sets a
+    decoded domain event's: its frozen dataclass ``__init__`` sets each field through
+    ``object.__setattr__``, most of the cost of a row of a page of streams."""
+    stored = object.__new__(StoredEvent)
+    object.__setattr__(stored, "__dict__", {"originator_id": originator_id, "originator_version": originator_version,
+                                            "topic": topic, "state": state})
+    return stored
+
+
 class PollRecorder(ProcessRecorder):
     """What every backend's process recorder does beside the library's own methods."""
 
@@ -215,35 +225,38 @@ class PostgresPollRecorder(PostgresTrackings, PostgresTrackedInserts, PollRecord
         The rows are put in order here, not by the server: an ``ORDER BY`` over a whole
         page of runs outgrows the default ``work_mem`` and is sorted on disk. Grouped by
         aggregate, each stream is sorted by its version alone — integers, almost always
-        in order already, as the heap holds them."""
-        rows = self._over_ids("SELECT originator_id, originator_version, topic, state FROM {table}"
-                              " WHERE originator_id = ANY(%s)", originator_ids)
-        streams: dict[UUID, list[tuple[Any, ...]]] = {}
+        in order already, as the heap holds them.
+
+        A row names its aggregate by its place in ``originator_ids`` (an integer), not by
+        its id: the driver then makes no UUID per row, the rows are grouped without hashing
+        UUIDs in Python, and each stream's events carry the caller's own id object, which
+        the reader's lookups by originator id find by identity."""
+        rows = self._over_ids("SELECT array_position(%(ids)s, originator_id), originator_version, topic, state"
+                              " FROM {table} WHERE originator_id = ANY(%(ids)s)", originator_ids)
+        streams: dict[int, list[tuple[Any, ...]]] = {}
         for row in rows:
             streams.setdefault(row[0], []).append(row)
         events: list[StoredEvent] = []
-        for originator_id, stream in streams.items():
+        for place, stream in streams.items():
             stream.sort(key=_VERSION)
-            # One id object for the whole stream (the driver makes one per row): the
-            # reader's lookups by originator id then find it by identity, without
-            # comparing UUIDs in Python.
-            events.extend(StoredEvent(originator_id, version, topic, bytes(state))
+            originator_id = originator_ids[place - 1]
+            events.extend(_stored_event(originator_id, version, topic, bytes(state))
                           for _, version, topic, state in stream)
         return events
 
     def stored_ids(self, originator_ids: Sequence[UUID]) -> set[UUID]:
         """Which of these aggregates have stored events, in one query."""
-        rows = self._over_ids("SELECT ids.originator_id FROM unnest(%s::uuid[]) AS ids(originator_id) WHERE EXISTS"
+        rows = self._over_ids("SELECT ids.originator_id FROM unnest(%(ids)s::uuid[]) AS ids(originator_id) WHERE EXISTS"
                               " (SELECT 1 FROM {table} e WHERE e.originator_id = ids.originator_id)", originator_ids)
         return {originator_id for (originator_id,) in rows}
 
     def _over_ids(self, statement: str, originator_ids: Sequence[UUID]) -> list[tuple[Any, ...]]:
         """The rows (tuples) of ``statement`` over the events table (``{table}``) with the
-        ids as one array parameter, in binary: a stored state then travels as its bytes, not
+        ids as one array parameter (``%(ids)s``), in binary: a stored state then travels as its bytes, not
         as hex text the server writes and the client parses."""
         query = SQL(statement).format(table=Identifier(self.datastore.schema, self.events_table_name))  # type: ignore[arg-type]
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as curs:
-            curs.execute(query, [list(originator_ids)], prepare=True)
+            curs.execute(query, {"ids": list(originator_ids)}, prepare=True)
             return curs.fetchall()
 
 

@@ -53,16 +53,23 @@ class JSONTranscoder(LibraryTranscoder):
         if type(value) is dict:
             if marks == 1 and _plain_transcoded(value.get(TIMESTAMP)):
                 # An event (or snapshot) whose only transcoded value is its own timestamp.
-                value[TIMESTAMP] = self.decode_transcoded(value[TIMESTAMP])
+                value[TIMESTAMP] = self._decode_plain(value[TIMESTAMP])
                 return value
             # Usually every transcoded object sits right under the top with a plain value
             # as its data: then they are all there is to decode.
             top = [key for key, item in value.items() if _plain_transcoded(item)]
             if len(top) == marks:
                 for key in top:
-                    value[key] = self.decode_transcoded(value[key])
+                    value[key] = self._decode_plain(value[key])
                 return value
         return self._decode_within(value)
+
+    def _decode_plain(self, item: dict[str, Any]) -> Any:
+        """A :func:`_plain_transcoded` object's value, by its registered transcoding (what the
+        library's hook does with it, without the hook's checks: they hold already); a name
+        no transcoding has goes to the hook, for its error."""
+        transcoding = self.names.get(item["_type_"])
+        return self.decode_transcoded(item) if transcoding is None else transcoding.decode(item["_data_"])
 
     def _decode_within(self, value: Any) -> Any:
         """What the library's ``object_hook`` does, bottom up, over every object and list."""

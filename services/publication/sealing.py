@@ -53,6 +53,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         super().__init__(transcoder)
         self.sealer = sealer
         self._keys: dict[uuid.UUID, str] = {}
+        self._last_scope: tuple[object, str] = (None, "")
         self.seal_paths = seal_paths if seal_paths is not None else {}
         """Per event topic, where its seals sat the last time one was read (see
         :meth:`to_domain_event`); shared by the per-batch openers of one reader."""
@@ -77,9 +78,10 @@ class SealingMapper(Mapper[uuid.UUID]):
         object.__setattr__(sealed, "__dict__", sealed_state)
         return super().to_stored_event(sealed)
 
-    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[uuid.UUID]:
+    def to_domain_event(self, stored_event: StoredEvent, seals: int | None = None) -> DomainEventProtocol[uuid.UUID]:
         """The event with its seals opened in place (the state was decoded just now and
-        nothing else holds it).
+        nothing else holds it). ``seals``: how many seals its stored bytes hold, when the
+        caller has counted them already.
 
         Finding the seals does not walk the whole state when the stored bytes are plain
         JSON: they say how many seals there are (``"__sealed__"`` is a key only a seal
@@ -87,11 +89,12 @@ class SealingMapper(Mapper[uuid.UUID]):
         last time are tried first. Only when those do not account for every seal is the
         state walked (and the places found are remembered for the topic)."""
         domain_event = super().to_domain_event(stored_event)
-        state, scope = vars(domain_event), scope_of(stored_event.originator_id)
+        state, scope = vars(domain_event), self.scope_of(stored_event.originator_id)
         if self.compressor is not None or self.cipher is not None:
             self._open_within(state, scope, "", [], None)
             return domain_event
-        seals = stored_event.state.count(SEAL_MARK)
+        if seals is None:
+            seals = stored_event.state.count(SEAL_MARK)
         if not seals:
             return domain_event
         known = self.seal_paths.get(stored_event.topic, ())
@@ -102,6 +105,17 @@ class SealingMapper(Mapper[uuid.UUID]):
             opened.extend(found)
             self.seal_paths[stored_event.topic] = tuple(opened[:MAX_SEAL_PATHS])
         return domain_event
+
+    def scope_of(self, originator_id: uuid.UUID) -> str:
+        """:func:`scope_of`, for a reader that decodes one stream's events one after another
+        (a replay's page of runs: one id object per stream) remembered for the last stream
+        without hashing its id."""
+        last = self._last_scope
+        if last[0] is originator_id:
+            return last[1]
+        scope = scope_of(originator_id)
+        self._last_scope = (originator_id, scope)  # one tuple: a reading thread sees a pair, never half of one
+        return scope
 
     def _sealed(self, container: dict[str, Any] | list[Any], key_name: str, scope: str) -> Any:
         """``container`` with every private string in it sealed (the field is its key): a
@@ -267,9 +281,11 @@ class BatchOpener:
         names: set[str] = set()
         if self._scannable:
             scanned: set[uuid.UUID] = set()
+            last: object = None  # the stream scanned last: a page of streams read together repeats its id object
             for s in stored:  # a stream's bodies share their conversation's key: one scan per stream
-                if s.originator_id not in scanned and SEAL_MARK in s.state:
+                if s.originator_id is not last and s.originator_id not in scanned and SEAL_MARK in s.state:
                     scanned.add(s.originator_id)
+                    last = s.originator_id
                     names.update(_key_name(name) for name in _KEY_NAME.findall(s.state))
         # The batch's sealer, like its keys, lives for this batch only: it may keep each
         # key's cipher context.
@@ -293,7 +309,11 @@ class BatchDecoder:
         opener, plain = self._opener, self._plain
         if plain is None:
             return [opener.to_domain_event(s) for s in part]
-        return [opener.to_domain_event(s) if SEAL_MARK in s.state else plain.to_domain_event(s) for s in part]
+        events: list[DomainEventProtocol[uuid.UUID]] = []
+        for s in part:  # each event's seals counted once: none is an event with nothing to open
+            seals = s.state.count(SEAL_MARK)
+            events.append(opener.to_domain_event(s, seals) if seals else plain.to_domain_event(s))
+        return events
 
     def proven(self, event: object) -> Proven | None:
         """The commit's served form if the event carries a proof that holds under its key
@@ -308,6 +328,6 @@ class BatchDecoder:
         subject = proof_subject(form)
         key_name = proof.get(KEY)
         if not isinstance(key_name, str) or not self._opener.sealer.proves(
-                key_name, scope_of(event.originator_id), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
+                key_name, self._opener.scope_of(event.originator_id), PROOF_CONTEXT, subject, proof.get(PROOF_MAC)):
             return None
         return Proven(form, subject)

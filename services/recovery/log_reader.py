@@ -189,8 +189,12 @@ def iter_ledgers(app: PublicationLog, run_ids: Iterable[str], *, audit: bool = T
     for chunk in in_pages(run_ids, RUNS_PER_READ):
         ids = {run_id: PublicationRun.id_for(run_id) for run_id in chunk}
         streams: dict[uuid.UUID, list[StoredEvent]] = {}
+        stream: list[StoredEvent] = []
         for stored in recorder.select_events_of(sorted(set(ids.values()))):
-            streams.setdefault(stored.originator_id, []).append(stored)
+            # each stream's events come together: its id is hashed once, not for every event
+            if not stream or stream[-1].originator_id is not stored.originator_id:
+                stream = streams.setdefault(stored.originator_id, [])
+            stream.append(stored)
         # one key-table read for the page; each run decoded and folded in turn, while its
         # events are still in the processor's caches; what fails is found record by record
         decode = opener.for_batch([s for stream in streams.values() for s in stream])

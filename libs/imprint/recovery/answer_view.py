@@ -43,15 +43,22 @@ def hashed_answer_view(ledger: RunLedger) -> tuple[dict[str, Any], str]:
     A view holds no float — its blocks are :class:`CommittedBlock` JSON, the rest ids,
     counts and reasons — so its JSON is not searched for one (:func:`canonical_bytes`)."""
     view, proven = _view(ledger)
-    parts = []
-    for key in sorted(view):  # canonical JSON: sorted keys, no whitespace
+    # the canonical JSON is hashed piece by piece as it is written: a run's blocks are never
+    # copied into one text (sorted keys, no whitespace)
+    digest = hashlib.sha256(b"{")
+    for index, key in enumerate(sorted(view)):
+        digest.update(b"," + canonical_bytes(key) + b":" if index else canonical_bytes(key) + b":")
         if key == "blocks":
-            text = b"[" + b",".join(p if p is not None else canonical_bytes(b, floats=False)
-                                    for p, b in zip(proven, view["blocks"])) + b"]"
+            digest.update(b"[")
+            for place, (text, block) in enumerate(zip(proven, view["blocks"])):
+                if place:
+                    digest.update(b",")
+                digest.update(text if text is not None else canonical_bytes(block, floats=False))
+            digest.update(b"]")
         else:
-            text = canonical_bytes(view[key], floats=False)
-        parts.append(canonical_bytes(key) + b":" + text)
-    return view, hashlib.sha256(b"{" + b",".join(parts) + b"}").hexdigest()
+            digest.update(canonical_bytes(view[key], floats=False))
+    digest.update(b"}")
+    return view, digest.hexdigest()
 
 
 def _view(ledger: RunLedger) -> tuple[dict[str, Any], list[bytes | None]]:

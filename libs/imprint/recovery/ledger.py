@@ -31,7 +31,7 @@ import uuid
 from typing import Any, Callable, Iterable, Mapping
 
 from imprint.publication.conversations import ConversationRuns
-from imprint.publication.proof import Proven, iso_time
+from imprint.publication.proof import Proven, iso_time, json_time
 from imprint.publication.run import PublicationRun, reconciliation_key
 from imprint.publication.sources import SourceDependents, SourceRecord, no_revocation, note_revocation
 from imprint.recovery.run_ledger import (
@@ -46,8 +46,9 @@ from imprint.recovery.run_ledger import (
 
 
 def _at(event: Any) -> str | None:
+    """The event's time as ``isoformat`` writes it (spelled as a proof spells it, and back)."""
     timestamp = getattr(event, "timestamp", None)
-    return timestamp.isoformat() if timestamp is not None else None
+    return iso_time(json_time(timestamp)) if timestamp is not None else None
 
 
 def _json_copy(value: Any) -> Any:
@@ -81,6 +82,7 @@ class LogFold:
         self._audit = audit
         self.runs: dict[str, RunLedger] = {}
         self._by_originator: dict[uuid.UUID, RunLedger] = {}
+        self._last: tuple[object, RunLedger | None] = (None, None)  # the last event's stream and its ledger
         self.orphans: list[Defect] = []
         """Defects that could not be tied to any run."""
 
@@ -115,10 +117,15 @@ class LogFold:
                                        f"{type(event).__name__} of a run whose opening was not read"))
             return
         position = getattr(event, "originator_version", None)
-        if isinstance(position, int):
-            ledger.version = max(ledger.version, position)
+        if isinstance(position, int) and position > ledger.version:
+            ledger.version = position
         try:
-            self._apply(handler, ledger, event, position, seal, proven)
+            # a proven commit's time was spelled for its proof already
+            at = _at(event) if proven is None else iso_time(proven.form["receipt"]["committed_at"])
+            entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
+            handler(self, ledger, event, entry, NOTHING_SEEN if seal is None and proven is None else (seal, proven))
+            if self._audit:
+                ledger.trail.append(entry)
         except Exception as error:  # noqa: BLE001 — one unreadable record never sinks the run
             block_id = _block_id_of(event)
             ledger.defects.append(Defect(position, "unreadable_event", f"{type(event).__name__}: {type(error).__name__}",
@@ -152,8 +159,11 @@ class LogFold:
 
     def _ledger_for(self, event: Any) -> RunLedger | None:
         originator_id = getattr(event, "originator_id", None)
+        if self._last[0] is originator_id and originator_id is not None:  # the last event's stream: no hashing
+            return self._last[1]
         ledger = self._by_originator.get(originator_id) if originator_id is not None else None
         if ledger is not None:
+            self._last = (originator_id, ledger)
             return ledger
         run_id = getattr(event, "run_id", None)
         if not isinstance(run_id, str):
@@ -163,18 +173,10 @@ class LogFold:
             ledger = self.runs[run_id] = RunLedger(run_id=run_id, originator_id=originator_id)
         if originator_id is not None:
             self._by_originator[originator_id] = ledger
+            self._last = (originator_id, ledger)
         return ledger
 
     # ------------------------------------------------------------- per event
-
-    def _apply(self, handler: Handler, ledger: RunLedger, event: Any, position: int | None,
-               seal: SealStatus | None, proven: Proven | None) -> None:
-        # a proven commit's time was formatted for its proof already
-        at = _at(event) if proven is None else iso_time(proven.form["receipt"]["committed_at"])
-        entry: dict[str, Any] = {"log_position": position, "at": at, "type": type(event).__name__}
-        handler(self, ledger, event, entry, NOTHING_SEEN if seal is None and proven is None else (seal, proven))
-        if self._audit:
-            ledger.trail.append(entry)
 
     # One method per event type of a run (:data:`LEDGER`). ``entry`` is the event's line of the
     # audit trail (its log position and time are in it already); ``seen`` is what the reader saw
@@ -290,15 +292,18 @@ class LogFold:
     def committed(self, ledger: RunLedger, event: Any, entry: dict[str, Any], seen: Seen) -> None:
         position = entry["log_position"]
         seal, proven = seen
-        block = self._copy(getattr(event, "block", None))
-        if not isinstance(block, dict) or not isinstance(block.get("block_id"), str):
+        block = getattr(event, "block", None)
+        if self._copy is not _owned:
+            block = self._copy(block)
+        block_id = block.get("block_id") if isinstance(block, dict) else None
+        if not isinstance(block_id, str):
             ledger.defects.append(Defect(position, "malformed_record", "commit without a block identity"))
             entry.update(candidate_id=getattr(event, "candidate_id", None), defect="malformed_record")
             return  # nothing to place: the audit trail still shows the record
         receipt = {
             "receipt_id": getattr(event, "receipt_id", None),
             "log_position": position,
-            "committed_at": entry["at"],  # the event's time, as _apply read it
+            "committed_at": entry["at"],  # the event's time, as apply read it
         }
         revision = Revision(
             block=block,
@@ -310,13 +315,14 @@ class LogFold:
             seal=seal,
             proven=proven,
         )
-        block_id, number = revision.block_id, revision.revision
         history = ledger.blocks.get(block_id)
         if history is None:
-            history = ledger.blocks[block_id] = BlockHistory(block_id)
-        history.revisions.append(revision)
+            ledger.blocks[block_id] = BlockHistory(block_id, [revision])
+        else:
+            history.revisions.append(revision)
         if not self._audit:  # neither the settlement nor the trail entry is kept
             return
+        number = revision.revision
         if revision.candidate_id is not None:
             self._settle(ledger, revision.candidate_id, revision.block_index, "committed", block_id,
                          number, None, position, receipt)

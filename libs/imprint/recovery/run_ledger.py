@@ -23,9 +23,13 @@ Seen = tuple["SealStatus | None", "Proven | None"]
 NOTHING_SEEN: Seen = (None, None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Revision:
-    """One committed block revision, exactly as its commit event recorded it."""
+    """One committed block revision, exactly as its commit event recorded it.
+
+    Nothing changes a revision once the fold has made it; it is not a frozen dataclass
+    because the fold makes one for every commit of the log, and a frozen dataclass sets
+    each of its fields through ``object.__setattr__`` as it is made."""
 
     block: Mapping[str, Any]
     """The settled BlockView, JSON-shaped (a private copy)."""

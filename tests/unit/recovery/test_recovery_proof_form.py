@@ -21,7 +21,10 @@ pytestmark = [pytest.mark.rule("R4"), pytest.mark.rule("R1")]
 
 TIMES = [datetime(2026, 12, 4, 7, 30, 0, tzinfo=timezone.utc),
          datetime(2026, 12, 4, 7, 30, 1, 5, tzinfo=timezone.utc),
-         datetime(2026, 12, 4, 7, 30, 2, 999999, tzinfo=timezone(timedelta(hours=2)))]
+         datetime(2026, 12, 4, 7, 30, 2, 999999, tzinfo=timezone(timedelta(hours=2))),
+         datetime(2026, 12, 4, 7, 30, 1, 500000, tzinfo=timezone.utc),  # a second already spelled
+         datetime(2026, 12, 4, 7, 30, 1, 500000, tzinfo=timezone(timedelta(0))),  # UTC, not the utc singleton
+         datetime(999, 1, 2, 3, 4, 5, 60, tzinfo=timezone.utc)]
 
 
 @pytest.mark.parametrize("moment", TIMES)
