@@ -30,9 +30,6 @@ from services.common.kafka import BatchHandler, Outbox, apply_isolating_poison, 
 log = get_logger(__name__)
 
 
-
-
-
 IDLE_POLL_MS = 10
 """The bench's bare consumer floor polls with this timeout (``bench.floors``). A tracked
 consumer's poll does not time out to poll again (:class:`Polls`): it waits for records."""
@@ -60,9 +57,8 @@ behind the long poll; a rewound batch waits its retry pause (a second) anyway.""
 
 
 GATHER_FROM = 1
-"""The fewest records a poll of a gathering consumer (``gather_ms``) brings for its next fetch
-to gather (:class:`Polls`); a consumer on the latency path raises it (Delivery's
-``GATHER_FROM``)."""
+"""The fewest records of a gathering consumer's poll after which its next fetch gathers
+(:class:`Polls`); one on the latency path raises it (Delivery's ``GATHER_FROM``)."""
 
 
 GATHER_BYTES = 1024 * 1024
@@ -221,27 +217,19 @@ class Polls:
       that long before the next: a bound short enough not to delay the first record
       woke every quiet consumer a hundred times a second. It is this subscriber's
       ``get_msg`` (the one call its consume loop makes per poll).
-    * A fetch is one of three kinds. aiokafka's fetcher reads both of its settings each
-      time it builds a fetch request; they are set just before it does.
+    * Each fetch is one of three kinds (aiokafka's fetcher reads both settings each time
+      it builds a fetch request; they are set just before it does). **Behind** — fetched
+      records wait to be consumed, so their partitions are left out: the busy bounds,
+      :data:`FETCH_WAIT_MS` or a gathering consumer's window. **Gathering** — a consumer
+      given ``gather_ms`` whose last poll brought at least ``gather_from`` records, and
+      whose last window was not answered empty: the broker holds the fetch for the window
+      (``fetch.min.bytes`` :data:`GATHER_BYTES`), so a busy consumer polls fewer, larger
+      batches. **Long poll** otherwise: every partition, held for :data:`LONG_POLL_MS`
+      (``fetch.min.bytes`` 1) and answered by the first record. A consumer at a paced load,
+      whose polls bring a record or two, hands each on as it arrives (a window there is a
+      fixed delay, not a batch), and one whose load stopped sends no empty fetch per window.
 
-      - **Behind**: fetched records are still waiting to be consumed, so the fetch leaves
-        their partitions out. It keeps the busy bounds: :data:`FETCH_WAIT_MS`, or a
-        gathering consumer's window.
-      - **Gathering** (a consumer given ``gather_ms``): its last poll brought at least
-        ``gather_from`` records, and its last gathering fetch was not answered empty (a poll
-        took records since it was sent). The broker holds the fetch for the window
-        (``fetch.min.bytes`` :data:`GATHER_BYTES`): a busy consumer takes its records in
-        fewer, larger polls.
-      - **Long poll** otherwise: the fetch carries every partition and the broker holds it
-        for :data:`LONG_POLL_MS` (``fetch.min.bytes`` 1), answering it with the first
-        record. A quiet consumer sends one fetch per long poll, and one at a paced load,
-        whose polls bring a record or two, hands each record on as it arrives: its window
-        would be a fixed delay on every record, not a batch. A window answered empty
-        ends the gathering, so a load that stopped is not followed by an empty fetch
-        every ``gather_ms``.
-
-    ``fetches`` and ``long_polls`` count the fetch requests sent, ``gathered`` those that
-    gathered, for tests."""
+    ``fetches``, ``long_polls`` and ``gathered`` count the fetch requests sent, for tests."""
 
     def __init__(self, max_records: int, *, gather_ms: int = 0, gather_from: int = GATHER_FROM,
                  long_poll_ms: int = LONG_POLL_MS) -> None:
@@ -251,14 +239,9 @@ class Polls:
         self._behind = self._gather or (FETCH_WAIT_MS, 1)
         self._long = (long_poll_ms, 1)
         self._consumer: Any = None
-        self._polls = 0
-        self._last_poll = 0
-        """How many records the last poll brought."""
-        self._gathering_after = -1
-        """The poll count when the last gathering fetch was sent."""
-        self.fetches = 0
-        self.long_polls = 0
-        self.gathered = 0
+        self._polls, self._last_poll = 0, 0  # polls taken; records the last one brought
+        self._gathering_after = -1  # polls taken when the last gathering fetch was sent
+        self.fetches, self.long_polls, self.gathered = 0, 0, 0
         self.long_polling = False
         """The last fetch sent was a long poll (it is in flight until records or the wait end it)."""
 
@@ -274,8 +257,7 @@ class Polls:
         return records
 
     def bounds(self, behind: bool) -> tuple[int, int]:
-        """``(fetch.max.wait.ms, fetch.min.bytes)`` of the next fetch (``behind``: fetched
-        records are still waiting to be consumed)."""
+        """``(fetch.max.wait.ms, fetch.min.bytes)`` of the next fetch (``behind``: see above)."""
         if behind:
             return self._behind
         if (self._gather is not None and self._last_poll >= self._gather_from
@@ -292,20 +274,16 @@ class Polls:
             bounds = self.bounds(bool(fetcher._records))
             fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes = bounds
             planned = plan(assignment)
-            if planned[0]:
-                self.sent(bounds, len(planned[0]))
+            if sent := len(planned[0]):
+                self.fetches += sent
+                self.long_polling = bounds is self._long
+                self.long_polls += sent if self.long_polling else 0
+                if bounds is self._gather:
+                    self.gathered += sent
+                    self._gathering_after = self._polls
             return planned
 
         fetcher._get_actions_per_node = actions
-
-    def sent(self, bounds: tuple[int, int], requests: int) -> None:
-        """``requests`` fetch requests were sent with these bounds."""
-        self.fetches += requests
-        self.long_polling = bounds is self._long
-        self.long_polls += requests if self.long_polling else 0
-        if bounds is self._gather:
-            self.gathered += requests
-            self._gathering_after = self._polls
 
 
 Done = TypeVar("Done")
@@ -365,11 +343,10 @@ def subscribe_tracked(
     ``fetch.max.wait.ms``, with a ``fetch.min.bytes`` of :data:`GATHER_BYTES`). Without it a
     fetch returns as soon as any one record arrived, so at a steady load a consumer of many
     partitions turns a fetch round trip (encoded, sent and parsed in Python) for every few
-    records. Each fetch after a poll of at least ``gather_from`` records gathers (a busy
-    consumer); after a smaller poll, or a window answered empty, the fetch is a long poll
-    answered by the first record (:class:`Polls`). For a consumer nobody waits on per
-    message (``gather_from`` 1) ``gather_ms`` of delay buys fetches and polls several times
-    larger; one on the latency path gathers only when its polls show it is busy.
+    records. A fetch gathers only after a poll of at least ``gather_from`` records (a busy
+    consumer; :class:`Polls`): for a consumer nobody waits on per message (``gather_from``
+    1), ``gather_ms`` of delay buys polls several times larger; one on the latency path
+    gathers only when its polls show it is busy.
 
     Returns the consumer's :class:`Polls` (how it waits; its fetch counts).
     """

@@ -9,10 +9,9 @@ of that run, on every Delivery instance.
 * A :class:`RunFeed` exists per run while at least one client follows it live. **Handed
   off, not read back**: the frames a poll of this process appended to the run, made from
   the rows it wrote (:class:`services.delivery.view_sink.Committed`), are taken at once when
-  they follow the feed's cursor (:meth:`RunFeed.take`), with no read and no task switch. The
-  store is read only for what was not handed over: a gap (another instance's frames, a page
-  not read yet), another instance's commit (its notification), a run whose stored frames the
-  poll rewrote (a strip after the terminal, a purge), the feed's first read.
+  they follow the feed's cursor (:meth:`RunFeed.take`). The store is read only for what was
+  not handed over: a gap, another instance's commit (its notification), a run whose stored
+  frames the poll rewrote (a strip after the terminal, a purge), the feed's first read.
 * A feed not handed its frames is woken, and is due; the hub's one reader reads the new
   frames of every due feed together (``ViewStore.read_feeds``: one read however many runs
   the batch touched; a read of few runs on the event loop, of many in a worker thread:

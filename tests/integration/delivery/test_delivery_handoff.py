@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from imprint.delivery.feeds import conversation_feed
 from services.common.settings import Settings
 from services.delivery.view_store import ViewStore
-from tests.integration.delivery.test_delivery_store import Feed, settings  # noqa: F401 - fixture
+from tests.integration.delivery.test_delivery_store import Feed, each_backend, settings  # noqa: F401 - fixture
 from tests.support.delivery_builders import closed, deleted, preview, published, running, settled, withdrawn
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def commits_as_read_back(store: ViewStore, batch: Any, runs: tuple[str, ...] = (
         assert sent(handed) == sent(reads[run].frames), f"{run}: handed over as read back"
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+@each_backend
 @pytest.mark.rule("D1")
 @pytest.mark.rule("D2")
 @pytest.mark.rule("X9")
@@ -61,7 +61,7 @@ def test_a_poll_hands_over_the_frames_a_read_back_would_give(store: ViewStore) -
                                      settled(OTHER), closed(OTHER, "other"), closed(RUN, "the end")), (RUN, OTHER))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+@each_backend
 @pytest.mark.rule("D1")
 @pytest.mark.rule("X8")
 @pytest.mark.rule("P21")
