@@ -35,11 +35,13 @@ SETTINGS = (
      "first fetch that brought any)"),
     ("services/common/subscription.py", "LONG_POLL_MS", "ms the broker may hold a fetch that carries every partition "
      "(a quiet consumer's long poll)"),
-    ("services/common/subscription.py", "QUIET_SECONDS", "s without records after which a gathering consumer long-polls"),
+    ("services/common/subscription.py", "GATHER_FROM", "records of a poll after which a gathering consumer's next fetch "
+     "gathers (the default)"),
     ("services/common/subscription.py", "max_records", "records one poll takes at most (every consumer)"),
     ("services/common/subscription.py", "FETCH_WAIT_MS", "ms the broker may hold any other fetch (the latency path)"),
     ("services/journal/consumer.py", "GATHER_MS", "ms the Journal's fetches gather records"),
-    ("services/delivery/consumer.py", "GATHER_MS", "ms Delivery's fetches gather records"),
+    ("services/delivery/consumer.py", "GATHER_MS", "ms Delivery's fetches gather records once it is busy"),
+    ("services/delivery/consumer.py", "GATHER_FROM", "records of a poll after which Delivery's next fetch gathers"),
     ("services/common/settings.py", "offset_commit_seconds", "s between Kafka offset commits "
      "(`IMPRINT_OFFSET_COMMIT_SECONDS`)"),
     ("services/common/settings.py", "inline_poll_records", "records of the largest poll whose transaction "

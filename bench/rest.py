@@ -160,8 +160,9 @@ def measure(settings: Any, stack: Any, seconds: float, say: Callable[[str], None
 
 
 PROBE_GAP_SECONDS = 2.5
-"""Quiet before each probe proposal: past a consumer's long poll and its quiet spell
-(``services.common.subscription.LONG_POLL_MS``, ``QUIET_SECONDS``), so each one meets a stack at rest."""
+"""Quiet before each probe proposal: past a consumer's long poll
+(``services.common.subscription.LONG_POLL_MS``) and any gathering window answered empty, so
+each one meets a stack at rest."""
 
 
 async def probe(driver: Any, proposals: int, say: Callable[[str], None], gap: float = PROBE_GAP_SECONDS

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import chain
 from typing import Any, TypeVar
@@ -29,9 +28,6 @@ from services.common.settings import Settings
 from services.common.kafka import BatchHandler, Outbox, apply_isolating_poison, decode_records
 
 log = get_logger(__name__)
-
-
-
 
 
 IDLE_POLL_MS = 10
@@ -60,11 +56,9 @@ time, so a metadata request, and the fetch that re-reads a rewound (nacked) batc
 behind the long poll; a rewound batch waits its retry pause (a second) anyway."""
 
 
-QUIET_SECONDS = 1.0
-"""A gathering consumer (``gather_ms``) that has polled no record for this long long-polls
-(:data:`LONG_POLL_MS`, answered by the first record) instead of gathering: the first
-record after a quiet spell is not held for a gathering window, and a quiet consumer does
-not send an empty fetch every ``gather_ms``. A busy one, even at a paced load, gathers."""
+GATHER_FROM = 1
+"""The fewest records of a gathering consumer's poll after which its next fetch gathers
+(:class:`Polls`); one on the latency path raises it (Delivery's ``GATHER_FROM``)."""
 
 
 GATHER_BYTES = 1024 * 1024
@@ -223,26 +217,31 @@ class Polls:
       that long before the next: a bound short enough not to delay the first record
       woke every quiet consumer a hundred times a second. It is this subscriber's
       ``get_msg`` (the one call its consume loop makes per poll).
-    * A fetch that carries every partition — nothing fetched is left to consume, and a
-      gathering consumer has been quiet for :data:`QUIET_SECONDS` — is a long poll
-      (:data:`LONG_POLL_MS`, ``fetch.min.bytes`` 1): the broker answers it with the
-      first record. Any other fetch keeps the busy bounds (``busy_wait_ms`` and
-      ``busy_min_bytes``: :data:`FETCH_WAIT_MS`, or a gathering window). aiokafka's
-      fetcher reads both settings each time it builds a fetch request; they are set
-      just before it does.
+    * Each fetch is one of three kinds (aiokafka's fetcher reads both settings each time
+      it builds a fetch request; they are set just before it does). **Behind** — fetched
+      records wait to be consumed, so their partitions are left out: the busy bounds,
+      :data:`FETCH_WAIT_MS` or a gathering consumer's window. **Gathering** — a consumer
+      given ``gather_ms`` whose last poll brought at least ``gather_from`` records, and
+      whose last window was not answered empty: the broker holds the fetch for the window
+      (``fetch.min.bytes`` :data:`GATHER_BYTES`), so a busy consumer polls fewer, larger
+      batches. **Long poll** otherwise: every partition, held for :data:`LONG_POLL_MS`
+      (``fetch.min.bytes`` 1) and answered by the first record. A consumer at a paced load,
+      whose polls bring a record or two, hands each on as it arrives (a window there is a
+      fixed delay, not a batch), and one whose load stopped sends no empty fetch per window.
 
-    ``fetches`` and ``long_polls`` count the fetch requests sent, for tests."""
+    ``fetches``, ``long_polls`` and ``gathered`` count the fetch requests sent, for tests."""
 
-    def __init__(self, max_records: int, *, busy_wait_ms: int, busy_min_bytes: int = 1, gathers: bool = False,
+    def __init__(self, max_records: int, *, gather_ms: int = 0, gather_from: int = GATHER_FROM,
                  long_poll_ms: int = LONG_POLL_MS) -> None:
         self._max_records = max_records
-        self._busy = (busy_wait_ms, busy_min_bytes)
-        self._gathers = gathers
+        self._gather = (gather_ms, GATHER_BYTES) if gather_ms else None
+        self._gather_from = gather_from
+        self._behind = self._gather or (FETCH_WAIT_MS, 1)
         self._long = (long_poll_ms, 1)
         self._consumer: Any = None
-        self._polled_at = -QUIET_SECONDS
-        self.fetches = 0
-        self.long_polls = 0
+        self._polls, self._last_poll = 0, 0  # polls taken; records the last one brought
+        self._gathering_after = -1  # polls taken when the last gathering fetch was sent
+        self.fetches, self.long_polls, self.gathered = 0, 0, 0
         self.long_polling = False
         """The last fetch sent was a long poll (it is in flight until records or the wait end it)."""
 
@@ -252,8 +251,19 @@ class Polls:
         polled = await consumer.getmany(timeout_ms=POLL_WAIT_MS, max_records=self._max_records)
         if not polled:
             return ()
-        self._polled_at = time.monotonic()
-        return tuple(chain.from_iterable(polled.values()))
+        records = tuple(chain.from_iterable(polled.values()))
+        self._polls += 1
+        self._last_poll = len(records)
+        return records
+
+    def bounds(self, behind: bool) -> tuple[int, int]:
+        """``(fetch.max.wait.ms, fetch.min.bytes)`` of the next fetch (``behind``: see above)."""
+        if behind:
+            return self._behind
+        if (self._gather is not None and self._last_poll >= self._gather_from
+                and self._polls != self._gathering_after):
+            return self._gather
+        return self._long
 
     def _plan_fetches(self, consumer: Any) -> None:
         self._consumer = consumer
@@ -261,14 +271,16 @@ class Polls:
         plan = fetcher._get_actions_per_node
 
         def actions(assignment: Any) -> Any:
-            quiet = not fetcher._records and (
-                not self._gathers or time.monotonic() - self._polled_at >= QUIET_SECONDS)
-            fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes = self._long if quiet else self._busy
+            bounds = self.bounds(bool(fetcher._records))
+            fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes = bounds
             planned = plan(assignment)
-            if planned[0]:
-                self.fetches += len(planned[0])
-                self.long_polls += len(planned[0]) if quiet else 0
-                self.long_polling = quiet
+            if sent := len(planned[0]):
+                self.fetches += sent
+                self.long_polling = bounds is self._long
+                self.long_polls += sent if self.long_polling else 0
+                if bounds is self._gather:
+                    self.gathered += sent
+                    self._gathering_after = self._polls
             return planned
 
         fetcher._get_actions_per_node = actions
@@ -306,6 +318,7 @@ def subscribe_tracked(
     on_revoked: Callable[[list[str]], Awaitable[None]] | None = None,
     applies: frozenset[str] | None = None,
     gather_ms: int = 0,
+    gather_from: int = GATHER_FROM,
     on_assigned: Callable[[list[str]], Awaitable[None]] | None = None,
     observe: Callable[[Sequence[ConsumerRecord[Any, Any]]], None] | None = None,
     long_poll_ms: int = LONG_POLL_MS,
@@ -330,15 +343,16 @@ def subscribe_tracked(
     ``fetch.max.wait.ms``, with a ``fetch.min.bytes`` of :data:`GATHER_BYTES`). Without it a
     fetch returns as soon as any one record arrived, so at a steady load a consumer of many
     partitions turns a fetch round trip (encoded, sent and parsed in Python) for every few
-    records. For a consumer nobody waits on per message, ``gather_ms`` of delay buys
-    fetches and polls several times larger; a quiet one long-polls (:class:`Polls`).
+    records. A fetch gathers only after a poll of at least ``gather_from`` records (a busy
+    consumer; :class:`Polls`): for a consumer nobody waits on per message (``gather_from``
+    1), ``gather_ms`` of delay buys polls several times larger; one on the latency path
+    gathers only when its polls show it is busy.
 
     Returns the consumer's :class:`Polls` (how it waits; its fetch counts).
     """
 
     commits = OffsetCommits(consumer, settings.offset_commit_seconds)
-    polls = Polls(max_records, busy_wait_ms=gather_ms or FETCH_WAIT_MS,
-                  busy_min_bytes=GATHER_BYTES if gather_ms else 1, gathers=bool(gather_ms), long_poll_ms=long_poll_ms)
+    polls = Polls(max_records, gather_ms=gather_ms, gather_from=gather_from, long_poll_ms=long_poll_ms)
 
     subscriber = broker.subscriber(
         *(settings.topic(t) for t in topics),

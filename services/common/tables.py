@@ -14,6 +14,7 @@ callers never ask which dialect they hold."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
@@ -202,8 +203,9 @@ class PostgresTables(Tables):
         with self.datastore.cursor() as c:
             yield c
 
-    @property
+    @functools.cached_property
     def channel(self) -> str:
+        """Named once: every poll's locks and notification name it."""
         digest = hashlib.sha256(f"{self.datastore.schema}.{self.name}".encode()).hexdigest()[:20]
         return f"imprint_{self.name}_{digest}"[:63]
 

@@ -3,8 +3,9 @@
 Every Delivery instance is a member of one consumer group. Each batch locks the run rows
 it touches; the runs the store keeps in memory between polls are used only when the
 locked row's version is the one they were written at, so a revoked partition needs no
-eviction here. The instance that applied a batch wakes its
-own feeds at once; the others hear the batch's ``NOTIFY`` (see ``notifier.py``)."""
+eviction here. The instance that applied a batch hands its own feeds the frames it
+committed at once; the others hear the batch's ``NOTIFY`` and read them from the store
+(see ``notifier.py``)."""
 
 from __future__ import annotations
 
@@ -20,17 +21,24 @@ from services.delivery.view_store import ViewStore
 
 DELIVERY_TOPICS = (Topic.PUBLICATION, Topic.RUNS)
 GATHER_MS = 15
-"""How long Delivery's fetches gather records. A proposal reaches Delivery as its previews,
-then a commit and a relay later (a few milliseconds) its publications: fetched as they
-arrive, each became a poll of its own — a view transaction, a position and a wake-up
-each — and at a paced load that fixed cost per poll was most of Delivery's CPU. Gathered,
-one poll usually carries both, for at most this much more until the first frame."""
+"""How long Delivery's fetches gather records once it is busy (:data:`GATHER_FROM`): the
+most a gathered record waits for the records after it. A busy Delivery takes its records
+in fewer polls — a view transaction, a position and a wake-up each — for at most this much
+more until their frames."""
+
+GATHER_FROM = 8
+"""The fewest records of a poll after which Delivery's next fetch gathers (:data:`GATHER_MS`).
+Every record on this path is a frame a client waits for. At a paced load a poll brings a
+proposal's previews or its publications (a few records): a window there would be a fixed
+delay on every frame, not a batch, so such a poll's next fetch is a long poll answered by
+the next record. Polls this large mean records arrive faster than polls turn: gathering
+them costs a window's delay and saves polls."""
 
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, store: ViewStore, notifier: Notifier) -> None:
     async def handle(batch: list[Inbound]) -> None:
-        feeds = await store_work(len(batch), settings.inline_poll_records, store.process, batch)
-        notifier.notify(feeds)
+        committed = await store_work(len(batch), settings.inline_poll_records, store.commit, batch)
+        notifier.notify(committed.feeds, committed)
 
     subscribe_tracked(broker, settings, outbox, consumer="delivery", topics=DELIVERY_TOPICS, handle=handle,
-                      gather_ms=GATHER_MS)
+                      gather_ms=GATHER_MS, gather_from=GATHER_FROM)

@@ -1,27 +1,34 @@
-"""Live frames for SSE clients: one store read per run per wake-up, shared by every
-client of that run, on every Delivery instance.
+"""Live frames for SSE clients: the frames this process committed handed over in memory,
+the others read from the store once per run per wake-up; either way shared by every client
+of that run, on every Delivery instance.
 
-* :class:`Notifier` is the process's hub. Whoever committed a batch (``ViewStore.process``
-  in this process) calls :meth:`Notifier.notify` with the run ids that changed; batches
-  committed by *other* instances arrive as notifications on the store's channel
-  (:class:`~services.delivery.store_wakeups.StoreWakeups`, where the backend has one).
-* A :class:`RunFeed` exists per run while at least one client follows it live. A woken
-  feed is due; the hub's one reader reads the new frames of every due feed together
-  (``ViewStore.read_feeds``: one read however many runs the batch touched; a read of few
-  runs on the event loop, of many in a worker thread:
-  :func:`services.common.subscription.store_work`), each with its SSE bytes made once when read back
-  (:func:`services.delivery.sse.read_back`), and hands them to
-  every :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
+* :class:`Notifier` is the process's hub. Whoever committed a batch (``ViewStore.commit``
+  in this process) calls :meth:`Notifier.notify` with the feeds that changed and what it
+  committed; batches committed by *other* instances arrive as notifications on the store's
+  channel (:class:`~services.delivery.store_wakeups.StoreWakeups`, where the backend has one).
+* A :class:`RunFeed` exists per run while at least one client follows it live. **Handed
+  off, not read back**: the frames a poll of this process appended to the run, made from
+  the rows it wrote (:class:`services.delivery.view_sink.Committed`), are taken at once when
+  they follow the feed's cursor (:meth:`RunFeed.take`). The store is read only for what was
+  not handed over: a gap, another instance's commit (its notification), a run whose stored
+  frames the poll rewrote (a strip after the terminal, a purge), the feed's first read.
+* A feed not handed its frames is woken, and is due; the hub's one reader reads the new
+  frames of every due feed together (``ViewStore.read_feeds``: one read however many runs
+  the batch touched; a read of few runs on the event loop, of many in a worker thread:
+  :func:`services.common.subscription.store_work`), each with its SSE bytes made once when
+  read back (:func:`services.delivery.sse.read_back`), and hands them to every
+  :class:`Subscription` of the run. Wake-ups that arrive during a read coalesce into one
   more read.
 * The store stays the single source of frames: a client reads its backlog (a resume,
   a new client replaying from 1, a gap, a subscription that overflowed) from the store,
   and follows the feed only from where it caught up. Frame ids are dense per run, so a
-  client recognises a gap or a duplicate by id alone.
+  client recognises a gap or a duplicate by id alone, and so does a feed: whether read
+  back or handed over, it hands its clients only the frames after its cursor.
 * A lost wake-up (a dropped ``LISTEN`` connection, a notification sent while this
   process was not listening) is caught by one fallback query per ``poll_interval`` for
   *all* live runs together (``ViewStore.heads``), never one query per client.
-* Tracing on, a frame read with the ``traceparent`` of the span that appended it is handed
-  over inside a ``delivery sse send`` span under that span (:meth:`Notifier.sending`): one
+* Tracing on, a frame read or handed over with the ``traceparent`` of the span that
+  appended it is handed to the clients inside a ``delivery sse send`` span under that span (:meth:`Notifier.sending`): one
   per frame and feed, however many clients follow the run.
 
 A conversation's notices (D7, :mod:`services.delivery.notices`) are feeds of the same hub:
@@ -70,6 +77,15 @@ class FeedSource(Protocol):
 
     def heads(self, keys: Sequence[str]) -> dict[str, tuple[int, bool]]:
         """``{key: (last frame id, deleted)}``: the fallback check when no wake-up arrived."""
+        ...
+
+
+class Handed(Protocol):
+    """What a poll of this process committed, handed to its feeds in memory
+    (:class:`services.delivery.view_sink.Committed`)."""
+
+    def frames(self, key: str) -> Sequence[Frame] | None:
+        """The frames committed to the feed ``key``, in id order (``None``: none handed over)."""
         ...
 
 
@@ -158,8 +174,28 @@ class RunFeed:
     def deliver(self, read: FeedRead, page: int) -> None:
         """Hand one read's frames to every subscription; a full page makes the feed due again."""
         self.reads += 1
-        if read.frames:
-            frames = read.frames  # one object per frame for every client, its SSE event made once
+        self._hand([frame for frame in read.frames if frame.id > self.cursor])
+        if len(read.frames) >= page:
+            self.wake()
+        elif not read.exists or read.deleted:
+            for subscription in list(self.subscriptions):
+                subscription.end("gone")
+
+    def take(self, frames: Sequence[Frame]) -> bool:
+        """Frames a poll of this process committed, handed over without a read: every
+        subscription is handed those after the cursor. ``False`` when they do not follow it
+        (frames in between are still to be read: another instance's, a page not read yet):
+        the feed then reads the store."""
+        fresh = [frame for frame in frames if frame.id > self.cursor]
+        if fresh and fresh[0].id != self.cursor + 1:
+            return False
+        self._hand(fresh)
+        return True
+
+    def _hand(self, frames: list[Frame]) -> None:
+        """Frames that follow the cursor, to every subscription: one object per frame for every
+        client, its SSE event made once. Read back or handed over, no frame is handed twice."""
+        if frames:
             self.cursor = frames[-1].id
             subscriptions = list(self.subscriptions)
             sending = [] if self.hub.tracer is None else self.hub.sending(frames, len(subscriptions))
@@ -167,11 +203,6 @@ class RunFeed:
                 subscription.offer(frames)
             for span in sending:
                 span.end()
-        if len(read.frames) >= page:
-            self.wake()
-        elif not read.exists or read.deleted:
-            for subscription in list(self.subscriptions):
-                subscription.end("gone")
 
     def fail(self, error: BaseException) -> None:
         for subscription in list(self.subscriptions):
@@ -314,26 +345,30 @@ class Notifier:
     def version(self, run_id: str) -> int:
         return self._versions.get(run_id, 0)
 
-    def notify(self, run_ids: Iterable[str]) -> None:
-        """Call on the event loop's thread."""
+    def notify(self, run_ids: Iterable[str], handed: Handed | None = None) -> None:
+        """These feeds changed; ``handed``: what this process's poll committed to them, taken
+        without a read by each feed it follows on (:meth:`RunFeed.take`), the others woken.
+        Call on the event loop's thread."""
         for run_id in run_ids:
             self._sequence += 1
             self._versions[run_id] = self._sequence
             for event in self._waiters.get(run_id, ()):
                 event.set()
             feed = self.feeds.get(run_id)
-            if feed is not None:
-                feed.wake()
+            if feed is not None and not feed.closed:
+                frames = None if handed is None else handed.frames(run_id)
+                if frames is None or not feed.take(frames):
+                    feed.wake()
         if len(self._versions) > 50_000:  # forget quiet runs; a waiter just re-reads the store
             for run_id in [r for r in self._versions if r not in self._waiters][:25_000]:
                 del self._versions[run_id]
 
-    def notify_threadsafe(self, run_ids: Iterable[str]) -> None:
-        """Call from a worker thread (e.g. right after ``process()`` in ``to_thread``)."""
+    def notify_threadsafe(self, run_ids: Iterable[str], handed: Handed | None = None) -> None:
+        """Call from a worker thread (e.g. right after ``commit()`` in ``to_thread``)."""
         ids = list(run_ids)
         if self._loop is None or self._loop.is_closed():
             return  # nobody can be waiting on a loop that was never bound
-        self._loop.call_soon_threadsafe(self.notify, ids)
+        self._loop.call_soon_threadsafe(self.notify, ids, handed)
 
     async def wait(self, run_id: str, seen: int, timeout: float) -> int:
         """Return once ``version(run_id) != seen`` or after ``timeout`` seconds."""

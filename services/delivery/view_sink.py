@@ -25,17 +25,21 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from eventsourcing.persistence import Tracking
 from opentelemetry.trace import Tracer
 
 from imprint.delivery import handling, merge
+from imprint.delivery.frames import Frame
 from imprint.delivery.handling import Context, Effects
+from imprint.delivery.rows import FRAME_ROW
 from imprint.runtime import tracecontext
 from services.common.dispatch import Dispatch, Handled, Spans
 from services.common.inbound import Inbound
 from services.common.observability import get_logger
 from services.delivery.hot_runs import HotRuns
+from services.delivery.sse import read_back
 from services.delivery.view_tables import ViewTables
 from services.delivery.view_workspace import TracedWorkspace, ViewWorkspace
 
@@ -45,6 +49,11 @@ NOTIFY_PAYLOAD_BYTES = 7000
 """PostgreSQL caps a notification's payload at 8000 bytes; run ids are packed below that."""
 
 ConflictListener = Callable[[merge.Conflict], None]
+
+RUN_ID, FRAME_ID, EVENT, DATA, BODY_SHA256 = (FRAME_ROW.index(column) for column in
+                                              ("run_id", "frame_id", "event", "data", "body_sha256"))
+TRACEPARENT = len(FRAME_ROW)
+"""Where a traced poll's frame row keeps the ``traceparent`` (after :data:`FRAME_ROW`)."""
 
 
 def notify_payloads(origin: str, run_ids: Sequence[str]) -> list[str]:
@@ -130,13 +139,43 @@ def _traced(item: Inbound) -> Context:
 UNTRACED = Context()
 
 
-def _touched(ws: ViewWorkspace, handled: list[Handled[Effects]]) -> list[str]:
-    """The live feeds the poll changed (woken after the commit)."""
-    return list(ws.touched)
+@dataclass(frozen=True)
+class Committed:
+    """What a poll committed, for its own process's live feeds (:meth:`Notifier.notify
+    <services.delivery.notifier.Notifier.notify>`): the feeds it changed, and the frames it
+    appended to each run, handed over in memory rather than read back.
+
+    The rows are the ones the poll wrote, as it wrote them (:attr:`PollRows.appended
+    <imprint.delivery.rows.PollRows.appended>`), so a frame is made of the same text the store
+    holds, by the same :func:`~services.delivery.sse.read_back`: the bytes a client gets do not
+    depend on which path brought them. A run whose stored frames the poll rewrote behind its
+    rows (a strip after the terminal, a purge) hands nothing over: its feeds read the store."""
+
+    feeds: list[str]
+    rows: dict[str, list[list[Any]]]
+    traced: bool = False
+
+    def frames(self, key: str) -> list[Frame] | None:
+        """The frames the poll appended to the run ``key``, in id order (``None``: nothing handed
+        over, the feed reads the store)."""
+        rows = self.rows.get(key)
+        if rows is None:
+            return None
+        return [read_back(row[RUN_ID], row[FRAME_ID], row[EVENT], row[DATA], row[BODY_SHA256],
+                          row[TRACEPARENT] if self.traced else None) for row in rows]
 
 
-def applying(tracer: Tracer | None) -> Dispatch[ViewWorkspace, Context, Effects, list[str]]:
-    """Delivery's policy over a poll; its result is the feeds whose streams changed. Nothing
-    leaves Delivery before its commit."""
+NOTHING_COMMITTED = Committed([], {})
+
+
+def _committed(ws: ViewWorkspace, handled: list[Handled[Effects]]) -> Committed:
+    """The live feeds the poll changed and the frames it appended (handed on after the commit)."""
+    rows = {run_id: appended for run_id, appended in ws.appended.items() if run_id not in ws.rewritten}
+    return Committed(list(ws.touched), rows, ws.keeps_trace)
+
+
+def applying(tracer: Tracer | None) -> Dispatch[ViewWorkspace, Context, Effects, Committed]:
+    """Delivery's policy over a poll; its result is what it committed for the live feeds.
+    Nothing leaves Delivery before its commit."""
     context = _untraced if tracer is None else _traced
-    return Dispatch(handling, lambda fresh: context, _touched, tracer=tracer, spans=APPLY)  # type: ignore[arg-type]
+    return Dispatch(handling, lambda fresh: context, _committed, tracer=tracer, spans=APPLY)  # type: ignore[arg-type]

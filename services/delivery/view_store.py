@@ -38,7 +38,7 @@ from services.delivery.notifier import FeedRead
 from services.delivery.seen_store import SeenStore
 from services.delivery.sse import read_back
 from services.delivery.hot_runs import HotRuns
-from services.delivery.view_sink import ViewSink, applying, notify_payloads
+from services.delivery.view_sink import NOTHING_COMMITTED, Committed, ViewSink, applying, notify_payloads
 from services.delivery.view_workspace import now, purge
 from services.delivery.view_tables import ViewTables
 from services.delivery.view_upgrade import upgrade
@@ -103,19 +103,26 @@ class ViewStore:
 
     # ------------------------------------------------------------------ writing
 
-    def process(self, batch: Sequence[Inbound]) -> list[str]:
-        """Apply a poll in one transaction with its tracking records. Returns every live
-        feed the poll changed — the runs whose streams have new frames or were deleted, and
-        the conversations' notices (D7, :func:`~services.delivery.view_tables.notice_feed`):
-        wake them after this returns; other instances hear the poll's notification."""
+    def commit(self, batch: Sequence[Inbound]) -> Committed:
+        """Apply a poll in one transaction with its tracking records. Returns what it
+        committed: every live feed the poll changed — the runs whose streams have new frames
+        or were deleted, and the conversations' notices (D7,
+        :func:`~services.delivery.view_tables.notice_feed`) — and the frames it appended:
+        hand both to this process's feeds after this returns (:meth:`Notifier.notify
+        <services.delivery.notifier.Notifier.notify>`); other instances hear the poll's
+        notification and read the store."""
         outcome = self.units.run(batch, self.applying, self.sink)
         match outcome:
-            case Recorded(touched):
-                return touched
+            case Recorded(committed):
+                return committed
             case Redelivered():
-                return []
+                return NOTHING_COMMITTED
             case _:  # unconfirmed or refused: the poll is retried; its positions make it idempotent
                 raise outcome.error  # type: ignore[union-attr]
+
+    def process(self, batch: Sequence[Inbound]) -> list[str]:
+        """:meth:`commit`, for a caller that wakes the feeds it changed (they read the store)."""
+        return self.commit(batch).feeds
 
     # --- stream tickets (D6), shared by every Delivery instance ----------------------------
 

@@ -157,6 +157,7 @@ class ViewWorkspace(PollRows):
     def strip(self, run: RunRows, key: str, reason: str) -> None:
         self.flush_frames()
         strip_key(self.views, self.c, run.projection.run_id, key, reason)
+        self.rewritten.add(run.projection.run_id)
 
     def purge(self, conversation_id: str, account_id: str | None) -> None:
         # The poll's notices wait for its end: a conversation row is locked only after every
@@ -166,6 +167,7 @@ class ViewWorkspace(PollRows):
         purged = purge(self.views, self.c, conversation_id, account_id)
         for run_id in purged:
             self.touched[run_id] = None
+            self.rewritten.add(run_id)
             self.hot.drop(run_id)
         if purged:
             self.touched[notice_feed(conversation_id)] = None

@@ -28,7 +28,7 @@ from imprint.delivery.notices import Notice
 
 FRAME_ROW = ("run_id", "frame_id", "event", "data", "body_sha256", "skey", "superseded", "created_at")
 """What a pending frame row holds, in this order (a traced poll's rows add the ``traceparent``)."""
-DATA, SUPERSEDED = FRAME_ROW.index("data"), FRAME_ROW.index("superseded")
+FRAME_ID, DATA, SUPERSEDED = FRAME_ROW.index("frame_id"), FRAME_ROW.index("data"), FRAME_ROW.index("superseded")
 
 
 @dataclass
@@ -90,6 +90,14 @@ class PollRows:
     skeleton it is written as if a newer frame of the key follows in this poll."""
     strips: list[tuple[str, str, int]] = field(default_factory=list)
     """(skeleton, run_id, frame_id) of stored frames a newer frame of their key superseded."""
+    appended: dict[str, list[list[Any]]] = field(default_factory=dict)
+    """Each run's frame rows of this poll in id order, as they are stored once it commits: the
+    rows of :attr:`inserts` themselves, so one superseded later in the poll holds its skeleton
+    here too. What the poll hands its own process's live feeds, which read back only what a
+    rewrite changed behind these rows (:attr:`rewritten`)."""
+    rewritten: set[str] = field(default_factory=set)
+    """Runs whose stored frames this poll rewrote beyond superseding them (a strip after the
+    terminal, a purge): their frames are read back from the store, not handed over."""
     conflict_rows: list[tuple[Any, ...]] = field(default_factory=list)
 
     # -------------------------------------------------------------- the poll's runs
@@ -163,13 +171,23 @@ class PollRows:
                 live = self._live(run, draft.key)
                 if live is not None and live[0] is not None:
                     self.strips.append((live[1], run_id, int(live[0])))
+                    self._superseded(run_id, int(live[0]), live[1])
             self.pending[(run_id, draft.key)] = (len(self.inserts), draft.superseded)
             self._set_live(run, draft.key, frame_id, draft.superseded)  # type: ignore[arg-type]
         row = [run_id, frame_id, draft.event, draft.text, draft.body_sha256, draft.key, 0, self.now]
         if self.keeps_trace:
             row.append(trace)
         self.inserts.append(row)
+        self.appended.setdefault(run_id, []).append(row)
         return frame_id
+
+    def _superseded(self, run_id: str, frame_id: int, skeleton: str | None) -> None:
+        """A frame written earlier in this poll (before a flush) was superseded: its row here
+        becomes the skeleton the strip writes."""
+        rows = self.appended.get(run_id)
+        at = frame_id - rows[0][FRAME_ID] if rows else -1
+        if 0 <= at < len(rows):
+            rows[at][DATA], rows[at][SUPERSEDED] = skeleton, 1
 
     def _live(self, run: RunRows, key: str) -> tuple[int | None, str | None] | None:
         if key.startswith("block:"):

@@ -205,3 +205,34 @@ async def test_a_feed_sends_each_traced_frame_in_one_span_whatever_the_number_of
     assert [s.attributes["imprint.frame_id"] for s in sends] == [1, 3], "a frame that names no span starts none"
     assert all(s.attributes["imprint.subscribers"] == 50 for s in sends), "one span per frame, not per client"
     assert all(s.parent is not None and s.parent.span_id == send.context.span_id for s in sends)
+
+
+@pytest.mark.rule("X9")
+@pytest.mark.rule("D1")
+async def test_a_frame_handed_over_is_sent_in_a_span_under_the_apply_that_appended_it(tmp_path: Path) -> None:
+    tracer, exporter = recording()
+    parent, _ = remote_parent(tracer)
+    feed = Feeder(lambda batch: batch)
+    store = ViewStore(Settings(state_dir=tmp_path, database_url=None), tracer=tracer)
+    hub = Notifier(poll_interval=60, tracer=tracer)
+    try:
+        store.commit(feed.wrap(running(RUN)))
+        client = hub.subscribe(RUN, store, 1)
+        await settle(lambda: hub.feeds[RUN].reads == 1 and not hub._due, "the first read")
+        batch = feed.wrap(published(RUN, "b1", 1, BODY))
+        batch[0] = dataclasses.replace(batch[0], trace=parent)
+        committed = store.commit(batch)
+        hub.notify(committed.feeds, committed)
+        frames = await asyncio.wait_for(client.next(), 10)
+        assert hub.feeds[RUN].reads == 1, "handed over, not read back"
+        client.close()
+    finally:
+        await hub.close()
+        store.close()
+    spans = exporter.get_finished_spans()
+    [applied] = [s for s in spans if s.name == "delivery apply" and s.attributes["imprint.message_type"]
+                 == "answer.published"]
+    sends = [s for s in spans if s.name == "delivery sse send"]
+    assert frames and [s.attributes["imprint.frame_id"] for s in sends] == [f.id for f in frames]
+    assert all(s.parent is not None and s.parent.span_id == applied.context.span_id for s in sends)
+    no_body(spans)

@@ -1,5 +1,6 @@
 """The live-feed hub without a database: a fake store stands in for ``read_feeds``/``heads``
-(the real store and HTTP are in tests/integration/delivery/test_delivery_live_feed.py)."""
+and for what a poll of this process commits and hands over (the real store and HTTP are in
+tests/integration/delivery/test_delivery_live_feed.py and test_delivery_handoff.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from imprint.delivery.frames import Frame
 from services.delivery.notifier import Notifier
 from services.delivery.sse import frame_event, read_back
 from services.delivery.store_wakeups import StoreWakeups
+from services.delivery.view_sink import Committed
 from services.delivery.view_store import FeedRead
 
 RUN = "run-feed"
@@ -34,6 +36,14 @@ class FakeStore:
         for _ in range(count):
             n = sum(1 for f in self.frames if f.run_id == run_id) + 1
             self.frames.append(read_back(run_id, n, "progress", as_json({"stage": f"s{n}"}), f"h{n}"))
+
+    def commit(self, count: int, run_id: str = RUN) -> Committed:
+        """``count`` frames committed by a poll of this process: stored, and handed over as
+        the poll wrote them (its frame rows)."""
+        before = len(self.frames)
+        self.add(count, run_id)
+        return Committed([run_id], {run_id: [[f.run_id, f.id, f.event, f.text, f.body_sha256, None, 0, ""]
+                                             for f in self.frames[before:]]})
 
     def read_feeds(self, cursors: dict[str, int], limit: int = 1000) -> dict[str, FeedRead]:
         self.reads += 1
@@ -166,3 +176,96 @@ async def test_notifications_wake_the_feeds_of_other_instances_only() -> None:
         assert not wakeups.own('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
         wakeups.heard('{"origin": "another", "runs": ["run-feed", "run-elsewhere"]}')
         assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1]
+
+
+def handed(frames: list[Frame], run_id: str = RUN) -> Committed:
+    """A poll's hand-off of these (already stored) frames."""
+    return Committed([run_id], {run_id: [[f.run_id, f.id, f.event, f.text, f.body_sha256, None, 0, ""]
+                                         for f in frames]})
+
+
+async def a_read_in_flight(store: FakeStore, hub: Notifier) -> None:
+    """Wake the feed (as the fallback check would) and hold its read in the store."""
+    store.gate.clear()
+    store.reading.clear()
+    hub.notify([RUN])
+    await asyncio.to_thread(store.reading.wait, 10)
+
+
+@pytest.mark.rule("D1")
+async def test_frames_this_process_committed_are_handed_to_every_client_without_a_read() -> None:
+    async with one_client() as (store, hub, first):
+        second = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+        committed = store.commit(3)
+        hub.notify(committed.feeds, committed)
+        assert not hub._due, "taken at once: nothing for the reader"
+        a, b = await first.next(), await second.next()
+        assert [f.id for f in a] == [1, 2, 3] and all(x is y for x, y in zip(a, b, strict=True))
+        assert [f.sse for f in a] == [f.sse for f in store.frames], "the bytes a read back makes"
+        assert store.reads == 1, "no read but the feed's first"
+        second.close()
+
+
+@pytest.mark.rule("D1")
+async def test_a_frame_both_read_back_and_handed_over_reaches_a_client_once() -> None:
+    async with one_client() as (store, hub, subscription):
+        store.add(2)
+        await a_read_in_flight(store, hub)  # it will return frames 1-2
+        hub.notify([RUN], handed(store.frames[0:2]))  # the poll that committed them hands them over meanwhile
+        store.gate.set()
+        await settle(lambda: hub.feeds[RUN].reads == 2, "the read delivered")
+        store.add(1)
+        hub.notify([RUN], handed(store.frames[1:3]))  # a hand-off repeating frame 2
+        frames: list[Frame] = []
+        while len(frames) < 3:
+            frames += await asyncio.wait_for(subscription.next(), 10)
+        assert [f.id for f in frames] == [1, 2, 3], "each frame once, whichever path brought it first"
+        assert hub.feeds[RUN].cursor == 3 and store.reads == 2
+
+
+@pytest.mark.rule("D1")
+async def test_a_hand_off_after_a_gap_makes_the_feed_read_the_store() -> None:
+    async with one_client() as (store, hub, subscription):
+        store.add(2)  # committed by another instance; its notification has not arrived
+        committed = store.commit(1)  # frame 3, committed here
+        hub.notify(committed.feeds, committed)
+        frames: list[Frame] = []
+        while len(frames) < 3:
+            frames += await asyncio.wait_for(subscription.next(), 10)
+        assert [f.id for f in frames] == [1, 2, 3], "read from the store from the cursor on: no gap"
+        assert store.reads == 2
+
+
+@pytest.mark.rule("D1")
+async def test_another_instances_frames_are_read_and_this_ones_handed_over_after_them() -> None:
+    async with one_client() as (store, hub, subscription):
+        wakeups = StoreWakeups(None, "me", hub)  # type: ignore[arg-type] # what it hears, without a listener
+        store.add(2)  # another instance's poll, and its notification
+        wakeups.heard('{"origin": "another", "runs": ["run-feed"]}')
+        assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [1, 2]
+        assert store.reads == 2, "another instance's frames are read from the store"
+        committed = store.commit(2)
+        hub.notify(committed.feeds, committed)
+        assert [f.id for f in await asyncio.wait_for(subscription.next(), 10)] == [3, 4]
+        assert store.reads == 2, "this process's frames follow the cursor: handed over, not read"
+
+
+@pytest.mark.rule("D1")
+async def test_a_client_joining_during_a_hand_off_gets_each_frame_once() -> None:
+    async with one_client() as (store, hub, early):
+        store.add(2)
+        await a_read_in_flight(store, hub)  # it will return frames 1-2
+        hub.notify([RUN], handed(store.frames[0:2]))
+        late = hub.subscribe(RUN, store, 0)  # type: ignore[arg-type]
+        assert late.floor == 2, "frames 1-2 were handed over before it joined: it reads them from the store"
+        store.gate.set()
+        await settle(lambda: hub.feeds[RUN].reads == 2, "the read delivered")
+        committed = store.commit(1)
+        hub.notify(committed.feeds, committed)
+        frames: list[Frame] = []
+        while len(frames) < 3:
+            frames += await asyncio.wait_for(early.next(), 10)
+        assert [f.id for f in frames] == [1, 2, 3]
+        assert [f.id for f in await asyncio.wait_for(late.next(), 10)] == [3], "after its floor, once"
+        assert not late.frames
+        late.close()

@@ -1,7 +1,7 @@
 """Real-HTTP helpers for the delivery tiers: uvicorn on 127.0.0.1 in a thread, a
-feeder that drives ``ViewStore.process()`` with Inbound records (the Kafka consumer's
-job, until it is wired), a real Kafka ``publish``, message builders, an SSE reader
-and a killable TCP proxy."""
+feeder that drives ``ViewStore.commit()`` with Inbound records and hands what it
+committed to the live feeds (the Kafka consumer's job), a real Kafka ``publish``,
+message builders, an SSE reader and a killable TCP proxy."""
 
 from __future__ import annotations
 
@@ -108,9 +108,9 @@ class Feeder(OneFeeder[list[str]]):
         super().__init__(self._process)
 
     def _process(self, batch: list[Inbound]) -> list[str]:
-        touched = self.store.process(batch)
-        self.notifier.notify_threadsafe(touched)
-        return [feed for feed in touched if conversation_of(feed) is None]
+        committed = self.store.commit(batch)
+        self.notifier.notify_threadsafe(committed.feeds, committed)
+        return [feed for feed in committed.feeds if conversation_of(feed) is None]
 
 
 # ----------------------------------------------------------------------- TCP proxy

@@ -1,5 +1,5 @@
 """The walk of one ``answer.published`` through Delivery — its Kafka record decoded, the poll's
-unit of work and commit, the live feed's read, the SSE bytes a stream writes — passes control
+unit of work and commit, the frames it hands the live feed, the SSE bytes a stream writes — passes control
 between code defined in ``libs/`` and code defined in ``services/`` six times (a call or its
 return each): the contract's decode, ``prepare``, ``handle``. Everything else a handler needs
 is held in memory by the poll's rows (``imprint.delivery.rows``), read once up front, and the
@@ -45,9 +45,8 @@ def test_one_published_block_crosses_between_libs_and_services_six_times(backend
 
         def walk() -> None:
             inbound, refused = decode_records(settings, "delivery", [record])
-            store.process(inbound)
-            read = store.read_feeds({RUN: 2}, 100)[RUN]
-            sent.extend(SSEFrames().frame(frame) for frame in read.frames)
+            handed = store.commit(inbound).frames(RUN)  # what the live feed takes (another instance reads it)
+            sent.extend(SSEFrames().frame(frame) for frame in handed or ())
 
         seen = crossings(walk)
         assert len(sent) == 1 and sent[0].startswith(b"id: 3\nevent: answer-publication\ndata: {")
