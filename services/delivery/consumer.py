@@ -26,13 +26,15 @@ most a gathered record waits for the records after it. A busy Delivery takes its
 in fewer polls — a view transaction, a position and a wake-up each — for at most this much
 more until their frames."""
 
-GATHER_FROM = 8
+GATHER_FROM = 4
 """The fewest records of a poll after which Delivery's next fetch gathers (:data:`GATHER_MS`).
 Every record on this path is a frame a client waits for. At a paced load a poll brings a
-proposal's previews or its publications (a few records): a window there would be a fixed
-delay on every frame, not a batch, so such a poll's next fetch is a long poll answered by
-the next record. Polls this large mean records arrive faster than polls turn: gathering
-them costs a window's delay and saves polls."""
+proposal's previews or its publications (a pair: they are produced together): a window
+there would be a fixed delay on every frame, not a batch, so such a poll's next fetch is a
+long poll answered by the next record. A poll of more than one proposal's pair means
+records arrive faster than polls turn: gathering them costs a window's delay and saves
+polls. The price of not gathering a paced load is a poll for the previews and one for the
+publications of each proposal, where a window would have taken both in one."""
 
 
 def subscribe(broker: KafkaBroker, settings: Settings, outbox: Outbox, store: ViewStore, notifier: Notifier) -> None:
