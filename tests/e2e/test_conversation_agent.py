@@ -94,8 +94,12 @@ async def converse(settings: Settings) -> tuple[list[tuple[str, str]], Researche
 def test_a_pydantic_ai_agent_started_twice_on_one_conversation_answers_in_queue_order(isolated: Settings) -> None:
     with Stack(isolated):
         log, model = asyncio.run(converse(isolated))
-        values: list[dict[str, Any]] = asyncio.run(read_topic(isolated, Topic.RUNS, timeout=WAIT, until=lambda vs: {
-            v["run_id"] for v in vs if v["type"] == "run.closed"} >= set(QUESTIONS)))
+        # Until every run is closed and every question ended: a conversation's queue facts are
+        # keyed by the conversation and a run's by the run, so they share no partition and no
+        # order on the topic — one may be read before the other was relayed.
+        values: list[dict[str, Any]] = asyncio.run(read_topic(isolated, Topic.RUNS, timeout=WAIT, until=lambda vs: all(
+            {v["run_id"] for v in vs if v["type"] == kind} >= set(QUESTIONS)
+            for kind in ("run.closed", "conversation.question_ended"))))
 
     assert log == [("started", "qa-1"), ("completed", "qa-1"), ("started", "qa-2"), ("completed", "qa-2")]
     assert model.calls == [QUESTIONS["qa-1"]] * 2 + [QUESTIONS["qa-2"]] * 2, "the second agent ran after the first"
