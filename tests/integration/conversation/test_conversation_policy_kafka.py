@@ -147,9 +147,12 @@ async def cancel(settings: Settings, rt: Runtime, seen: dict[str, object]) -> No
     second = await rt.ask("c-cancel", "x2", "And the annex.")
     waiting = rt.start(second)
     await queued(rt, "x2")
-    await produce(settings, Topic.CONTROL,  # what Delivery's HTTP API puts on the control topic
-                  QuestionCancelRequested(conversation_id="c-cancel", account_id=ACCOUNT, run_id="x2"),
-                  QuestionCancelRequested(conversation_id="c-cancel", account_id=ACCOUNT, run_id="x1"))
+    # What Delivery's HTTP API puts on the control topic. Both are keyed by the conversation:
+    # the Journal takes x1's before x2's, so x2's cancellation (awaited below) is announced
+    # only once x1's request was refused while x1 still runs (it completes after).
+    await produce(settings, Topic.CONTROL,
+                  QuestionCancelRequested(conversation_id="c-cancel", account_id=ACCOUNT, run_id="x1"),
+                  QuestionCancelRequested(conversation_id="c-cancel", account_id=ACCOUNT, run_id="x2"))
     with pytest.raises(RunCancelled):
         await waiting
     await first.complete("answered", answer_text="Translated.")
