@@ -4,8 +4,9 @@ conversation's notices (D7), health,
 metrics, the OpenAPI document (``/openapi.json``) and the reference web client.
 
 ``create_app(settings, store, publish)``: ``publish`` sends a contract message to its
-topic (the contract's own map, :func:`imprint.contracts.registry.topic_of`); the Kafka consumer that feeds ``store.process()`` pokes
-``app.state.notifier`` with the run ids that got frames. The routes live in
+topic (the contract's own map, :func:`imprint.contracts.registry.topic_of`); the Kafka
+consumer that feeds ``store.commit()`` hands ``app.state.notifier`` the feeds that changed
+and the frames it committed. The routes live in
 :mod:`services.delivery.routes`, one router per concern."""
 
 from __future__ import annotations
