@@ -91,6 +91,11 @@ class Plan:
     replay_sizes: tuple[int, ...] = (250_000, 1_000_000)
     replay_rss_limit_mb: int = 12_000
     replay_timeout: float = 400
+    pinned_burst_per_s: float = 0
+    """Set every offered load against this rate instead of the burst saturation the run
+    measures (0: measured). For comparing two builds at the same offered rates: each run's own
+    burst moves with the machine, and CPU per proposal at a paced load moves with the rate. The
+    burst is still measured and reported; only the loads derived from it are pinned."""
 
 
 QUICK = Plan(rest_seconds=10, rest_probes=3, rounds=1, transport_seconds=2, transport_burst=2000, commit_count=1000, consumer_floor_seconds=2,

@@ -50,8 +50,9 @@ class Context:
         return self.results["windows"]  # type: ignore[no-any-return]
 
     def burst_rate(self) -> float:
-        """Burst saturation (the 25/run median): the unit every offered load is set in."""
-        rate = (self.e2e.get("saturation") or {}).get("per_s")
+        """Burst saturation (the 25/run median), or the plan's pinned rate: the unit every offered
+        load is set in."""
+        rate = self.plan.pinned_burst_per_s or (self.e2e.get("saturation") or {}).get("per_s")
         if not rate:
             raise RuntimeError("no burst saturation measured: the loads relative to it cannot be set")
         return float(rate)
@@ -313,7 +314,7 @@ async def profiles(ctx: Context) -> None:
     plan = ctx.plan
     recorders = {part: profile.start(pid, ctx.profile_dir / f"{part}.txt", plan.profile_seconds)
                  for part, pid in ctx.stack.pids().items()}
-    rate = ((ctx.e2e.get("saturation") or {}).get("per_s") or 300) * 1.5
+    rate = ctx.burst_rate() * 1.5
     count = int(rate * plan.profile_seconds)
     when = f"an overload burst of {count} proposals, {PER_RUN}/run"
     ctx.say(f"profile: py-spy on every part during {when}")
