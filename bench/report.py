@@ -121,6 +121,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         "commit", _ratio(stack, _get(floors, "commit", "machine_cpu_ms_per_proposal")), None, "floor")
     for target in compare.targets(e2e):  # the same stack built the obvious way (bench/peer)
         add(target.key, target.name, target.value, target.bound, target.better)
+    # Paced = burst: the stack's own CPU per proposal (parts, broker, PostgreSQL; SSE clients on
+    # both sides) at each latency load ÷ the whole-stack burst's.
+    burst_stack = _get(e2e, "stack_cpu", "stack_cpu_ms_per_proposal")
+    paced_steps = _get(e2e, "latency", "steps") or {}
+    for load, bound in ((0.3, 1.5), (0.05, 2.0)):
+        key = next((k for k in paced_steps if abs(float(k) - load) < 1e-9), str(load))
+        add(f"stack_paced_{load * 100:.0f}_vs_burst_cpu", f"Paced: the stack's CPU per proposal at {load:.0%} of the "
+            f"burst ÷ in the burst (parts, broker, PostgreSQL; to the SSE frame)",
+            _ratio(_get(paced_steps, key, "stack_cpu_ms_per_proposal"), burst_stack), bound, "lower")
 
     many = e2e.get("many_runs") or {}
     shapes = many.get("shapes") or {}

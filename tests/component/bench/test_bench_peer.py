@@ -126,3 +126,15 @@ def test_a_paced_rate_the_peer_did_not_keep_up_with_is_said_beside_the_table() -
     assert any("did not keep up at 42.0/s" in line for line in compare.markdown(results))
     results["peer"]["paced"]["complete"] = True
     assert not any("did not keep up" in line for line in compare.markdown(results))
+
+
+def test_paced_against_burst_is_the_stacks_cpu_at_each_latency_load_over_its_burst_cpu() -> None:
+    rows = {row["key"]: row for row in report.targets({"e2e": e2e(2.0, 6.5, 4.0, 9.7, 60.0, 17.0)})}
+    assert rows["stack_paced_30_vs_burst_cpu"]["value"] == round(1.0 / 2.0, 3)
+    assert rows["stack_paced_30_vs_burst_cpu"]["status"] == "PASS"  # 0.5 ≤ 1.5
+    assert rows["stack_paced_5_vs_burst_cpu"]["value"] == round(4.0 / 2.0, 3)
+    assert rows["stack_paced_5_vs_burst_cpu"]["status"] == "PASS"  # 2.0 ≤ 2 (the bound is inclusive)
+    missed = {row["key"]: row["status"] for row in report.targets({"e2e": e2e(2.0, 6.5, 14.9, 9.7, 60.0, 17.0)})}
+    assert missed["stack_paced_5_vs_burst_cpu"] == "MISS"  # 7.45 > 2
+    unmeasured = {row["key"]: row["status"] for row in report.targets({"e2e": {}})}
+    assert unmeasured["stack_paced_30_vs_burst_cpu"] == unmeasured["stack_paced_5_vs_burst_cpu"] == "n/a"
