@@ -19,8 +19,9 @@ its own subclasses only:
     after (it returns the notification ids there).
 ``PostgresApplicationRecorder._notify_channel(cursor)``
     The ``NOTIFY`` each insert sends, inside the transaction; its payload marks the
-    committing process (:data:`services.common.recorders.COMMITTER`). No setting names a
-    payload.
+    committing process (:data:`services.common.recorders.COMMITTER`), and it is left out
+    while that process's own relay leads and is handed the commit in memory
+    (:attr:`PostgresTrackedInserts.handed_off`). No setting names a payload or drops it.
 ``TrackingRecorder._insert_tracking(cursor, tracking)`` and ``_max_tracking_id(name, cursor)``
     (PostgreSQL, SQLite): the library's statement and guard for one position, on the
     caller's cursor. The public ``insert_tracking`` and ``max_tracking_id`` open their own
@@ -33,7 +34,7 @@ fails on a private member of the library used anywhere else."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from eventsourcing.persistence import StoredEvent, Tracking
@@ -47,10 +48,18 @@ PINNED_VERSION = "9.5.6"
 class PostgresTrackedInserts(PostgresProcessRecorder):
     """The library's PostgreSQL process recorder, writing a poll's tracking records
     (``trackings=[…]``) first in each insert transaction, and sending
-    :attr:`notify_statement` as the transaction's ``NOTIFY``. The subclass provides
-    ``record_positions(cursor, trackings)`` and sets ``notify_statement``."""
+    :attr:`notify_statement` as the transaction's ``NOTIFY`` unless :attr:`handed_off`.
+    The subclass provides ``record_positions(cursor, trackings)`` and sets
+    ``notify_statement``."""
 
     notify_statement: Any
+    handed_off: Callable[[], bool] = staticmethod(lambda: False)
+    """Whether this process's commits are handed, right now, to the log's one active relay
+    in memory (:class:`services.common.handoff.Handoff`, set by
+    :func:`services.common.relay.relay_for`): then nobody needs their ``NOTIFY`` — that
+    relay has them, and a standby reads the log from the recorded position when it takes
+    over — and leaving it out spares the commit the server's notification queue and this
+    process's listening thread a wake-up (and a turn at the GIL) per commit."""
 
     def record_positions(self, curs: Any, trackings: Sequence[Tracking]) -> None:
         raise NotImplementedError
@@ -60,7 +69,8 @@ class PostgresTrackedInserts(PostgresProcessRecorder):
         return super()._insert_events(curs, stored_events, **kwargs)
 
     def _notify_channel(self, curs: Any) -> None:
-        curs.execute(self.notify_statement)
+        if not self.handed_off():
+            curs.execute(self.notify_statement)
 
 
 class SQLiteTrackedInserts(SQLiteProcessRecorder):

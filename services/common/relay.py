@@ -35,6 +35,12 @@ and the Journal log (``imprint serve journal-relay``, or inside ``imprint serve 
   commit whose outcome was unknown, a relay that just took over, and after a quiet spell
   as a safety net (:data:`NOTIFIED_CHECK_SECONDS`; without NOTIFY, a poll that slows to
   :data:`HANDED_CHECK_SECONDS` while nothing is found).
+* **Not notified while handed off.** While its hand-off is open the writer's commits send
+  no ``NOTIFY`` (the PostgreSQL recorder's ``handed_off``, wired by :func:`relay_for`):
+  each woke this process's listening thread (a turn at the GIL beside the commit) and the
+  server's notification queue for a payload the listener dropped. A standby reads the log
+  from the recorded position as it takes over, and a relay whose hand-off closes notifies
+  once (:data:`STOOD_DOWN`); a commit in flight just then waits for the next ``NOTIFY``.
 * A crash between the broker's acknowledgement and the tracking record re-sends the
   last batch with the same deterministic ``event_id``\\ s; consumers dedupe by
   ``event_id``. Nothing committed is skipped.
@@ -97,6 +103,10 @@ HANDED_CHECK_SECONDS = 1.0
 goes without reading its log. The writer's own commits are handed to it at once; a commit
 of another process (a tool) is read by this poll, which starts at ``idle_seconds`` after
 anything was relayed and doubles while nothing is found, up to this."""
+
+
+STOOD_DOWN = "stood-down"
+"""The ``NOTIFY`` payload of a relay whose hand-off closed: no process's mark, so every relay reads at it."""
 
 
 class Publisher(Protocol):
@@ -265,8 +275,7 @@ class Relay:
         loop = asyncio.get_running_loop()
         idle = self._first_quiet_wait()
         if self._handoff is not None:
-            wake = self._wake
-            self._handoff.open(lambda: loop.call_soon_threadsafe(wake.set))
+            self._handoff.open(self._waker(loop))
         self._wake.clear()
         pending = self._next(self.position)
         recording: asyncio.Future[None] | None = None
@@ -319,6 +328,7 @@ class Relay:
         finally:
             if self._handoff is not None:
                 self._handoff.close()
+                await self._stood_down()
             if not pending.done():
                 pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
@@ -326,6 +336,19 @@ class Relay:
                 await recording  # what was acknowledged is recorded before standing down
             if owed and not lost:
                 await asyncio.to_thread(self._record, self.position)
+
+    def _waker(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """The hand-off's call after a commit: at once on the loop, through its self-pipe from a thread."""
+        wake, on_the_loop = self._wake, threading.get_ident()
+        return lambda: wake.set() if threading.get_ident() == on_the_loop else loop.call_soon_threadsafe(wake.set)
+
+    async def _stood_down(self) -> None:
+        """The hand-off closed: one ``NOTIFY`` for the commits it took unnotified."""
+        try:
+            if self._wakeups is not None:
+                await asyncio.to_thread(self._wakeups.wake_all, STOOD_DOWN)
+        except Exception as error:  # noqa: BLE001 — the store is unreachable: so are its commits
+            log.warning("relay could not notify its log as it stood down", relay=self.name, error=type(error).__name__)
 
     async def run(self) -> None:
         if self._producer is not None:
@@ -371,5 +394,7 @@ def relay_for(settings: Settings, app: Application[Any], announce: Announce, *, 
     (:mod:`services.common.backends`)."""
     backend = backend_for(settings)
     outbox = Outbox(settings, f"imprint-relay-{app.name.lower()}", tracer=tracer)
-    return Relay(app, announce, outbox, name=name, to_events=to_events, wakeups=backend.log_wakeups(app.recorder),
+    if (wakeups := backend.log_wakeups(app.recorder)) is not None and handoff is not None:
+        app.recorder.handed_off = lambda: handoff.is_open  # type: ignore[attr-defined]  # no NOTIFY then
+    return Relay(app, announce, outbox, name=name, to_events=to_events, wakeups=wakeups,
                  election=backend.election(name), topics=topics, handoff=handoff, starts_outbox=True)

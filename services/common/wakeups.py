@@ -92,6 +92,12 @@ class ChannelListener:
         self._thread = threading.Thread(target=listen, name=f"wakeups:{self._channel}", daemon=True)
         self._thread.start()
 
+    def wake_all(self, payload: str) -> None:
+        """``NOTIFY`` the channel with ``payload`` (every listener of it hears it, this one
+        too), in a transaction of its own on a connection of the datastore's pool."""
+        with self._datastore.transaction(commit=True) as curs:
+            curs.execute(sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(self._channel), sql.Literal(payload)))
+
     def stop(self) -> None:
         if self._stopping.is_set():
             return
