@@ -30,6 +30,10 @@ from services.common.recorders import Positions
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _NUMBERED = re.compile(r"\$(\d+)")
 """PostgreSQL's numbered placeholders (:meth:`PostgresTables.values`)."""
+PARAMETERS_PER_STATEMENT = 30_000
+"""The most parameters writes sent together put in one PostgreSQL statement (the protocol
+allows 65,535; one multi-row statement of :mod:`services.delivery.view_tables` has at most a
+few thousand)."""
 
 
 def checked_identifier(name: str) -> str:
@@ -225,12 +229,14 @@ class PostgresTables(Tables):
         """One statement for the whole group: each write a data-modifying ``WITH`` query of it
         (PostgreSQL runs every one of them, referenced or not), the notifications its
         ``SELECT``. A pipelined transaction pays psycopg's send and PostgreSQL's parse, plan
-        and protocol messages per statement, whatever the statement holds."""
-        if not writes.statements and not writes.payloads:
-            return
+        and protocol messages per statement, whatever the statement holds. A group past
+        :data:`PARAMETERS_PER_STATEMENT` parameters (a large poll) goes as several."""
         queries: list[str] = []
         params: list[Any] = []
         for statement, values in writes.statements:
+            if queries and len(params) + len(values) > PARAMETERS_PER_STATEMENT:
+                self._execute_values(c, _with(queries, "SELECT 1"), params)
+                queries, params = [], []
             offset = len(params)
             queries.append(_NUMBERED.sub(lambda m, offset=offset: f"${int(m.group(1)) + offset}", statement))
             params.extend(values)
@@ -238,8 +244,8 @@ class PostgresTables(Tables):
         for payload in writes.payloads:
             notices.append(f"pg_notify(${len(params) + 1}, ${len(params) + 2})")
             params.extend((self.channel, payload))
-        head = ("WITH " + ", ".join(f"w{i} AS ({query})" for i, query in enumerate(queries)) + " ") if queries else ""
-        self._execute_values(c, f"{head}SELECT {', '.join(notices) or '1'}", params)
+        if queries or notices:
+            self._execute_values(c, _with(queries, f"SELECT {', '.join(notices) or '1'}"), params)
 
     @contextmanager
     def writing(self) -> Iterator[Any]:
@@ -274,3 +280,8 @@ class PostgresTables(Tables):
         for key in sorted(keys):
             number = int.from_bytes(hashlib.sha256(f"{self.channel}|{key}".encode()).digest()[:8], "big", signed=True)
             c.execute("SELECT pg_advisory_xact_lock(%s)", (number,))
+
+
+def _with(queries: list[str], tail: str) -> str:
+    """``tail`` with each of ``queries`` run as a ``WITH`` query before it."""
+    return ("WITH " + ", ".join(f"w{i} AS ({query})" for i, query in enumerate(queries)) + " " if queries else "") + tail
