@@ -1,7 +1,7 @@
 """Delivery's hot runs (``services.delivery.hot_runs``) are bounded in bytes
 (``IMPRINT_HOT_STATE_BYTES``): each run weighed from the lengths of its rows when a poll
 gives it back, least recently used runs out first past the budget; a run that ended is
-not kept."""
+not kept, and one no poll touched for its idle time leaves."""
 
 from __future__ import annotations
 
