@@ -57,6 +57,7 @@ SETTINGS = (
     ("services/journal/application.py", "kept_after_done", "s a closed execution stays hot"),
     ("services/publication/application.py", "snapshotting_intervals", "events between snapshots, per aggregate"),
     ("services/delivery/hot_runs.py", "RUN_OVERHEAD", "bytes a hot run of Delivery weighs beyond its rows' text"),
+    ("services/delivery/hot_runs.py", "IDLE_SECONDS", "s a hot run of Delivery no poll touched stays kept"),
     ("services/recovery/log_reader.py", "RUNS_PER_READ", "runs `imprint replay` reads and hands a worker at once"),
     ("services/common/lifecycle.py", "GC_THRESHOLD", "the cyclic collector's thresholds once a part runs"),
 )

@@ -28,6 +28,12 @@ from eventsourcing.persistence import IntegrityError, InternalError, Programming
 from services.common.recorders import Positions
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NUMBERED = re.compile(r"\$(\d+)")
+"""PostgreSQL's numbered placeholders (:meth:`PostgresTables.values`)."""
+PARAMETERS_PER_STATEMENT = 30_000
+"""The most parameters writes sent together put in one PostgreSQL statement (the protocol
+allows 65,535; one multi-row statement of :mod:`services.delivery.view_tables` has at most a
+few thousand)."""
 
 
 def checked_identifier(name: str) -> str:
@@ -74,8 +80,32 @@ class Tables(ABC):
         return ", ".join([row] * rows)
 
     def execute_values(self, c: Any, statement: str, params: Sequence[Any]) -> None:
-        """Run a statement built with :meth:`values` (already passed through :meth:`q`)."""
+        """Run a statement built with :meth:`values` (already passed through :meth:`q`); on
+        :class:`Writes` (:meth:`together`), hold it for the end of the group."""
+        if isinstance(c, Writes):
+            c.statements.append((statement, params))
+        else:
+            self._execute_values(c, statement, params)
+
+    def _execute_values(self, c: Any, statement: str, params: Sequence[Any]) -> None:
         c.execute(statement, params)
+
+    @contextmanager
+    def together(self, c: Any) -> Iterator[Writes]:
+        """Writes whose results nobody reads — statements run by :meth:`execute_values` and
+        notifications (:meth:`notify`) given the :class:`Writes` this yields — sent at the end
+        of the block in the order given, in ``c``'s transaction. Each statement must not
+        depend on the rows another of the group writes: a dialect may run them as one
+        statement, over one snapshot (:class:`services.common.backends.PostgresTables`)."""
+        writes = Writes()
+        yield writes
+        self._send_together(c, writes)
+
+    def _send_together(self, c: Any, writes: Writes) -> None:
+        for statement, params in writes.statements:
+            self._execute_values(c, statement, params)
+        for payload in writes.payloads:
+            self.notify(c, payload)
 
     # ------------------------------------------------------------------ transactions
 
@@ -120,7 +150,8 @@ class Tables(ABC):
         return None
 
     def notify(self, c: Any, payload: str) -> None:
-        """Announce ``payload`` to every listener of :attr:`channel` when ``c``'s transaction commits."""
+        """Announce ``payload`` to every listener of :attr:`channel` when ``c``'s transaction
+        commits (on :class:`Writes`: when the group is sent)."""
 
     def lock(self, c: Any, keys: Iterable[str]) -> None:
         """Hold these keys until ``c``'s transaction ends, taken in one order (a backend
@@ -145,6 +176,14 @@ class Tables(ABC):
 
     def close(self) -> None:
         self.datastore.close()
+
+
+class Writes:
+    """Writes held to be sent together (:meth:`Tables.together`)."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, Sequence[Any]]] = []
+        self.payloads: list[str] = []
 
 
 class SQLiteTables(Tables):
@@ -180,11 +219,33 @@ class PostgresTables(Tables):
         # statements, and a multi-row statement is long).
         return ", ".join("(" + ", ".join(f"${r * width + i + 1}" for i in range(width)) + ")" for r in range(rows))
 
-    def execute_values(self, c: Any, statement: str, params: Sequence[Any]) -> None:
+    def _execute_values(self, c: Any, statement: str, params: Sequence[Any]) -> None:
         import psycopg
 
         with psycopg.RawCursor(c.connection) as raw:
             raw.execute(statement, params)
+
+    def _send_together(self, c: Any, writes: Writes) -> None:
+        """One statement for the whole group: each write a data-modifying ``WITH`` query of it
+        (PostgreSQL runs every one of them, referenced or not), the notifications its
+        ``SELECT``. A pipelined transaction pays psycopg's send and PostgreSQL's parse, plan
+        and protocol messages per statement, whatever the statement holds. A group past
+        :data:`PARAMETERS_PER_STATEMENT` parameters (a large poll) goes as several."""
+        queries: list[str] = []
+        params: list[Any] = []
+        for statement, values in writes.statements:
+            if queries and len(params) + len(values) > PARAMETERS_PER_STATEMENT:
+                self._execute_values(c, _with(queries, "SELECT 1"), params)
+                queries, params = [], []
+            offset = len(params)
+            queries.append(_NUMBERED.sub(lambda m, offset=offset: f"${int(m.group(1)) + offset}", statement))
+            params.extend(values)
+        notices = []
+        for payload in writes.payloads:
+            notices.append(f"pg_notify(${len(params) + 1}, ${len(params) + 2})")
+            params.extend((self.channel, payload))
+        if queries or notices:
+            self._execute_values(c, _with(queries, f"SELECT {', '.join(notices) or '1'}"), params)
 
     @contextmanager
     def writing(self) -> Iterator[Any]:
@@ -210,9 +271,17 @@ class PostgresTables(Tables):
         return f"imprint_{self.name}_{digest}"[:63]
 
     def notify(self, c: Any, payload: str) -> None:
-        c.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+        if isinstance(c, Writes):
+            c.payloads.append(payload)
+        else:
+            c.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
 
     def lock(self, c: Any, keys: Iterable[str]) -> None:
         for key in sorted(keys):
             number = int.from_bytes(hashlib.sha256(f"{self.channel}|{key}".encode()).digest()[:8], "big", signed=True)
             c.execute("SELECT pg_advisory_xact_lock(%s)", (number,))
+
+
+def _with(queries: list[str], tail: str) -> str:
+    """``tail`` with each of ``queries`` run as a ``WITH`` query before it."""
+    return ("WITH " + ", ".join(f"w{i} AS ({query})" for i, query in enumerate(queries)) + " " if queries else "") + tail

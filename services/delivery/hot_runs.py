@@ -10,12 +10,22 @@ few kilobytes per block rather than the parsed models' many objects.
 Another instance's write, a purge or a failed transaction makes the copy stale or drops
 it, and the run is read again. A run that ended or was deleted is not kept; the rest
 are bounded in bytes (``IMPRINT_HOT_STATE_BYTES``), each run weighed by :func:`weigh` when
-a poll gives it back."""
+a poll gives it back.
+
+**Idle runs leave.** A run no poll touched for :data:`IDLE_SECONDS` leaves too, whatever
+the budget: a run that stops without its closed record reaching Delivery (a runtime that
+never sends it, a load that opens runs and leaves them) is otherwise kept until the budget
+pushes it out, and a Delivery that served ten thousand such runs would hold their rows for
+as long as it lives, not as long as they are in flight. The next message of a run that
+left reads its rows again, one poll's reads. Runs are kept in the order they were last
+given back, so each poll lets go of the few whose time is up (an idle instance lets go at
+its next poll)."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from imprint.delivery.rows import RunRows
 
@@ -24,6 +34,9 @@ RUN_OVERHEAD = 16 * 1024
 answer's order and counters) and the mappings that hold its rows."""
 ROW_OVERHEAD = 512
 """Bytes a kept block row costs beyond its text: the row object and its two strings' headers."""
+IDLE_SECONDS = 60.0
+"""How long a run no poll touched stays kept: well beyond the pause between two proposals
+of a run in flight (a paced run's is seconds), well below a process's life."""
 PARSED_OVERHEAD = 8
 """A block kept parsed (its preview awaits its commit) costs this many times its stored
 text: the parsed models' objects, where the row is one string."""
@@ -34,10 +47,16 @@ class HotRuns:
     run out (the copy is then its own to change) and gives it back after its commit; a
     run that was not given back (a failed transaction) is read again."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, idle_seconds: float = IDLE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_bytes = max_bytes
+        self.idle_seconds = idle_seconds
+        self._clock = clock
         self._runs: OrderedDict[str, RunRows] = OrderedDict()
+        """Least recently given back first: the front is also the first whose time is up."""
         self._weights: dict[str, int] = {}
+        self._until: dict[str, float] = {}
+        """When each kept run leaves if no poll touches it (:data:`IDLE_SECONDS`)."""
         self.held = 0
         """Bytes the kept runs weigh together (:func:`weigh`)."""
 
@@ -47,14 +66,17 @@ class HotRuns:
         if run is None:
             return None
         self.held -= self._weights.pop(run_id)
+        del self._until[run_id]
         return run if run.version == version else None
 
     def drop(self, run_id: str) -> None:
         run = self._runs.pop(run_id, None)
         if run is not None:
             self.held -= self._weights.pop(run_id)
+            del self._until[run_id]
 
     def keep(self, runs: Iterable[RunRows]) -> None:
+        now = self._clock()
         for run in runs:
             self.drop(run.projection.run_id)
             if run.projection.terminal or run.projection.deleted:
@@ -70,10 +92,10 @@ class HotRuns:
             weight = weigh(run)
             self._runs[run.projection.run_id] = run
             self._weights[run.projection.run_id] = weight
+            self._until[run.projection.run_id] = now + self.idle_seconds
             self.held += weight
-        while self.held > self.max_bytes and self._runs:
-            run_id, _ = self._runs.popitem(last=False)
-            self.held -= self._weights.pop(run_id)
+        while self._runs and (self.held > self.max_bytes or self._until[next(iter(self._runs))] <= now):
+            self.drop(next(iter(self._runs)))
 
     def __len__(self) -> int:
         return len(self._runs)

@@ -82,12 +82,14 @@ class ViewUnit:
     sink: ViewSink
 
     def record(self, trackings: Sequence[Tracking]) -> None:
+        """The poll's writes and its notification sent together (one statement where the
+        backend allows: :meth:`~services.common.tables.Tables.together`), then its positions."""
         ws, tables = self.workspace, self.sink.views.tables
-        ws.flush()
-        tables.record_positions(ws.c, trackings)
-        if ws.touched:
+        with tables.together(ws.c) as writes:
+            ws.flush(writes=writes)
             for payload in notify_payloads(self.sink.origin, list(ws.touched)):
-                tables.notify(ws.c, payload)
+                tables.notify(writes, payload)
+        tables.record_positions(ws.c, trackings)
 
 
 class ViewSink:

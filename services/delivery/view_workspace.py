@@ -175,8 +175,11 @@ class ViewWorkspace(PollRows):
 
     # -------------------------------------------------------------- writing
 
-    def flush_frames(self) -> None:
-        v, c = self.views, self.c
+    def flush_frames(self, writes: Any = None) -> None:
+        """Write the pending strips and frames (on ``writes``: held with the poll's last
+        writes, :meth:`services.common.tables.Tables.together`; the strips touch earlier
+        frames only, as they would written before the new ones)."""
+        v, c = self.views, self.c if writes is None else writes
         if self.strips:
             v.strip_frames(c, self.strips)
             self.strips = []
@@ -234,12 +237,16 @@ class ViewWorkspace(PollRows):
             next_id[conversation] += 1
         return ids
 
-    def flush(self, *, notices: bool = True) -> None:
-        """Write every pending frame, notice and every changed run and block row."""
-        v, c, stamp = self.views, self.c, self.now
-        self.flush_frames()
+    def flush(self, *, notices: bool = True, writes: Any = None) -> None:
+        """Write every pending notice, frame and every changed run and block row. With
+        ``writes`` (the poll's end, :meth:`services.common.tables.Tables.together`) every write
+        but the notices' is held there: the notices are numbered by a statement whose result is
+        read, and no other write of the poll reads what another wrote."""
+        v, stamp = self.views, self.now
         if notices:
             self.flush_notices()
+        c = self.c if writes is None else writes
+        self.flush_frames(writes)
         if self.conflict_rows:
             v.insert_rows(c, "{conflicts}", CONFLICT_COLUMNS, self.conflict_rows)
             self.conflict_rows = []

@@ -1,7 +1,7 @@
 """Delivery's hot runs (``services.delivery.hot_runs``) are bounded in bytes
 (``IMPRINT_HOT_STATE_BYTES``): each run weighed from the lengths of its rows when a poll
 gives it back, least recently used runs out first past the budget; a run that ended is
-not kept."""
+not kept, and one no poll touched for its idle time leaves."""
 
 from __future__ import annotations
 
@@ -61,3 +61,22 @@ def test_a_run_taken_or_dropped_no_longer_counts_and_an_ended_run_is_not_kept() 
     ended.projection.terminal = True
     hot.keep([ended])
     assert hot.held == 0 and len(hot) == 0
+
+
+def test_a_run_no_poll_touched_for_its_idle_time_leaves_whatever_the_budget() -> None:
+    clock = [0.0]
+    hot = HotRuns(max_bytes=10**9, idle_seconds=60, clock=lambda: clock[0])
+    hot.keep([run_rows("old", blocks=2, version=1)])
+    clock[0] = 30
+    hot.keep([run_rows("busy", blocks=2, version=1)])
+    clock[0] = 59
+    hot.keep([run_rows("old", blocks=2, version=2)])  # touched again: its idle time starts over
+    clock[0] = 100
+    hot.keep([run_rows("new", blocks=1, version=1)])
+    assert len(hot) == 2 and hot.held == weigh(run_rows("old", blocks=2)) + weigh(run_rows("new", blocks=1)), \
+        "the run idle for longer than its time left at the next poll; the others stay"
+    assert hot.take("busy", 1) is None
+    clock[0] = 200
+    hot.keep([])
+    assert len(hot) == 0 and hot.held == 0, "a poll that touches nothing still lets the idle runs go"
+    assert hot.take("old", 2) is None and hot.take("new", 1) is None

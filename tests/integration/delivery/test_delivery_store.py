@@ -406,3 +406,42 @@ def test_a_stream_ticket_names_its_account_for_its_run_only_until_it_expires(sto
     assert store.use_ticket("digest-1", RUN, now=955.0, ttl=60.0) == "acct-a", "a use extends its life by the ttl"
     assert store.use_ticket("digest-1", RUN, now=1_016.0, ttl=60.0) is None, "expired a ttl after its last use"
     assert store.use_ticket("unknown", RUN, now=900.0, ttl=60.0) is None
+
+
+@each_backend
+@pytest.mark.parametrize("parameters_per_statement", [30_000, 8])
+def test_writes_sent_together_are_written_in_order_and_announced_at_the_commit(
+        store: ViewStore, settings: Settings, parameters_per_statement: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Tables.together``: statements numbered from ``$1`` each (``values``) and notifications,
+    sent at the block's end in ``c``'s transaction — on PostgreSQL as one statement (as
+    several past ``PARAMETERS_PER_STATEMENT``), its notifications heard only once the
+    transaction commits."""
+    monkeypatch.setattr("services.common.tables.PARAMETERS_PER_STATEMENT", parameters_per_statement)
+    tables, views = store.tables, store.views
+    listener = None
+    if settings.database_url is not None:
+        listener = psycopg.connect(settings.database_url, autocommit=True)
+        listener.execute(f'LISTEN "{tables.channel}"')
+        listener.execute("SELECT 1")  # its last query is not a LISTEN: the instances' LISTEN count stays theirs
+    try:
+        rows = [("r-t", "t1", 1), ("r-t", "t2", 2)]
+        columns = ("run_id", "client_id", "last_event_id", "received_at")
+        with tables.writing() as c:
+            views.insert_rows(c, "{received}", columns, [("r-t", "t0", 0, "then")])
+        with tables.writing() as c:
+            with tables.together(c) as writes:
+                views.insert_rows(writes, "{received}", columns, [(*row, "now") for row in rows])
+                views.update_rows(writes, "{received}", ("last_event_id", "run_id", "client_id"),
+                                  [(7, "r-t", "t0")], ("run_id", "client_id"))
+                tables.notify(writes, "announced")
+                assert len(writes.statements) == 2, "nothing sent before the block ends"
+        with tables.reading() as c:
+            c.execute(views.q("SELECT client_id, last_event_id FROM {received} WHERE run_id = ? ORDER BY client_id"),
+                      ("r-t",))
+            assert [(row["client_id"], int(row["last_event_id"])) for row in c.fetchall()] == [("t0", 7), ("t1", 1), ("t2", 2)]
+        if listener is not None:
+            heard = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+            assert heard == ["announced"], "the notification of the group, heard after the commit"
+    finally:
+        if listener is not None:
+            listener.close()
