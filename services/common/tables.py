@@ -30,10 +30,12 @@ from services.common.recorders import Positions
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _NUMBERED = re.compile(r"\$(\d+)")
 """PostgreSQL's numbered placeholders (:meth:`PostgresTables.values`)."""
-PARAMETERS_PER_STATEMENT = 30_000
-"""The most parameters writes sent together put in one PostgreSQL statement (the protocol
-allows 65,535; one multi-row statement of :mod:`services.delivery.view_tables` has at most a
-few thousand)."""
+TOGETHER_PARAMETERS = 1_000
+"""The most parameters a group of writes sent together (:meth:`Tables.together`) has to go
+as one PostgreSQL statement; a larger group (a busy poll's) goes as written, each statement
+pipelined on its own. One statement spares a few statements' fixed cost per poll, and
+renumbering its placeholders costs per parameter: past about this many, a poll spends more
+renumbering than it spares."""
 
 
 def checked_identifier(name: str) -> str:
@@ -230,13 +232,13 @@ class PostgresTables(Tables):
         (PostgreSQL runs every one of them, referenced or not), the notifications its
         ``SELECT``. A pipelined transaction pays psycopg's send and PostgreSQL's parse, plan
         and protocol messages per statement, whatever the statement holds. A group past
-        :data:`PARAMETERS_PER_STATEMENT` parameters (a large poll) goes as several."""
+        :data:`TOGETHER_PARAMETERS` parameters goes as written (:meth:`Tables._send_together`)."""
+        if sum(len(values) for _, values in writes.statements) > TOGETHER_PARAMETERS:
+            super()._send_together(c, writes)
+            return
         queries: list[str] = []
         params: list[Any] = []
         for statement, values in writes.statements:
-            if queries and len(params) + len(values) > PARAMETERS_PER_STATEMENT:
-                self._execute_values(c, _with(queries, "SELECT 1"), params)
-                queries, params = [], []
             offset = len(params)
             queries.append(_NUMBERED.sub(lambda m, offset=offset: f"${int(m.group(1)) + offset}", statement))
             params.extend(values)

@@ -409,14 +409,14 @@ def test_a_stream_ticket_names_its_account_for_its_run_only_until_it_expires(sto
 
 
 @each_backend
-@pytest.mark.parametrize("parameters_per_statement", [30_000, 8])
+@pytest.mark.parametrize("together_parameters", [1_000, 8])
 def test_writes_sent_together_are_written_in_order_and_announced_at_the_commit(
-        store: ViewStore, settings: Settings, parameters_per_statement: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        store: ViewStore, settings: Settings, together_parameters: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """``Tables.together``: statements numbered from ``$1`` each (``values``) and notifications,
     sent at the block's end in ``c``'s transaction — on PostgreSQL as one statement (as
-    several past ``PARAMETERS_PER_STATEMENT``), its notifications heard only once the
+    written, one by one, past ``TOGETHER_PARAMETERS``), its notifications heard only once the
     transaction commits."""
-    monkeypatch.setattr("services.common.tables.PARAMETERS_PER_STATEMENT", parameters_per_statement)
+    monkeypatch.setattr("services.common.tables.TOGETHER_PARAMETERS", together_parameters)
     tables, views = store.tables, store.views
     listener = None
     if settings.database_url is not None:
